@@ -1,0 +1,226 @@
+package leasehold
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of the Client. Each is the value used when the matching option is
+// not given.
+const (
+	// DefaultMinBackoff is the first wait of a waiting Acquire when the store
+	// did not wake it. Wake-ups from the store handle the common hand-off; the
+	// backoff only bounds the delay when a wake-up is lost or the store has
+	// none. 10 ms is about two hundred loopback round trips, so a crowd of
+	// waiters does not spin on the store, and small against lease TTLs of
+	// seconds, so a lost wake-up costs little.
+	DefaultMinBackoff = 10 * time.Millisecond
+
+	// DefaultMaxBackoff caps the doubling backoff. A waiter behind a long
+	// critical section polls at most once a second, and a lost wake-up delays
+	// a hand-off by at most about a second.
+	DefaultMaxBackoff = time.Second
+
+	// DefaultCleanupTimeout bounds the release that follows an acquire whose
+	// outcome is unknown (the store failed after the request may have been
+	// applied). It keeps a lost reply from blocking the key for a full TTL
+	// without holding the caller back for long when the store is down.
+	DefaultCleanupTimeout = 2 * time.Second
+)
+
+// Client takes leases from a Store. It is safe for concurrent use; it starts
+// no goroutines of its own.
+type Client struct {
+	store          Store
+	notifier       ReleaseNotifier // nil when the store has none or wake-ups are off
+	log            *slog.Logger
+	minBackoff     time.Duration
+	maxBackoff     time.Duration
+	cleanupTimeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithLogger sets the logger for anomalies the Client cannot return to a
+// caller (a failed clean-up after an ambiguous acquire). Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *Client) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
+
+// WithBackoff sets the bounds of a waiting Acquire's jittered exponential
+// backoff. Defaults: DefaultMinBackoff and DefaultMaxBackoff. Values that are
+// not positive, or a max below min, leave the defaults in place.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *Client) {
+		if min > 0 && max >= min {
+			c.minBackoff, c.maxBackoff = min, max
+		}
+	}
+}
+
+// WithoutWakeups makes a waiting Acquire rely on its backoff alone even when
+// the store can notify releases. It exists to measure what the wake-ups buy;
+// production code has no reason to set it. Default: wake-ups on.
+func WithoutWakeups() Option {
+	return func(c *Client) { c.notifier = nil }
+}
+
+// New returns a Client that takes leases from store.
+func New(store Store, opts ...Option) *Client {
+	if store == nil {
+		store = nilStore{}
+	}
+	c := &Client{
+		store:          store,
+		log:            slog.Default(),
+		minBackoff:     DefaultMinBackoff,
+		maxBackoff:     DefaultMaxBackoff,
+		cleanupTimeout: DefaultCleanupTimeout,
+	}
+	c.notifier, _ = store.(ReleaseNotifier)
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Store returns the store the Client was made with.
+func (c *Client) Store() Store { return c.store }
+
+// TryAcquire makes one attempt to take key for ttl. It returns ErrNotAcquired
+// (as a *HeldError when the store reports the holder's remaining TTL) when
+// another owner holds the key, an *ArgumentError for bad input, and the
+// store's error when the store failed.
+func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := validateKeyTTL(key, ttl); err != nil {
+		return nil, err
+	}
+	return c.try(ctx, key, NewToken(), ttl)
+}
+
+// Acquire takes key for ttl, waiting while another owner holds it. It is woken
+// by releases when the store can notify them (see ReleaseNotifier) and
+// otherwise retries with jittered exponential backoff, never waiting past the
+// holder's remaining TTL when the store reports it.
+//
+// When ctx is done first it returns an error matching both ErrNotAcquired and
+// ctx's error. A store failure is returned at once, not retried: whether to
+// keep waiting through an outage is the caller's decision.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := validateKeyTTL(key, ttl); err != nil {
+		return nil, err
+	}
+	token := NewToken()
+	l, err := c.try(ctx, key, token, ttl)
+	if err == nil || !errors.Is(err, ErrNotAcquired) {
+		return l, err
+	}
+
+	// Busy. Watch for releases before the next attempt, so that a release
+	// landing between that attempt and the wait is not missed.
+	var released <-chan struct{}
+	if c.notifier != nil {
+		ch, stop, werr := c.notifier.WatchReleases(ctx, key)
+		if werr != nil {
+			c.log.WarnContext(ctx, "leasehold: release notifications unavailable, waiting on backoff only",
+				slog.String("key", key), slog.Any("error", werr))
+		} else {
+			defer stop()
+			released = ch
+		}
+	}
+
+	backoff := c.minBackoff
+	for {
+		l, err = c.try(ctx, key, token, ttl)
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return l, err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		var held *HeldError
+		if errors.As(err, &held) && held.Remaining > 0 && held.Remaining+time.Millisecond < wait {
+			// The holder's lease runs out first: try right after it does.
+			wait = held.Remaining + time.Millisecond
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctxNotAcquired(ctx, key)
+		case <-released:
+			timer.Stop()
+			backoff = c.minBackoff
+		case <-timer.C:
+			backoff = min(2*backoff, c.maxBackoff)
+		}
+	}
+}
+
+// try is one acquire attempt with a given token.
+func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ctxNotAcquired(ctx, key)
+	}
+	fence, err := c.store.Acquire(ctx, key, token, ttl)
+	switch {
+	case err == nil:
+		return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl}, nil
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument):
+		return nil, err
+	}
+	// The store failed. It may have applied the acquire before the failure
+	// (a lost reply), which would block the key for a full TTL under a token
+	// nobody holds. Release that token, bounded and detached from ctx, which
+	// may be the very thing that failed.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanupTimeout)
+	defer cancel()
+	if rerr := c.store.Release(cctx, key, token); rerr != nil && !errors.Is(rerr, ErrNotOwned) {
+		c.log.WarnContext(ctx, "leasehold: could not clean up after a failed acquire; the key may stay blocked until its TTL runs out",
+			slog.String("key", key), slog.Duration("ttl", ttl), slog.Any("error", rerr))
+	}
+	if ctx.Err() != nil {
+		return nil, errors.Join(ctxNotAcquired(ctx, key), err)
+	}
+	return nil, err
+}
+
+func ctxNotAcquired(ctx context.Context, key string) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause != nil && cause != err {
+		return errors.Join(&HeldError{Key: key}, err, cause)
+	}
+	return errors.Join(&HeldError{Key: key}, err)
+}
+
+func validateKeyTTL(key string, ttl time.Duration) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateTTL(ttl)
+}
+
+// NewToken returns a fresh owner token: 130 random bits from crypto/rand,
+// as 26 base32 characters.
+func NewToken() string { return crand.Text() }
+
+// nilStore stands in for a nil Store given to New, so that misuse is an error
+// at the first call instead of a panic.
+type nilStore struct{}
+
+var errNilStore = errors.New("leasehold: New was given a nil Store")
+
+func (nilStore) Acquire(context.Context, string, string, time.Duration) (int64, error) {
+	return 0, errNilStore
+}
+func (nilStore) Release(context.Context, string, string) error              { return errNilStore }
+func (nilStore) Renew(context.Context, string, string, time.Duration) error { return errNilStore }
+func (nilStore) Inspect(context.Context, string) (Info, error)              { return Info{}, errNilStore }

@@ -1,0 +1,256 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+// bareStore hides a store's optional abilities (release notifications).
+type bareStore struct{ leasehold.Store }
+
+// signalStore reports every acquire attempt that found the key busy.
+type signalStore struct {
+	*memstore.Store
+	busy chan struct{}
+}
+
+func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	f, err := s.Store.Acquire(ctx, key, token, ttl)
+	if errors.Is(err, leasehold.ErrNotAcquired) {
+		select {
+		case s.busy <- struct{}{}:
+		default:
+		}
+	}
+	return f, err
+}
+
+// lostReplyStore applies an acquire and then fails, like a store whose reply
+// was lost on the way back.
+type lostReplyStore struct {
+	leasehold.Store
+	mu       sync.Mutex
+	released []string
+}
+
+var errLostReply = errors.New("connection reset")
+
+func (s *lostReplyStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	if _, err := s.Store.Acquire(ctx, key, token, ttl); err != nil {
+		return 0, err
+	}
+	return 0, errLostReply
+}
+
+func (s *lostReplyStore) Release(ctx context.Context, key, token string) error {
+	s.mu.Lock()
+	s.released = append(s.released, token)
+	s.mu.Unlock()
+	return s.Store.Release(ctx, key, token)
+}
+
+func TestTryAcquireBusyReportsHolder(t *testing.T) {
+	c := leasehold.New(memstore.New())
+	if _, err := c.TryAcquire(t.Context(), "k", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.TryAcquire(t.Context(), "k", time.Minute)
+	var held *leasehold.HeldError
+	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.As(err, &held) {
+		t.Fatalf("error %v, want a *HeldError matching ErrNotAcquired", err)
+	}
+	if held.Key != "k" || held.Remaining <= 0 || held.Remaining > time.Minute {
+		t.Fatalf("HeldError = %+v, want key k and remaining in (0, 1m]", held)
+	}
+}
+
+// With a backoff of an hour, only the store's release notification can wake
+// the waiter within the test's deadline.
+func TestAcquireIsWokenByRelease(t *testing.T) {
+	store := signalStore{Store: memstore.New(), busy: make(chan struct{}, 1)}
+	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+	a, err := c.TryAcquire(t.Context(), "k", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		b, err := c.Acquire(ctx, "k", time.Hour)
+		if err == nil && b.Fence() <= a.Fence() {
+			err = errors.New("fence did not rise")
+		}
+		got <- err
+	}()
+	// The waiter's first attempt fails, it subscribes, its second fails:
+	// only then is it certainly waiting.
+	<-store.busy
+	<-store.busy
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+}
+
+// Without notifications and with a backoff of an hour, only the holder's
+// remaining TTL reported by the store can make the waiter retry in time.
+func TestAcquireRetriesWhenHolderExpires(t *testing.T) {
+	c := leasehold.New(bareStore{memstore.New()}, leasehold.WithBackoff(time.Hour, time.Hour))
+	if _, err := c.TryAcquire(t.Context(), "k", 30*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "k", time.Minute); err != nil {
+		t.Fatalf("Acquire after the holder's expiry: %v", err)
+	}
+}
+
+func TestAcquireGivesUpWithContext(t *testing.T) {
+	c := leasehold.New(memstore.New())
+	if _, err := c.TryAcquire(t.Context(), "k", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	_, err := c.Acquire(ctx, "k", time.Minute)
+	if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v, want ErrNotAcquired joined with context.DeadlineExceeded", err)
+	}
+}
+
+func TestAcquireWithCancelledContextCallsNoStore(t *testing.T) {
+	store := memstore.New()
+	c := leasehold.New(store)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := c.Acquire(ctx, "k", time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if info, _ := store.Inspect(t.Context(), "k"); info.Fence != 0 {
+		t.Fatalf("store was written: %+v", info)
+	}
+}
+
+// A store failure is returned as itself, never as "busy" and never as a
+// lease; an acquire that may have been applied is released again.
+func TestAmbiguousAcquireIsCleanedUp(t *testing.T) {
+	mem := memstore.New()
+	store := &lostReplyStore{Store: mem}
+	c := leasehold.New(store)
+	for _, acquire := range []func(context.Context, string, time.Duration) (*leasehold.Lease, error){c.TryAcquire, c.Acquire} {
+		l, err := acquire(t.Context(), "k", time.Hour)
+		if !errors.Is(err, errLostReply) || errors.Is(err, leasehold.ErrNotAcquired) || l != nil {
+			t.Fatalf("got (%v, %v), want no lease and the store's error", l, err)
+		}
+		if info, _ := mem.Inspect(t.Context(), "k"); info.Held {
+			t.Fatalf("the lost acquire still holds the key: %+v", info)
+		}
+	}
+	if len(store.released) != 2 {
+		t.Fatalf("%d clean-up releases, want 2", len(store.released))
+	}
+}
+
+func TestClientRejectsBadInputWithoutWriting(t *testing.T) {
+	store := memstore.New()
+	c := leasehold.New(store)
+	ctx := t.Context()
+	cases := []struct {
+		name string
+		call func() error
+		arg  string
+	}{
+		{"TryAcquire empty key", func() error { _, err := c.TryAcquire(ctx, "", time.Second); return err }, "key"},
+		{"Acquire long key", func() error { _, err := c.Acquire(ctx, strings.Repeat("x", 513), time.Second); return err }, "key"},
+		{"Acquire zero ttl", func() error { _, err := c.Acquire(ctx, "k", 0); return err }, "ttl"},
+		{"TryAcquire 25h", func() error { _, err := c.TryAcquire(ctx, "k", 25*time.Hour); return err }, "ttl"},
+	}
+	for _, tc := range cases {
+		err := tc.call()
+		var ae *leasehold.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != tc.arg || !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Errorf("%s: error %v, want an *ArgumentError naming %q", tc.name, err, tc.arg)
+		}
+	}
+	l, err := c.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx, -time.Second); !errors.Is(err, leasehold.ErrInvalidArgument) {
+		t.Errorf("Renew with a negative ttl: %v", err)
+	}
+	if info, _ := store.Inspect(ctx, "k"); info.Fence != 1 || info.TTL > time.Minute {
+		t.Errorf("bad calls wrote to the store: %+v", info)
+	}
+}
+
+func TestNilStoreIsAnErrorNotAPanic(t *testing.T) {
+	if _, err := leasehold.New(nil).TryAcquire(t.Context(), "k", time.Second); err == nil {
+		t.Fatal("TryAcquire on a nil store succeeded")
+	}
+}
+
+func TestTokensAreUniqueAndLongEnough(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 10000 {
+		tok := leasehold.NewToken()
+		// 26 base32 characters carry 130 bits.
+		if len(tok) != 26 || seen[tok] {
+			t.Fatalf("token %q: length %d, seen before %v", tok, len(tok), seen[tok])
+		}
+		seen[tok] = true
+	}
+}
+
+// Many waiters on one key: never two owners at once, and each new owner's
+// fence is above the previous one's.
+func TestContendedAcquireExcludesAndFencesRise(t *testing.T) {
+	const workers, rounds = 8, 50
+	c := leasehold.New(memstore.New())
+	var (
+		inside    atomic.Int32
+		lastFence int64 // written only by the owner
+		wg        sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				l, err := c.Acquire(ctx, "contended", time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d owners at once", n)
+				}
+				if l.Fence() <= lastFence {
+					t.Errorf("fence %d after %d", l.Fence(), lastFence)
+				}
+				lastFence = l.Fence()
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if lastFence != workers*rounds {
+		t.Fatalf("last fence %d, want %d (one per critical section)", lastFence, workers*rounds)
+	}
+}

@@ -1,0 +1,62 @@
+package leasehold
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the backend interface: the four operations every lock backend
+// provides. Client is the caller-facing type in front of it; applications
+// rarely call a Store directly.
+//
+// Every method validates its arguments first (see ValidateAcquire and
+// ValidateRelease) and returns an *ArgumentError, writing nothing, when they
+// are bad. The conformance suite in package storetest checks all of this.
+type Store interface {
+	// Acquire sets key to token for ttl only if no owner holds key, and in the
+	// same atomic step issues the fence token for this ownership. Fences are
+	// strictly increasing per key, forever: across releases and expiries, and
+	// (for stores that say so) across loss of the store's data.
+	//
+	// It returns ErrNotAcquired (possibly as a *HeldError) when another owner
+	// holds the key, and any other error when the store could not answer; in
+	// that case the caller cannot know whether the write happened.
+	Acquire(ctx context.Context, key, token string, ttl time.Duration) (fence int64, err error)
+
+	// Release deletes key only if it still holds token (compare-and-delete).
+	// It returns ErrNotOwned when the key is absent or holds another token;
+	// nothing is changed then.
+	Release(ctx context.Context, key, token string) error
+
+	// Renew resets key's TTL to ttl only if it still holds token
+	// (compare-and-expire). It returns ErrNotOwned when the key is absent
+	// (released or expired) or holds another token; nothing is changed then.
+	Renew(ctx context.Context, key, token string, ttl time.Duration) error
+
+	// Inspect reports the key's current owner, remaining TTL and last fence.
+	// A key that is not held is not an error: Info.Held is false and
+	// Info.Fence still reports the last fence issued for it (0 if never).
+	Inspect(ctx context.Context, key string) (Info, error)
+}
+
+// Info is what a store knows about one key.
+type Info struct {
+	Key   string
+	Held  bool          // an owner holds the key now
+	Token string        // the owner's token; empty when not held
+	TTL   time.Duration // remaining lease time; 0 when not held
+	Fence int64         // the last fence issued for the key; 0 if never acquired
+}
+
+// ReleaseNotifier is an optional Store ability: telling waiters that a key was
+// released, so that a waiting Acquire tries again at once instead of at its
+// next backoff step. Notifications are a latency optimisation only: they may
+// be lost (a dropped connection, a missed message), so the Client always keeps
+// a jittered backoff as the fallback, and correctness never depends on them.
+type ReleaseNotifier interface {
+	// WatchReleases returns a channel that receives a value after key is
+	// released by its owner, and a function that stops the watch and must be
+	// called exactly once. Several releases may be coalesced into one value.
+	// Expiries are not notified.
+	WatchReleases(ctx context.Context, key string) (released <-chan struct{}, stop func(), err error)
+}

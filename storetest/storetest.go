@@ -1,0 +1,414 @@
+// Package storetest is the conformance suite for leasehold.Store
+// implementations. Every backend in this repository passes it, and a
+// third-party backend should too:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) leasehold.Store { return mystore.New(...) })
+//	}
+//
+// The factory may return a fresh store per call or share one: every subtest
+// uses keys of its own. Expiry is observed on the store's own clock (the
+// suite waits until Inspect reports the key gone), so it works for stores
+// whose time cannot be injected; it uses TTLs of tens of milliseconds.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Run runs the conformance suite against stores made by newStore.
+func Run(t *testing.T, newStore func(t *testing.T) leasehold.Store) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s leasehold.Store)
+	}{
+		{"AcquireIsExclusive", testAcquireIsExclusive},
+		{"ConcurrentAcquireHasOneWinner", testConcurrentAcquire},
+		{"WrongTokenReleaseChangesNothing", testWrongTokenRelease},
+		{"WrongTokenRenewChangesNothing", testWrongTokenRenew},
+		{"ReleaseThenReacquire", testReleaseThenReacquire},
+		{"RenewExtends", testRenewExtends},
+		{"ExpiredOwnerLosesEverything", testExpiredOwner},
+		{"FencesRiseOverCycles", testFencesRise},
+		{"InspectUnknownKey", testInspectUnknown},
+		{"TTLBounds", testTTLBounds},
+		{"BadInputWritesNothing", testBadInput},
+		{"CancelledContextNeverAcquires", testCancelledContext},
+		{"ReleaseWakesWatchers", testReleaseWakesWatchers},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newStore(t))
+		})
+	}
+}
+
+// Key returns a key that no other test uses, for suites that share a store.
+func Key(t testing.TB) string {
+	name := strings.NewReplacer(" ", "_", "/", ":").Replace(t.Name())
+	return "storetest:" + name + ":" + rand.Text()[:10]
+}
+
+const (
+	longTTL  = 10 * time.Second // outlives any test step
+	shortTTL = 30 * time.Millisecond
+)
+
+func token() string { return leasehold.NewToken() }
+
+func acquire(t *testing.T, s leasehold.Store, key, tok string, ttl time.Duration) int64 {
+	t.Helper()
+	fence, err := s.Acquire(t.Context(), key, tok, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", key, err)
+	}
+	if fence <= 0 {
+		t.Fatalf("Acquire(%q) fence = %d, want > 0", key, fence)
+	}
+	return fence
+}
+
+func inspect(t *testing.T, s leasehold.Store, key string) leasehold.Info {
+	t.Helper()
+	info, err := s.Inspect(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Inspect(%q): %v", key, err)
+	}
+	if info.Key != key {
+		t.Fatalf("Inspect(%q).Key = %q", key, info.Key)
+	}
+	return info
+}
+
+func wantHeldBy(t *testing.T, s leasehold.Store, key, tok string) leasehold.Info {
+	t.Helper()
+	info := inspect(t, s, key)
+	if !info.Held || info.Token != tok {
+		t.Fatalf("Inspect(%q) = held %v by %q, want held by %q", key, info.Held, info.Token, tok)
+	}
+	return info
+}
+
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: error %v, want %v", what, err, target)
+	}
+}
+
+// waitExpired waits until the store itself reports key no longer held. It
+// polls the store's view instead of sleeping for a guessed time, and gives up
+// well after ttl.
+func waitExpired(t *testing.T, s leasehold.Store, key string, ttl time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(ttl + 5*time.Second)
+	for time.Now().Before(deadline) {
+		if !inspect(t, s, key).Held {
+			return
+		}
+		time.Sleep(ttl / 10)
+	}
+	t.Fatalf("%q still held %v after its TTL of %v", key, ttl+5*time.Second, ttl)
+}
+
+func testAcquireIsExclusive(t *testing.T, s leasehold.Store) {
+	key, other := Key(t), Key(t)+":ü:日本"
+	a, b := token(), token()
+	fa := acquire(t, s, key, a, longTTL)
+
+	_, err := s.Acquire(t.Context(), key, b, longTTL)
+	wantErr(t, "second owner's Acquire", err, leasehold.ErrNotAcquired)
+	if errors.Is(err, leasehold.ErrInvalidArgument) {
+		t.Fatalf("busy key reported as invalid argument: %v", err)
+	}
+	_, err = s.Acquire(t.Context(), key, a, longTTL)
+	wantErr(t, "the owner's own second Acquire (leases are not re-entrant)", err, leasehold.ErrNotAcquired)
+
+	info := wantHeldBy(t, s, key, a)
+	if info.Fence != fa {
+		t.Errorf("Inspect fence = %d, want the acquire's %d", info.Fence, fa)
+	}
+	if info.TTL <= 0 || info.TTL > longTTL {
+		t.Errorf("Inspect TTL = %v, want in (0, %v]", info.TTL, longTTL)
+	}
+	// Other keys are independent.
+	acquire(t, s, other, b, longTTL)
+	wantHeldBy(t, s, other, b)
+	wantHeldBy(t, s, key, a)
+}
+
+func testConcurrentAcquire(t *testing.T, s leasehold.Store) {
+	const n = 16
+	key := Key(t)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners []string
+		start   = make(chan struct{})
+	)
+	for range n {
+		tok := token()
+		wg.Go(func() {
+			<-start
+			_, err := s.Acquire(t.Context(), key, tok, longTTL)
+			switch {
+			case err == nil:
+				mu.Lock()
+				winners = append(winners, tok)
+				mu.Unlock()
+			case !errors.Is(err, leasehold.ErrNotAcquired):
+				t.Errorf("Acquire: %v", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("%d of %d concurrent Acquires won, want exactly 1", len(winners), n)
+	}
+	wantHeldBy(t, s, key, winners[0])
+}
+
+func testWrongTokenRelease(t *testing.T, s leasehold.Store) {
+	key, a := Key(t), token()
+	fa := acquire(t, s, key, a, longTTL)
+	wantErr(t, "Release with another token", s.Release(t.Context(), key, token()), leasehold.ErrNotOwned)
+	info := wantHeldBy(t, s, key, a)
+	if info.Fence != fa {
+		t.Errorf("fence changed by a rejected release: %d, want %d", info.Fence, fa)
+	}
+	wantErr(t, "Release of a key never acquired", s.Release(t.Context(), Key(t), a), leasehold.ErrNotOwned)
+}
+
+func testWrongTokenRenew(t *testing.T, s leasehold.Store) {
+	key, a := Key(t), token()
+	acquire(t, s, key, a, longTTL)
+	wantErr(t, "Renew with another token", s.Renew(t.Context(), key, token(), time.Hour), leasehold.ErrNotOwned)
+	if info := wantHeldBy(t, s, key, a); info.TTL > longTTL {
+		t.Errorf("TTL after a rejected renew = %v, want <= %v (unchanged)", info.TTL, longTTL)
+	}
+}
+
+func testReleaseThenReacquire(t *testing.T, s leasehold.Store) {
+	key, a, b := Key(t), token(), token()
+	fa := acquire(t, s, key, a, longTTL)
+	if err := s.Release(t.Context(), key, a); err != nil {
+		t.Fatalf("Release by the owner: %v", err)
+	}
+	info := inspect(t, s, key)
+	if info.Held || info.Token != "" || info.TTL != 0 {
+		t.Errorf("after release Inspect = %+v, want not held, no token, no TTL", info)
+	}
+	if info.Fence != fa {
+		t.Errorf("after release Inspect fence = %d, want the last issued %d", info.Fence, fa)
+	}
+	wantErr(t, "second Release", s.Release(t.Context(), key, a), leasehold.ErrNotOwned)
+	wantErr(t, "Renew after Release", s.Renew(t.Context(), key, a, longTTL), leasehold.ErrNotOwned)
+	if inspect(t, s, key).Held {
+		t.Fatal("Renew after Release recreated the key")
+	}
+	if fb := acquire(t, s, key, b, longTTL); fb <= fa {
+		t.Errorf("fence after release %d, want > %d", fb, fa)
+	}
+	wantHeldBy(t, s, key, b)
+}
+
+func testRenewExtends(t *testing.T, s leasehold.Store) {
+	key, a := Key(t), token()
+	acquire(t, s, key, a, time.Second)
+	if err := s.Renew(t.Context(), key, a, time.Hour); err != nil {
+		t.Fatalf("Renew by the owner: %v", err)
+	}
+	if info := wantHeldBy(t, s, key, a); info.TTL <= 30*time.Minute || info.TTL > time.Hour {
+		t.Errorf("TTL after renew to 1h = %v", info.TTL)
+	}
+	// Renew can shorten too: it sets the TTL, it does not add to it.
+	if err := s.Renew(t.Context(), key, a, longTTL); err != nil {
+		t.Fatalf("Renew to a shorter TTL: %v", err)
+	}
+	if info := wantHeldBy(t, s, key, a); info.TTL > longTTL {
+		t.Errorf("TTL after renew to %v = %v", longTTL, info.TTL)
+	}
+}
+
+func testExpiredOwner(t *testing.T, s leasehold.Store) {
+	key, a, b := Key(t), token(), token()
+	fa := acquire(t, s, key, a, shortTTL)
+	waitExpired(t, s, key, shortTTL)
+	wantErr(t, "Renew after expiry", s.Renew(t.Context(), key, a, longTTL), leasehold.ErrNotOwned)
+	if inspect(t, s, key).Held {
+		t.Fatal("Renew after expiry recreated the key")
+	}
+	fb := acquire(t, s, key, b, longTTL)
+	if fb <= fa {
+		t.Errorf("fence after expiry %d, want > %d", fb, fa)
+	}
+	wantErr(t, "old owner's Release", s.Release(t.Context(), key, a), leasehold.ErrNotOwned)
+	wantErr(t, "old owner's Renew", s.Renew(t.Context(), key, a, longTTL), leasehold.ErrNotOwned)
+	if info := wantHeldBy(t, s, key, b); info.Fence != fb {
+		t.Errorf("fence = %d, want the new owner's %d", info.Fence, fb)
+	}
+}
+
+func testFencesRise(t *testing.T, s leasehold.Store) {
+	const cycles = 60
+	key := Key(t)
+	var last int64
+	for i := range cycles {
+		tok := token()
+		ttl := longTTL
+		if i%15 == 14 {
+			ttl = shortTTL // some ownerships end by expiry instead of release
+		}
+		f := acquire(t, s, key, tok, ttl)
+		if f <= last {
+			t.Fatalf("cycle %d: fence %d after %d, want strictly increasing", i, f, last)
+		}
+		last = f
+		if ttl == shortTTL {
+			waitExpired(t, s, key, ttl)
+		} else if err := s.Release(t.Context(), key, tok); err != nil {
+			t.Fatalf("cycle %d: Release: %v", i, err)
+		}
+	}
+	if info := inspect(t, s, key); info.Fence != last {
+		t.Errorf("Inspect fence = %d, want the last issued %d", info.Fence, last)
+	}
+}
+
+func testInspectUnknown(t *testing.T, s leasehold.Store) {
+	if info := inspect(t, s, Key(t)); info.Held || info.Token != "" || info.TTL != 0 || info.Fence != 0 {
+		t.Errorf("Inspect of a key never acquired = %+v, want the zero Info", info)
+	}
+}
+
+func testTTLBounds(t *testing.T, s leasehold.Store) {
+	key := Key(t)
+	acquire(t, s, key, token(), leasehold.MaxTTL)
+	if info := inspect(t, s, key); info.TTL <= leasehold.MaxTTL-time.Minute || info.TTL > leasehold.MaxTTL {
+		t.Errorf("TTL of a MaxTTL lease = %v", info.TTL)
+	}
+	key = Key(t)
+	acquire(t, s, key, token(), leasehold.MinTTL)
+	waitExpired(t, s, key, leasehold.MinTTL)
+}
+
+func testBadInput(t *testing.T, s leasehold.Store) {
+	ctx := t.Context()
+	key := Key(t)
+	okTok := token()
+	badKeys := map[string]string{
+		"empty":           "",
+		"too long":        strings.Repeat("k", leasehold.MaxKeyLen+1),
+		"newline":         key + "\n",
+		"NUL":             key + "\x00x",
+		"DEL":             key + "\x7f",
+		"C1 control":      key + "\u0085",
+		"invalid UTF-8":   key + "\xff",
+		"carriage return": "\r" + key,
+	}
+	badTTLs := map[string]time.Duration{
+		"zero":         0,
+		"negative":     -time.Second,
+		"under 1 ms":   time.Millisecond - 1,
+		"over 24 h":    leasehold.MaxTTL + time.Nanosecond,
+		"huge":         1<<63 - 1,
+		"1 nanosecond": 1,
+	}
+	badTokens := map[string]string{
+		"empty":    "",
+		"too long": strings.Repeat("t", leasehold.MaxTokenLen+1),
+	}
+	wantArg := func(t *testing.T, what string, err error, arg string) {
+		t.Helper()
+		var ae *leasehold.ArgumentError
+		if !errors.As(err, &ae) || !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Fatalf("%s: error %v, want an *ArgumentError", what, err)
+		}
+		if ae.Arg != arg || !strings.Contains(err.Error(), arg) {
+			t.Fatalf("%s: error %q names %q, want %q", what, err, ae.Arg, arg)
+		}
+	}
+	for name, k := range badKeys {
+		_, err := s.Acquire(ctx, k, okTok, longTTL)
+		wantArg(t, "Acquire with key "+name, err, "key")
+		wantArg(t, "Release with key "+name, s.Release(ctx, k, okTok), "key")
+		wantArg(t, "Renew with key "+name, s.Renew(ctx, k, okTok, longTTL), "key")
+		_, err = s.Inspect(ctx, k)
+		wantArg(t, "Inspect with key "+name, err, "key")
+	}
+	for name, ttl := range badTTLs {
+		_, err := s.Acquire(ctx, key, okTok, ttl)
+		wantArg(t, "Acquire with ttl "+name, err, "ttl")
+	}
+	for name, tok := range badTokens {
+		_, err := s.Acquire(ctx, key, tok, longTTL)
+		wantArg(t, "Acquire with token "+name, err, "token")
+	}
+	if info := inspect(t, s, key); info != (leasehold.Info{Key: key}) {
+		t.Fatalf("rejected acquires wrote to the store: %+v", info)
+	}
+	// With the key held, bad renews and releases must not touch it.
+	fence := acquire(t, s, key, okTok, longTTL)
+	for name, ttl := range badTTLs {
+		wantArg(t, "Renew with ttl "+name, s.Renew(ctx, key, okTok, ttl), "ttl")
+	}
+	for name, tok := range badTokens {
+		wantArg(t, "Release with token "+name, s.Release(ctx, key, tok), "token")
+		wantArg(t, "Renew with token "+name, s.Renew(ctx, key, tok, longTTL), "token")
+	}
+	if info := wantHeldBy(t, s, key, okTok); info.Fence != fence || info.TTL > longTTL {
+		t.Fatalf("rejected calls changed the lease: %+v", info)
+	}
+}
+
+func testCancelledContext(t *testing.T, s leasehold.Store) {
+	key := Key(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Acquire(ctx, key, token(), longTTL); err == nil {
+		t.Fatal("Acquire with a cancelled context succeeded")
+	} else if errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("a failed call reported as a busy key: %v", err)
+	}
+	if info := inspect(t, s, key); info.Held {
+		t.Fatalf("Acquire with a cancelled context left the key held: %+v", info)
+	}
+}
+
+func testReleaseWakesWatchers(t *testing.T, s leasehold.Store) {
+	n, ok := s.(leasehold.ReleaseNotifier)
+	if !ok {
+		t.Skip("store does not implement leasehold.ReleaseNotifier")
+	}
+	key, a := Key(t), token()
+	acquire(t, s, key, a, longTTL)
+	released, stop, err := n.WatchReleases(t.Context(), key)
+	if err != nil {
+		t.Fatalf("WatchReleases: %v", err)
+	}
+	defer stop()
+	select {
+	case <-released:
+		t.Fatal("woken before any release")
+	default:
+	}
+	if err := s.Release(t.Context(), key, a); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case <-released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up within 5 s of the release")
+	}
+}

@@ -1,0 +1,94 @@
+package leasehold
+
+import (
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on what a store accepts. They are part of the contract checked by
+// storetest, so every backend rejects the same inputs.
+const (
+	// MaxKeyLen bounds a key in bytes. 512 bytes is far above any real lock
+	// name and keeps keys, the fence keys derived from them and log lines small.
+	MaxKeyLen = 512
+
+	// MaxTokenLen bounds an owner token in bytes. Tokens made by the Client
+	// are 26 bytes; the bound stops a caller from storing arbitrary payloads
+	// in the lock value.
+	MaxTokenLen = 256
+
+	// MinTTL is the shortest lease. Redis keeps expiries in whole
+	// milliseconds, so a shorter lease cannot be represented there.
+	MinTTL = time.Millisecond
+
+	// MaxTTL is the longest lease. A lock held for more than a day without
+	// renewal is almost always a unit mistake (seconds passed as minutes) and
+	// would block the key for that long if its owner died.
+	MaxTTL = 24 * time.Hour
+)
+
+// ValidateKey checks a lock key: non-empty, at most MaxKeyLen bytes, valid
+// UTF-8 and free of control characters (which break log lines, the CLI's
+// tables and Redis inline commands).
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return &ArgumentError{Arg: "key", Reason: "empty"}
+	case len(key) > MaxKeyLen:
+		return &ArgumentError{Arg: "key", Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), MaxKeyLen)}
+	case !utf8.ValidString(key):
+		return &ArgumentError{Arg: "key", Reason: "not valid UTF-8"}
+	}
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return &ArgumentError{Arg: "key", Reason: fmt.Sprintf("control character %U at byte %d", r, i)}
+		}
+	}
+	return nil
+}
+
+// ValidateTTL checks a lease duration: between MinTTL and MaxTTL inclusive.
+func ValidateTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return &ArgumentError{Arg: "ttl", Reason: fmt.Sprintf("%v is not positive", ttl)}
+	case ttl < MinTTL:
+		return &ArgumentError{Arg: "ttl", Reason: fmt.Sprintf("%v is shorter than %v", ttl, MinTTL)}
+	case ttl > MaxTTL:
+		return &ArgumentError{Arg: "ttl", Reason: fmt.Sprintf("%v is longer than %v", ttl, MaxTTL)}
+	}
+	return nil
+}
+
+// ValidateToken checks an owner token: non-empty and at most MaxTokenLen bytes.
+func ValidateToken(token string) error {
+	switch {
+	case token == "":
+		return &ArgumentError{Arg: "token", Reason: "empty"}
+	case len(token) > MaxTokenLen:
+		return &ArgumentError{Arg: "token", Reason: fmt.Sprintf("%d bytes, longer than %d", len(token), MaxTokenLen)}
+	}
+	return nil
+}
+
+// ValidateAcquire checks the arguments of Store.Acquire and Store.Renew.
+// Backends call it first so that bad input never reaches the store.
+func ValidateAcquire(key, token string, ttl time.Duration) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if err := ValidateToken(token); err != nil {
+		return err
+	}
+	return ValidateTTL(ttl)
+}
+
+// ValidateRelease checks the arguments of Store.Release.
+func ValidateRelease(key, token string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateToken(token)
+}
