@@ -1,0 +1,491 @@
+package testserver
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// readyTimeout bounds how long we wait for a new server to answer PING.
+	readyTimeout = 10 * time.Second
+	// readyPollInterval is the pause between two PING attempts.
+	readyPollInterval = 10 * time.Millisecond
+	// stopTimeout is how long a server gets to exit after SIGTERM before it
+	// is sent SIGKILL.
+	stopTimeout = 5 * time.Second
+	// killTimeout is how long we wait for the process to go after SIGKILL.
+	killTimeout = 5 * time.Second
+	// maxPortAttempts bounds the retries when the chosen port was taken by
+	// someone else between our check and the server's bind.
+	maxPortAttempts = 5
+	// dialTimeout and commandTimeout bound each command sent with Do.
+	dialTimeout    = 2 * time.Second
+	commandTimeout = 10 * time.Second
+	// logTailLines is how many lines of redis.log go into error messages.
+	logTailLines = 20
+)
+
+// errNotFound is returned when redis-server is not on PATH.
+var errNotFound = errors.New("testserver: redis-server not found on PATH: " +
+	"install the Debian package redis-server (make test does this when run as root)")
+
+// errPortInUse marks a start that failed because a port was already taken;
+// such a start is retried with new ports.
+var errPortInUse = errors.New("port already in use")
+
+// RedisOption configures a server started by NewRedisServer, StartRedis or
+// NewRedisCluster.
+type RedisOption func(*redisConfig)
+
+// redisConfig collects the options.
+type redisConfig struct {
+	args    []string // extra redis-server arguments, after ours
+	cluster bool     // start with cluster mode on (set by NewRedisCluster)
+}
+
+// WithRedisArgs adds extra command-line arguments for redis-server, for
+// example WithRedisArgs("--maxmemory", "10mb"). They come after the
+// package's own arguments, so they can override them. Arguments that make
+// the server refuse plain commands (such as --requirepass) or move it off
+// its port are not supported: the server would never be seen as ready.
+func WithRedisArgs(args ...string) RedisOption {
+	return func(c *redisConfig) {
+		c.args = append(c.args, args...)
+	}
+}
+
+// withCluster turns cluster mode on; only NewRedisCluster uses it.
+func withCluster() RedisOption {
+	return func(c *redisConfig) {
+		c.cluster = true
+	}
+}
+
+// RedisServer is one redis-server process on 127.0.0.1, no persistence.
+// It has its own temporary directory for its log file (and, for cluster
+// nodes, nodes.conf). Its methods are safe for concurrent use.
+type RedisServer struct {
+	bin     string   // path of redis-server
+	port    int      // client port
+	busPort int      // cluster bus port; 0 when not a cluster node
+	dir     string   // temporary directory, removed by Close
+	args    []string // full argument list, reused by Restart
+
+	mu     sync.Mutex
+	proc   *process // running process; nil when stopped
+	pid    int      // pid of the last started process
+	closed bool
+}
+
+// process is one run of redis-server.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd.Wait has returned
+	err  error         // result of cmd.Wait; read only after done is closed
+}
+
+// NewRedisServer starts redis-server on a free port of 127.0.0.1 and waits
+// (at most 10 s) until it answers PING. The caller must call Close.
+//
+// If the port is taken by another process between choosing it and the
+// server's bind, it tries again with a new port, at most 5 times.
+func NewRedisServer(opts ...RedisOption) (*RedisServer, error) {
+	var cfg redisConfig
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errNotFound
+	}
+	var lastErr error
+	for attempt := 1; attempt <= maxPortAttempts; attempt++ {
+		s, err := startOnFreePorts(bin, cfg)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errPortInUse) {
+			return nil, err
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("testserver: gave up after %d attempts to find a free port: %w",
+		maxPortAttempts, lastErr)
+}
+
+// startOnFreePorts makes one attempt: pick ports, make the directory, start.
+func startOnFreePorts(bin string, cfg redisConfig) (*RedisServer, error) {
+	nPorts := 1
+	if cfg.cluster {
+		nPorts = 2
+	}
+	ports, err := freePorts(nPorts)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "leasehold-redis-")
+	if err != nil {
+		return nil, fmt.Errorf("testserver: %w", err)
+	}
+	s := &RedisServer{bin: bin, port: ports[0], dir: dir}
+	s.args = []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--logfile", s.logPath(),
+		// DEBUG (e.g. DEBUG SLEEP) is refused by default since Redis 7;
+		// allow it from loopback connections, which is all we have.
+		"--enable-debug-command", "local",
+	}
+	if cfg.cluster {
+		s.busPort = ports[1]
+		s.args = append(s.args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000",
+			"--cluster-port", strconv.Itoa(s.busPort),
+		)
+	}
+	s.args = append(s.args, cfg.args...)
+
+	s.mu.Lock()
+	err = s.start()
+	s.mu.Unlock()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1. The ports are
+// free when we look; someone else may take them before redis-server binds,
+// which the caller handles by retrying.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("testserver: find a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// start launches redis-server with s.args and waits until it answers PING.
+// The caller holds s.mu and s.proc is nil.
+func (s *RedisServer) start() error {
+	// stdout and stderr go to a file: redis writes to redis.log once it has
+	// read its arguments, but errors in the arguments themselves go to stderr.
+	out, err := os.OpenFile(s.outPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("testserver: %w", err)
+	}
+	defer out.Close()
+
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Dir = s.dir
+	cmd.Stdout = out
+	cmd.Stderr = out
+	setParentDeathSignal(cmd)
+
+	// See setParentDeathSignal for why the thread is locked.
+	runtime.LockOSThread()
+	err = cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
+		return fmt.Errorf("testserver: start redis-server: %w", err)
+	}
+
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	s.proc = p
+	s.pid = cmd.Process.Pid
+
+	if err := s.waitReady(p); err != nil {
+		s.stop()
+		return err
+	}
+	return nil
+}
+
+// waitReady polls until the server answers PING, the process exits, or
+// readyTimeout passes.
+func (s *RedisServer) waitReady(p *process) error {
+	deadline := time.Now().Add(readyTimeout)
+	maxPolls := int(readyTimeout/readyPollInterval) + 1
+	for poll := 0; poll < maxPolls && time.Now().Before(deadline); poll++ {
+		select {
+		case <-p.done:
+			return s.exitedEarly(p)
+		default:
+		}
+		if s.answersPing() {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return s.exitedEarly(p)
+		case <-time.After(readyPollInterval):
+		}
+	}
+	return fmt.Errorf("testserver: redis-server (pid %d) on %s did not answer PING within %v%s",
+		s.pid, s.Addr(), readyTimeout, s.logTail())
+}
+
+// exitedEarly builds the error for a process that exited before it was
+// ready. A failed bind is marked with errPortInUse so that the start is
+// retried on other ports.
+func (s *RedisServer) exitedEarly(p *process) error {
+	tail := s.logTail()
+	if strings.Contains(tail, "Address already in use") {
+		return fmt.Errorf("testserver: redis-server on %s: %w%s", s.Addr(), errPortInUse, tail)
+	}
+	return fmt.Errorf("testserver: redis-server (pid %d) on %s exited before answering PING (%v)%s",
+		s.pid, s.Addr(), p.err, tail)
+}
+
+// answersPing reports whether our process answers an inline PING on the
+// port. It also checks the pid, because another test's redis-server may
+// have won the race for the port; ours then exits and is retried.
+func (s *RedisServer) answersPing() bool {
+	conn, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	r := bufio.NewReader(conn)
+	line, err := readLine(r)
+	if err != nil || line != "+PONG" {
+		return false
+	}
+	if err := writeCommand(conn, []string{"INFO", "server"}); err != nil {
+		return false
+	}
+	reply, err := readReply(r)
+	if err != nil {
+		return false
+	}
+	info, _ := reply.(string)
+	return infoField(info, "process_id") == strconv.Itoa(s.pid)
+}
+
+// stop ends the running process, if any: SIGTERM, then SIGKILL after
+// stopTimeout. The caller holds s.mu.
+func (s *RedisServer) stop() error {
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	// Signal fails only if the process is already gone, which is fine.
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(stopTimeout):
+	}
+	p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(killTimeout):
+		return fmt.Errorf("testserver: redis-server (pid %d) on %s did not exit after SIGKILL",
+			p.cmd.Process.Pid, s.Addr())
+	}
+}
+
+// Addr returns the server's address, "127.0.0.1:PORT".
+func (s *RedisServer) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Pid returns the process id of the most recently started redis-server
+// process (it changes with Restart).
+func (s *RedisServer) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pid
+}
+
+// Close stops the server (SIGTERM, then SIGKILL after 5 s), waits for the
+// process to exit and removes its temporary directory. Calling Close again
+// does nothing and returns nil.
+func (s *RedisServer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.stop()
+	if rmErr := os.RemoveAll(s.dir); rmErr != nil {
+		err = errors.Join(err, fmt.Errorf("testserver: %w", rmErr))
+	}
+	return err
+}
+
+// Restart stops the server and starts it again on the same port with the
+// same arguments, then waits (at most 10 s) until it answers PING. There is
+// no persistence, so all data is gone afterwards. A cluster node keeps its
+// cluster configuration (nodes.conf), so it rejoins its cluster.
+//
+// Restart fails if the port was taken while the server was down; there is
+// no retry, since the point is to keep the address.
+func (s *RedisServer) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("testserver: restart %s: server is closed", s.Addr())
+	}
+	if err := s.stop(); err != nil {
+		return err
+	}
+	if err := s.start(); err != nil {
+		return fmt.Errorf("testserver: restart %s: %w", s.Addr(), err)
+	}
+	return nil
+}
+
+// Do sends one command on a new connection and returns the reply as a
+// string: a simple or bulk string as it is, an integer in decimal. A nil
+// reply (for example GET of a missing key) is returned as "" with a nil
+// error; use EXISTS if the difference matters. An error reply from the
+// server is returned as a Go error holding its text (e.g. "MOVED 12182
+// 127.0.0.1:PORT"). Array replies are not supported and give an error.
+//
+// Do fails once the server is closed. Each call is bounded: 2 s to connect,
+// 10 s for the reply.
+func (s *RedisServer) Do(args ...string) (string, error) {
+	reply, err := s.command(args...)
+	if err != nil {
+		return "", err
+	}
+	switch v := reply.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	default:
+		return "", fmt.Errorf("testserver: %s: array reply not supported by Do", args[0])
+	}
+}
+
+// command sends one command on a new connection and returns the raw reply
+// (see readReply). An error reply becomes a Go error.
+func (s *RedisServer) command(args ...string) (any, error) {
+	if len(args) == 0 {
+		return nil, errors.New("testserver: no command given")
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("testserver: %s: server %s is closed", args[0], s.Addr())
+	}
+
+	conn, err := net.DialTimeout("tcp", s.Addr(), dialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("testserver: %s: %w", args[0], err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(commandTimeout))
+	if err := writeCommand(conn, args); err != nil {
+		return nil, fmt.Errorf("testserver: %s on %s: %w", args[0], s.Addr(), err)
+	}
+	reply, err := readReply(bufio.NewReader(conn))
+	if err != nil {
+		return nil, fmt.Errorf("testserver: %s on %s: %w", args[0], s.Addr(), err)
+	}
+	if e, ok := reply.(redisError); ok {
+		return nil, fmt.Errorf("testserver: %s on %s: %s", args[0], s.Addr(), string(e))
+	}
+	return reply, nil
+}
+
+// logPath is the server's log file.
+func (s *RedisServer) logPath() string { return filepath.Join(s.dir, "redis.log") }
+
+// outPath is where the process's stdout and stderr go.
+func (s *RedisServer) outPath() string { return filepath.Join(s.dir, "redis.out") }
+
+// logTail returns the last lines of redis.log and of stdout/stderr, ready to
+// append to an error message, or "" if both are empty.
+func (s *RedisServer) logTail() string {
+	var b strings.Builder
+	for _, path := range []string{s.outPath(), s.logPath()} {
+		data, err := os.ReadFile(path)
+		if err != nil || len(strings.TrimSpace(string(data))) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > logTailLines {
+			lines = lines[len(lines)-logTailLines:]
+		}
+		fmt.Fprintf(&b, "\nlast lines of %s:\n%s", path, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// infoField returns the value of "name:value" in the text of an INFO or
+// CLUSTER INFO reply, or "" if it is not there.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		value, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), name+":")
+		if ok {
+			return value
+		}
+	}
+	return ""
+}
+
+// StartRedis starts a server for a test or benchmark and registers
+// tb.Cleanup to close it. If the server cannot be started it calls
+// tb.Fatalf with the reason (for example that redis-server is not on PATH).
+// It never skips the test.
+func StartRedis(tb testing.TB, opts ...RedisOption) *RedisServer {
+	tb.Helper()
+	s, err := NewRedisServer(opts...)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("%v", err)
+		}
+	})
+	return s
+}
