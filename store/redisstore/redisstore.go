@@ -1,0 +1,322 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+
+	//go:embed inspect.lua
+	inspectLua    string
+	inspectScript = redis.NewScript(inspectLua)
+)
+
+var (
+	_ leasehold.Store           = (*Store)(nil)
+	_ leasehold.ReleaseNotifier = (*Store)(nil)
+)
+
+// Store is a leasehold.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	subs   subscriptions
+}
+
+// New returns a Store that keeps its locks in client: a *redis.Client, a
+// failover (Sentinel) client or a *redis.ClusterClient. The Store does not own
+// the client; Close the Store before the client.
+func New(client redis.UniversalClient) *Store {
+	s := &Store{client: client}
+	s.subs.client = client
+	return s
+}
+
+// Close stops the pub/sub connection that carries release notifications, if
+// one was opened, and waits for its goroutine. It does not close the client.
+// Waiters still blocked on the Store fall back to their backoff.
+func (s *Store) Close() error { return s.subs.close() }
+
+// millis rounds a TTL up to whole milliseconds, Redis's unit, so the server
+// never holds a lease for less time than its owner believes it has.
+func millis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Acquire implements leasehold.Store in one round trip (once the script is
+// cached on the server).
+func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+		return 0, err
+	}
+	res, err := acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+	}
+	if len(res) != 2 {
+		return 0, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+	}
+	if res[0] == 0 {
+		return 0, &leasehold.HeldError{Key: key, Remaining: max(time.Duration(res[1])*time.Millisecond, 0)}
+	}
+	return res[1], nil
+}
+
+// Release implements leasehold.Store in one round trip.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := leasehold.ValidateRelease(key, token); err != nil {
+		return err
+	}
+	n, err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: release %q: %w", key, err)
+	}
+	if n == 0 {
+		return leasehold.ErrNotOwned
+	}
+	return nil
+}
+
+// Renew implements leasehold.Store in one round trip.
+func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+		return err
+	}
+	n, err := renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: renew %q: %w", key, err)
+	}
+	if n == 0 {
+		return leasehold.ErrNotOwned
+	}
+	return nil
+}
+
+// Inspect implements leasehold.Store in one round trip.
+func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
+	if err := leasehold.ValidateKey(key); err != nil {
+		return leasehold.Info{}, err
+	}
+	res, err := inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
+	if err != nil {
+		return leasehold.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
+	}
+	info := leasehold.Info{Key: key}
+	if len(res) != 3 {
+		return info, fmt.Errorf("redisstore: inspect %q: unexpected reply %v", key, res)
+	}
+	if tok, ok := res[0].(string); ok {
+		info.Held, info.Token = true, tok
+		if pttl, ok := res[1].(int64); ok && pttl > 0 {
+			info.TTL = time.Duration(pttl) * time.Millisecond
+		}
+	}
+	if f, ok := res[2].(string); ok {
+		if _, err := fmt.Sscan(f, &info.Fence); err != nil {
+			return info, fmt.Errorf("redisstore: inspect %q: fence %q: %w", key, f, err)
+		}
+	}
+	return info, nil
+}
+
+// WatchReleases implements leasehold.ReleaseNotifier over Redis pub/sub. All
+// watches of a Store share one pub/sub connection. It returns once the server
+// has confirmed the subscription, so a release after that is not missed
+// unless the connection drops.
+func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := leasehold.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	return s.subs.watch(ctx, ReleaseChannel(key))
+}
+
+var errClosed = errors.New("redisstore: store closed")
+
+// subscriptions multiplexes release watches onto one pub/sub connection,
+// subscribing to a channel while at least one watcher wants it.
+type subscriptions struct {
+	client redis.UniversalClient
+
+	mu       sync.Mutex
+	ps       *redis.PubSub // nil until the first watch
+	channels map[string]*channelWatch
+	closed   bool
+	stop     chan struct{} // closed by close; ends the receive loop
+	loopDone chan struct{} // closed when the receive loop has returned
+}
+
+type channelWatch struct {
+	waiters   map[chan struct{}]struct{}
+	confirmed chan struct{} // closed when the server confirmed the subscription
+	once      sync.Once
+}
+
+func (w *channelWatch) confirm() { w.once.Do(func() { close(w.confirmed) }) }
+
+func (s *subscriptions) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, errClosed
+	}
+	w := s.channels[channel]
+	if w == nil {
+		w = &channelWatch{waiters: make(map[chan struct{}]struct{}), confirmed: make(chan struct{})}
+		if s.ps == nil {
+			s.channels = make(map[string]*channelWatch)
+			s.stop, s.loopDone = make(chan struct{}), make(chan struct{})
+			s.ps = s.client.Subscribe(context.WithoutCancel(ctx), channel)
+			go s.receive(s.ps)
+		} else if err := s.ps.Subscribe(ctx, channel); err != nil {
+			s.mu.Unlock()
+			return nil, nil, fmt.Errorf("redisstore: subscribe %q: %w", channel, err)
+		}
+		s.channels[channel] = w
+	}
+	w.waiters[ch] = struct{}{}
+	s.mu.Unlock()
+
+	var once sync.Once
+	stop := func() { once.Do(func() { s.unwatch(channel, w, ch) }) }
+	select {
+	case <-w.confirmed:
+		return ch, stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", channel, context.Cause(ctx))
+	}
+}
+
+func (s *subscriptions) unwatch(channel string, w *channelWatch, ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(w.waiters, ch)
+	if len(w.waiters) > 0 || s.channels[channel] != w {
+		return
+	}
+	delete(s.channels, channel)
+	if !s.closed {
+		// A failed unsubscribe only leaves an idle subscription behind;
+		// the next reconnect drops it.
+		_ = s.ps.Unsubscribe(context.Background(), channel)
+	}
+}
+
+// healthInterval is how long the pub/sub connection may stay silent before it
+// is pinged. A dead connection only costs lost wake-ups, which the waiters'
+// backoff covers, so the check can be lazy: one PING per Store every 5 s.
+const healthInterval = 5 * time.Second
+
+// receive reads the pub/sub connection until close. go-redis reconnects and
+// resubscribes by itself after a read error; a connection that stays silent
+// even to a PING is replaced.
+func (s *subscriptions) receive(ps *redis.PubSub) {
+	defer close(s.loopDone)
+	ctx := context.Background()
+	errWait, pinged := time.Duration(0), false
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		if err != nil {
+			var timeout interface{ Timeout() bool }
+			if errors.As(err, &timeout) && timeout.Timeout() {
+				if pinged {
+					ps = s.replace()
+				}
+				pinged = ps.Ping(ctx) == nil
+				continue
+			}
+			// The connection broke; go-redis redials on the next read.
+			// Back off so that a down server is not dialled in a spin.
+			errWait = min(max(2*errWait, 10*time.Millisecond), time.Second)
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(errWait):
+			}
+			continue
+		}
+		errWait, pinged = 0, false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.mu.Lock()
+				if w := s.channels[m.Channel]; w != nil {
+					w.confirm()
+				}
+				s.mu.Unlock()
+			}
+		case *redis.Message:
+			s.mu.Lock()
+			if w := s.channels[m.Channel]; w != nil {
+				for ch := range w.waiters {
+					select {
+					case ch <- struct{}{}:
+					default: // a wake-up is already pending
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// replace swaps a pub/sub connection that stopped answering for a new one
+// subscribed to the same channels.
+func (s *subscriptions) replace() *redis.PubSub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.ps // close is closing it; the loop sees stop next
+	}
+	channels := make([]string, 0, len(s.channels))
+	for c := range s.channels {
+		channels = append(channels, c)
+	}
+	old := s.ps
+	s.ps = s.client.Subscribe(context.Background(), channels...)
+	_ = old.Close()
+	return s.ps
+}
+
+func (s *subscriptions) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ps := s.ps
+	s.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	close(s.stop)
+	err := ps.Close()
+	<-s.loopDone
+	return err
+}

@@ -1,0 +1,96 @@
+package redisstore
+
+import "sync"
+
+// Redis Cluster puts a key in one of 16384 slots: CRC16 of the key, or of its
+// hash tag (the part between the first '{' and the next '}', when that part is
+// not empty). A script's keys must all be in one slot. The lock key is the
+// caller's key, unchanged, so the fence key must land in the same slot for any
+// key at all, including keys like "x}{y" or "{}odd" whose slot is the hash of
+// the whole key and which cannot simply be wrapped in braces. So the fence key
+// carries a hash tag chosen from a table to hash to the lock key's slot.
+
+const numSlots = 16384
+
+// keySlot returns the cluster slot of key, following Redis's keyHashSlot.
+func keySlot(key string) uint16 {
+	for i := 0; i < len(key); i++ {
+		if key[i] != '{' {
+			continue
+		}
+		for j := i + 1; j < len(key); j++ {
+			if key[j] == '}' {
+				if j > i+1 {
+					key = key[i+1 : j]
+				}
+				return crc16(key) % numSlots
+			}
+		}
+		break
+	}
+	return crc16(key) % numSlots
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
+// Redis Cluster uses.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// tagAlphabet spells the slot tags. 62³ = 238,328 three-letter tags cover all
+// 16384 slots (a test checks it), so every tag is exactly three letters.
+const tagAlphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     *[numSlots][3]byte
+)
+
+// slotTag returns a three-letter tag whose CRC16 falls in slot. The table
+// (48 KiB) is built on first use in about a millisecond.
+func slotTag(slot uint16) string {
+	slotTagsOnce.Do(func() {
+		var t [numSlots][3]byte
+		var found [numSlots]bool
+		for _, a := range []byte(tagAlphabet) {
+			for _, b := range []byte(tagAlphabet) {
+				for _, c := range []byte(tagAlphabet) {
+					s := crc16(string([]byte{a, b, c})) % numSlots
+					if !found[s] {
+						found[s], t[s] = true, [3]byte{a, b, c}
+					}
+				}
+			}
+		}
+		slotTags = &t
+	})
+	tag := slotTags[slot]
+	return string(tag[:])
+}
+
+// FenceKey returns the Redis key that holds key's fence counter. It never
+// expires and is in the same cluster slot as key, whatever key looks like.
+// The three letters in braces are a hash tag picked for that slot.
+func FenceKey(key string) string {
+	return fenceKeyPrefix + "{" + slotTag(keySlot(key)) + "}:" + key
+}
+
+// ReleaseChannel returns the pub/sub channel on which a release of key is
+// announced to waiters.
+func ReleaseChannel(key string) string { return releaseChannelPrefix + key }
+
+const (
+	fenceKeyPrefix       = "leasehold:fence:"
+	releaseChannelPrefix = "leasehold:released:"
+)
