@@ -1,0 +1,14 @@
+# Every Go module in the repository; the heavy clients live in their own.
+MODULES := . store/redisstore
+GO      ?= go
+
+.PHONY: test deps
+# test: install the test servers when missing, then vet and race-test every module.
+test: deps
+	@set -e; for m in $(MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+	done
+
+deps:
+	@scripts/ensure-deps.sh redis-server=redis-server

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Makes sure the servers the tests run against are installed, from Debian's
+# packages. Usage: ensure-deps.sh COMMAND=PACKAGE ...
+# As root it installs what is missing; otherwise it names the package and fails.
+set -euo pipefail
+
+missing=()
+for pair in "$@"; do
+  cmd=${pair%%=*} pkg=${pair#*=}
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "missing: ${missing[*]} — install the Debian package(s): sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing ${missing[*]} from Debian packages" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
