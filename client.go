@@ -38,6 +38,8 @@ type Client struct {
 	store          Store
 	notifier       ReleaseNotifier // nil when the store has none or wake-ups are off
 	log            *slog.Logger
+	observer       Observer
+	namespace      func(key string) string
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
@@ -52,6 +54,27 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) {
 		if l != nil {
 			c.log = l
+		}
+	}
+}
+
+// WithObserver sets the receiver of lock events (for metrics; see package
+// prom). Default: NopObserver.
+func WithObserver(o Observer) Option {
+	return func(c *Client) {
+		if o != nil {
+			c.observer = o
+		}
+	}
+}
+
+// WithNamespace sets the function that derives an event's namespace (its lock
+// class, a metrics label) from the key. It must return few distinct values.
+// Default: DefaultNamespace.
+func WithNamespace(f func(key string) string) Option {
+	return func(c *Client) {
+		if f != nil {
+			c.namespace = f
 		}
 	}
 }
@@ -82,6 +105,8 @@ func New(store Store, opts ...Option) *Client {
 	c := &Client{
 		store:          store,
 		log:            slog.Default(),
+		observer:       NopObserver{},
+		namespace:      DefaultNamespace,
 		minBackoff:     DefaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
 		cleanupTimeout: DefaultCleanupTimeout,
@@ -101,6 +126,13 @@ func (c *Client) Store() Store { return c.store }
 // another owner holds the key, an *ArgumentError for bad input, and the
 // store's error when the store failed.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	start := time.Now()
+	l, err := c.tryAcquire(ctx, key, ttl)
+	c.reportAcquire(key, l, err, Busy, time.Since(start))
+	return l, err
+}
+
+func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
@@ -116,6 +148,32 @@ func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // ctx's error. A store failure is returned at once, not retried: whether to
 // keep waiting through an outage is the caller's decision.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	start := time.Now()
+	l, err := c.acquire(ctx, key, ttl)
+	c.reportAcquire(key, l, err, TimedOut, time.Since(start))
+	return l, err
+}
+
+// reportAcquire tells the observer how an acquire call ended; busy is the
+// result to report when the key was held at the end.
+func (c *Client) reportAcquire(key string, l *Lease, err error, busy AcquireResult, wait time.Duration) {
+	ev := AcquireEvent{Lock: c.lock(key, 0), Result: Acquired, Wait: wait}
+	switch {
+	case err == nil:
+		ev.Fence = l.fence
+	case errors.Is(err, ErrNotAcquired):
+		ev.Result = busy
+	default:
+		ev.Result = StoreFailed
+	}
+	c.observer.OnAcquire(ev)
+}
+
+func (c *Client) lock(key string, fence int64) Lock {
+	return Lock{Key: key, Namespace: c.namespace(key), Fence: fence}
+}
+
+func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
@@ -170,11 +228,12 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	if err := ctx.Err(); err != nil {
 		return nil, ctxNotAcquired(ctx, key)
 	}
+	sent := time.Now()
 	fence, err := c.store.Acquire(ctx, key, token, ttl)
 	switch {
 	case err == nil:
-		return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl}, nil
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument):
+		return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl, sent: sent, acquired: time.Now()}, nil
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore:
 		return nil, err
 	}
 	// The store failed. It may have applied the acquire before the failure

@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,3 +255,5 @@ func TestContendedAcquireExcludesAndFencesRise(t *testing.T) {
 		t.Fatalf("last fence %d, want %d (one per critical section)", lastFence, workers*rounds)
 	}
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

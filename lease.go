@@ -2,7 +2,9 @@ package leasehold
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -14,6 +16,16 @@ type Lease struct {
 	token  string
 	fence  int64
 	ttl    time.Duration
+	// sent is when the winning acquire request was sent: the server's TTL
+	// started no earlier, so local deadlines count from here.
+	sent time.Time
+	// acquired is when the acquire reply arrived; held durations count
+	// from here.
+	acquired time.Time
+
+	mu     sync.Mutex
+	keeper *KeepAlive // the running auto-renewal, if any
+	ended  bool       // released or abandoned; reported once
 }
 
 // Key returns the locked key.
@@ -40,14 +52,54 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
-	return l.client.store.Renew(ctx, l.key, l.token, ttl)
+	err := l.client.store.Renew(ctx, l.key, l.token, ttl)
+	if errors.Is(err, ErrNotOwned) {
+		l.notOwned(ctx, "renew")
+	}
+	return err
 }
 
 // Release gives the key up, only if it still holds this lease's token. It
 // returns ErrNotOwned when it does not: the lease expired, was already
 // released, or the key belongs to another owner, whose lock is left alone.
+//
+// A running KeepAlive is stopped first, so that it does not take the
+// release for a lost lease.
 func (l *Lease) Release(ctx context.Context) error {
-	return l.client.store.Release(ctx, l.key, l.token)
+	l.mu.Lock()
+	k := l.keeper
+	l.mu.Unlock()
+	if k != nil {
+		k.Stop()
+	}
+	err := l.client.store.Release(ctx, l.key, l.token)
+	switch {
+	case err == nil:
+		l.end()
+	case errors.Is(err, ErrNotOwned):
+		l.notOwned(ctx, "release")
+	}
+	return err
+}
+
+func (l *Lease) lock() Lock { return l.client.lock(l.key, l.fence) }
+
+// end reports the end of the ownership, once.
+func (l *Lease) end() {
+	l.mu.Lock()
+	first := !l.ended
+	l.ended = true
+	l.mu.Unlock()
+	if first {
+		l.client.observer.OnRelease(ReleaseEvent{Lock: l.lock(), Held: time.Since(l.acquired)})
+	}
+}
+
+func (l *Lease) notOwned(ctx context.Context, op string) {
+	lk := l.lock()
+	l.client.observer.OnNotOwned(NotOwnedEvent{Lock: lk, Op: op})
+	l.client.log.WarnContext(ctx, "leasehold: "+op+" refused: the key no longer holds this lease",
+		slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence))
 }
 
 // LogValue makes a Lease log as its key and fence. The token is left out: it
