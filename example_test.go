@@ -58,3 +58,20 @@ func ExampleClient_TryAcquire() {
 	// true
 	// leasehold: invalid key: control character U+000A at byte 9
 }
+
+// Hold runs a critical section under a lease that renews itself every ttl/3
+// and is released afterwards. Under the default fence policy, ctx is cancelled
+// (with a cause matching ErrAbandoned) before the lease could expire unrenewed.
+func ExampleClient_Hold() {
+	client := leasehold.New(memstore.New())
+	err := client.Hold(context.Background(), "cordum:wf:run:lock:R1", 30*time.Second,
+		func(ctx context.Context, l *leasehold.Lease) error {
+			// Write with l.Fence(), and stop when ctx is done.
+			fmt.Println("running with fence", l.Fence())
+			return ctx.Err()
+		})
+	fmt.Println("Hold:", err)
+	// Output:
+	// running with fence 1
+	// Hold: <nil>
+}
