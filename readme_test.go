@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// The README's code sample must be the body of Example, which is compiled and
-// whose output is checked, so the README cannot drift from working code.
-func TestReadmeSampleIsTheCompiledExample(t *testing.T) {
+// Every go code block in the README must be the start of the body of an
+// Example, which is compiled and whose output is checked, so the README
+// cannot drift from working code.
+func TestReadmeSamplesAreCompiledExamples(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -17,17 +18,24 @@ func TestReadmeSampleIsTheCompiledExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(readme), "```go\n")
-	sample, _, ok2 := strings.Cut(after, "```")
-	if !ok || !ok2 {
+	var bodies []string
+	for _, part := range strings.Split(string(example), "\nfunc Example")[1:] {
+		_, body, _ := strings.Cut(part, "{\n")
+		bodies = append(bodies, flat(body))
+	}
+	blocks := strings.Split(string(readme), "```go\n")[1:]
+	if len(blocks) == 0 {
 		t.Fatal("README.md has no go code block")
 	}
-	_, body, ok := strings.Cut(string(example), "func Example() {\n")
-	if !ok {
-		t.Fatal("example_test.go has no func Example")
-	}
-	if !strings.HasPrefix(flat(body), flat(sample)) {
-		t.Fatalf("README.md's sample differs from Example in example_test.go:\n%s", sample)
+	for _, block := range blocks {
+		sample, _, _ := strings.Cut(block, "```")
+		found := false
+		for _, body := range bodies {
+			found = found || strings.HasPrefix(body, flat(sample))
+		}
+		if !found {
+			t.Errorf("README.md's sample is not the body of an Example in example_test.go:\n%s", sample)
+		}
 	}
 }
 
