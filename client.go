@@ -163,6 +163,8 @@ func (c *Client) reportAcquire(key string, l *Lease, err error, busy AcquireResu
 		ev.Fence = l.fence
 	case errors.Is(err, ErrNotAcquired):
 		ev.Result = busy
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		ev.Result = TimedOut
 	default:
 		ev.Result = StoreFailed
 	}
@@ -179,15 +181,27 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	token := NewToken()
 	l, err := c.try(ctx, key, token, ttl)
-	if err == nil || !errors.Is(err, ErrNotAcquired) {
-		return l, err
+	if err != nil && !errors.Is(err, ErrNotAcquired) {
+		return nil, c.acquireFailed(ctx, key, err)
+	}
+	if err == nil {
+		return l, nil
 	}
 
 	// Busy. Watch for releases before the next attempt, so that a release
-	// landing between that attempt and the wait is not missed.
+	// landing between that attempt and the wait is not missed. The watch may
+	// wait for the store to confirm it; it gets no longer than one backoff
+	// step, or the holder's remaining TTL when shorter, since waiting on it
+	// must never be slower than waiting without it.
 	var released <-chan struct{}
 	if c.notifier != nil {
-		ch, stop, werr := c.notifier.WatchReleases(ctx, key)
+		bound := c.maxBackoff
+		if held := (*HeldError)(nil); errors.As(err, &held) && held.Remaining > 0 {
+			bound = min(bound, held.Remaining+time.Millisecond)
+		}
+		wctx, cancel := context.WithTimeout(ctx, bound)
+		ch, stop, werr := c.notifier.WatchReleases(wctx, key)
+		cancel()
 		if werr != nil {
 			c.log.WarnContext(ctx, "leasehold: release notifications unavailable, waiting on backoff only",
 				slog.String("key", key), slog.Any("error", werr))
@@ -200,8 +214,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	backoff := c.minBackoff
 	for {
 		l, err = c.try(ctx, key, token, ttl)
-		if err == nil || !errors.Is(err, ErrNotAcquired) {
-			return l, err
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, ErrNotAcquired) {
+			return nil, c.acquireFailed(ctx, key, err)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		var held *HeldError
@@ -226,13 +243,14 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 // try is one acquire attempt with a given token.
 func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, ctxNotAcquired(ctx, key)
+		return nil, err
 	}
 	sent := time.Now()
 	fence, err := c.store.Acquire(ctx, key, token, ttl)
 	switch {
 	case err == nil:
-		return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl, sent: sent, acquired: time.Now()}, nil
+		now := time.Now()
+		return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl, sent: sent, acquired: now, started: now}, nil
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore:
 		return nil, err
 	}
@@ -246,10 +264,20 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 		c.log.WarnContext(ctx, "leasehold: could not clean up after a failed acquire; the key may stay blocked until its TTL runs out",
 			slog.String("key", key), slog.Duration("ttl", ttl), slog.Any("error", rerr))
 	}
-	if ctx.Err() != nil {
-		return nil, errors.Join(ctxNotAcquired(ctx, key), err)
-	}
 	return nil, err
+}
+
+// acquireFailed shapes the error of a waiting Acquire whose attempt did not
+// get a busy answer: when ctx has ended the attempt failed because of it, and
+// Acquire promises ErrNotAcquired joined with the context's error then.
+func (c *Client) acquireFailed(ctx context.Context, key string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	if errors.Is(err, ctx.Err()) {
+		return ctxNotAcquired(ctx, key)
+	}
+	return errors.Join(ctxNotAcquired(ctx, key), err)
 }
 
 func ctxNotAcquired(ctx context.Context, key string) error {

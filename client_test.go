@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -136,8 +137,12 @@ func TestAcquireWithCancelledContextCallsNoStore(t *testing.T) {
 	c := leasehold.New(store)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := c.Acquire(ctx, "k", time.Minute); !errors.Is(err, context.Canceled) {
-		t.Fatalf("error %v, want context.Canceled", err)
+	if _, err := c.Acquire(ctx, "k", time.Minute); !errors.Is(err, context.Canceled) || !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("Acquire: %v, want ErrNotAcquired joined with context.Canceled", err)
+	}
+	// One attempt makes no claim about the key: it is not "held by another owner".
+	if _, err := c.TryAcquire(ctx, "k", time.Minute); !errors.Is(err, context.Canceled) || errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("TryAcquire: %v, want context.Canceled alone", err)
 	}
 	if info, _ := store.Inspect(t.Context(), "k"); info.Fence != 0 {
 		t.Fatalf("store was written: %+v", info)
@@ -257,3 +262,31 @@ func TestContendedAcquireExcludesAndFencesRise(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// stuckWatchStore's release notifications never become active: the watch
+// waits for a confirmation that does not come (a pub/sub channel the ACL
+// forbids, a proxy without pub/sub).
+type stuckWatchStore struct{ *memstore.Store }
+
+func (stuckWatchStore) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	<-ctx.Done()
+	return nil, nil, ctx.Err()
+}
+
+// A watch that never confirms must not hold a waiter past the holder's
+// expiry: notifications are an optimisation, never a dependency.
+func TestAcquireDoesNotDependOnNotifications(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := leasehold.New(stuckWatchStore{memstore.New()}, leasehold.WithLogger(quietLogger()))
+		if _, err := c.TryAcquire(t.Context(), "k", 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := c.Acquire(t.Context(), "k", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited > 60*time.Millisecond {
+			t.Errorf("acquired after %v; the holder expired at 50ms", waited)
+		}
+	})
+}

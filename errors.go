@@ -9,8 +9,10 @@ import (
 // Sentinel errors. Match them with errors.Is: the errors returned by the
 // Client and by stores wrap them and add the key or the backend's reason.
 var (
-	// ErrNotAcquired means another owner holds the key. It is never returned
-	// for a backend failure: a store that cannot answer returns its own error.
+	// ErrNotAcquired means another owner holds the key, or, from a waiting
+	// Acquire, that its context ended before the key came free (joined with
+	// the context's error). A store that cannot answer returns its own error,
+	// never this one.
 	ErrNotAcquired = errors.New("leasehold: not acquired")
 
 	// ErrNotOwned means the key no longer holds the caller's token: the lease

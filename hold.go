@@ -53,6 +53,9 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	if lost := k.Err(); lost != nil {
 		return errors.Join(fnErr, lost)
 	}
+	if l.hasEnded() { // fn released the lease itself
+		return fnErr
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
 	defer cancel()
 	switch rerr := l.Release(rctx); {

@@ -25,6 +25,10 @@ type faultyStore struct {
 // errHang makes a renewal hang until its context is done, like a slow server.
 var errHang = errors.New("hang")
 
+// errStuck makes a renewal ignore its context and return only after ten
+// TTLs, like a client whose socket reads do not honour contexts.
+var errStuck = errors.New("stuck")
+
 var errRenewDown = errors.New("store unreachable")
 
 func (s *faultyStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
@@ -37,6 +41,9 @@ func (s *faultyStore) Renew(ctx context.Context, key, token string, ttl time.Dur
 		case errors.Is(err, errHang):
 			<-ctx.Done()
 			return ctx.Err()
+		case errors.Is(err, errStuck):
+			time.Sleep(10 * ttl)
+			return errRenewDown
 		case err != nil:
 			return err
 		}
@@ -439,8 +446,101 @@ func TestHoldLeavesNoGoroutineBehind(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		after = runtime.NumGoroutine()
 	}
-	if after != before {
+	if after > before {
 		buf := make([]byte, 1<<16)
 		t.Fatalf("%d goroutines before, %d after Hold returned:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+// A store that does not return when the renewal's context ends must not hold
+// the fence back: the deadline is kept with the call still in flight.
+func TestHoldFencesAtTheDeadlineWhenTheStoreIgnoresContexts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(always(errStuck))
+		start := time.Now()
+		err := f.c.Hold(t.Context(), key, ttl, func(ctx context.Context, l *leasehold.Lease) error {
+			<-ctx.Done()
+			if at := time.Since(start); at != 54*time.Second {
+				t.Errorf("cancelled after %v, want 54s, with the renewal still in flight", at)
+			}
+			return nil
+		})
+		if !errors.Is(err, leasehold.ErrAbandoned) {
+			t.Fatalf("Hold returned %v, want ErrAbandoned", err)
+		}
+		// Hold waited for the stuck call (started at 20 s) rather than leave it behind.
+		if at := time.Since(start); at != 20*time.Second+10*ttl {
+			t.Errorf("Hold returned after %v, want when the stuck call returned", at)
+		}
+	})
+}
+
+func TestManualRenewIsRefusedWhileKeepAliveRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(nil)
+		l, err := f.c.TryAcquire(t.Context(), key, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := l.KeepAlive(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Renew(t.Context(), time.Second); err == nil {
+			t.Fatal("a manual Renew to a shorter TTL was accepted while the KeepAlive runs")
+		}
+		if renews, _ := f.store.counts(); renews != 0 {
+			t.Fatalf("the refused Renew reached the store")
+		}
+		k.Stop()
+		if err := l.Renew(t.Context(), ttl); err != nil {
+			t.Fatalf("Renew after Stop: %v", err)
+		}
+	})
+}
+
+// A KeepAlive started after a manual renewal counts its deadline from that
+// renewal, not from the acquire.
+func TestKeepAliveCountsFromTheLastManualRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(nil)
+		start := time.Now()
+		l, err := f.c.TryAcquire(t.Context(), key, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Second)
+		if err := l.Renew(t.Context(), ttl); err != nil {
+			t.Fatal(err)
+		}
+		f.store.mu.Lock()
+		f.store.fault = always(errRenewDown)
+		f.store.mu.Unlock()
+		k, err := l.KeepAlive(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-k.Lost()
+		if at := time.Since(start); at != 104*time.Second {
+			t.Errorf("given up after %v, want 104s: the renewal at 50s + 54s", at)
+		}
+		k.Stop()
+	})
+}
+
+// Releasing inside fn with fn's own context works, and Hold then has
+// nothing left to release.
+func TestReleaseInsideHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(nil)
+		err := f.c.Hold(t.Context(), key, ttl, func(ctx context.Context, l *leasehold.Lease) error {
+			return l.Release(ctx)
+		})
+		if err != nil {
+			t.Fatalf("Hold: %v", err)
+		}
+		if _, releases := f.store.counts(); releases != 1 || len(f.rec.notOwned) != 0 {
+			t.Errorf("%d releases, %d not-owned events; want 1 and 0", releases, len(f.rec.notOwned))
+		}
+	})
 }

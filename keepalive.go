@@ -40,7 +40,7 @@ type KeepAlive struct {
 // It returns an *ArgumentError for options that cannot work with the lease's
 // TTL, and an error if l already has a KeepAlive.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
-	cfg, err := newHoldConfig(l.ttl, opts)
+	cfg, err := newHoldConfig(l.TTL(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +67,7 @@ func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, erro
 	k.calls, k.stopCalls = context.WithCancel(context.WithoutCancel(ctx))
 	l.keeper = k
 	st := renewState{ttl: l.ttl, margin: cfg.margin, maxFailures: cfg.maxFailures, lastSent: l.sent, lastDone: l.acquired}
+	// l.ttl cannot change while the KeepAlive runs: Lease.Renew refuses.
 	go k.run(st)
 	return k, nil
 }
@@ -95,12 +96,22 @@ func (k *KeepAlive) Err() error {
 // for the goroutine to return. It does not release the lease. It is safe to
 // call more than once and concurrently.
 func (k *KeepAlive) Stop() {
+	k.halt()
+	k.cancel(context.Canceled)
+}
+
+// halt ends renewal and waits for it, leaving Context as it is.
+func (k *KeepAlive) halt() {
 	k.stopOnce.Do(func() {
 		close(k.stop)
 		k.stopCalls()
 	})
 	<-k.done
-	k.cancel(context.Canceled)
+	k.lease.mu.Lock()
+	if k.lease.keeper == k {
+		k.lease.keeper = nil
+	}
+	k.lease.mu.Unlock()
 }
 
 func (k *KeepAlive) run(st renewState) {
@@ -136,15 +147,11 @@ func (k *KeepAlive) run(st renewState) {
 			continue
 		}
 
-		cctx, cancel := context.WithTimeout(k.calls, st.callTimeout(now, k.cfg.renewTimeout))
-		err := l.client.store.Renew(cctx, l.key, l.token, l.ttl)
-		cancel()
-		done := time.Now()
-		select {
-		case <-k.stop: // the failure, if any, is Stop's doing
-			return
-		default:
+		err, ok := k.renew(st, now)
+		if !ok {
+			return // stopped, or given up while the call was in flight
 		}
+		done := time.Now()
 		next = now.Add(k.cfg.interval)
 		switch {
 		case err == nil:
@@ -170,6 +177,43 @@ func (k *KeepAlive) run(st renewState) {
 			}
 		}
 	}
+}
+
+// renew makes one renewal call. The call runs in a goroutine of its own so
+// that the local deadline is kept even when the store does not return when
+// its context ends (a client that ignores contexts, a stuck socket): the
+// lease is then given up at the deadline with the call still in flight. The
+// call is always waited for, so no goroutine outlives the KeepAlive. ok is
+// false when run must return: stopped, or given up.
+func (k *KeepAlive) renew(st renewState, now time.Time) (err error, ok bool) {
+	l := k.lease
+	ctx, cancel := context.WithTimeout(k.calls, st.callTimeout(now, k.cfg.renewTimeout))
+	defer cancel()
+	result := make(chan error, 1)
+	go func() { result <- l.client.store.Renew(ctx, l.key, l.token, l.ttl) }()
+
+	var deadline <-chan time.Time
+	if k.cfg.maxFailures > 0 {
+		t := time.NewTimer(time.Until(st.deadline()))
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case err = <-result:
+		select {
+		case <-k.stop: // the failure, if any, is Stop's doing
+			return nil, false
+		default:
+			return err, true
+		}
+	case <-deadline:
+		k.abandon(fmt.Errorf("%w: a renewal was still in flight at the local deadline (ttl %v − drift margin %v)",
+			ErrAbandoned, st.ttl, st.margin))
+	case <-k.stop:
+	}
+	cancel()
+	<-result
+	return nil, false
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -3,6 +3,7 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -21,7 +22,8 @@ type Lease struct {
 	sent time.Time
 	// acquired is when the acquire reply arrived; held durations count
 	// from here.
-	acquired time.Time
+	acquired time.Time // later: when the last renewal's reply arrived
+	started  time.Time // when the acquire reply arrived; held time counts from here
 
 	mu     sync.Mutex
 	keeper *KeepAlive // the running auto-renewal, if any
@@ -40,20 +42,42 @@ func (l *Lease) Token() string { return l.token }
 // correctness-critical write so that storage can reject a stale owner.
 func (l *Lease) Fence() int64 { return l.fence }
 
-// TTL returns the duration the lease was acquired with.
-func (l *Lease) TTL() time.Duration { return l.ttl }
+// TTL returns the duration the lease was acquired or last renewed by hand with.
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
 
 // Renew resets the lease's remaining time to ttl, only if the key still holds
 // this lease's token. It returns ErrNotOwned when it does not (the lease
 // expired or was released; a new owner, if any, is untouched), an
 // *ArgumentError for a bad ttl, and the store's error when the store failed.
 // Renew does not change the fence.
+//
+// While a KeepAlive runs, renewal is its job, and Renew returns an error
+// without calling the store: a renewal it did not make would leave its
+// deadline wrong.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
+	l.mu.Lock()
+	running := l.keeper != nil
+	l.mu.Unlock()
+	if running {
+		return fmt.Errorf("leasehold: %q is renewed by its KeepAlive; stop it before renewing by hand", l.key)
+	}
+	sent := time.Now()
 	err := l.client.store.Renew(ctx, l.key, l.token, ttl)
-	if errors.Is(err, ErrNotOwned) {
+	switch {
+	case err == nil:
+		// A KeepAlive started later counts its deadline from this renewal.
+		done := time.Now()
+		l.mu.Lock()
+		l.sent, l.acquired, l.ttl = sent, done, ttl
+		l.mu.Unlock()
+	case errors.Is(err, ErrNotOwned):
 		l.notOwned(ctx, "renew")
 	}
 	return err
@@ -64,13 +88,15 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // released, or the key belongs to another owner, whose lock is left alone.
 //
 // A running KeepAlive is stopped first, so that it does not take the
-// release for a lost lease.
+// release for a lost lease; its Context is cancelled only after the release,
+// so ctx may be that Context.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	k := l.keeper
 	l.mu.Unlock()
 	if k != nil {
-		k.Stop()
+		k.halt()
+		defer k.cancel(context.Canceled)
 	}
 	err := l.client.store.Release(ctx, l.key, l.token)
 	switch {
@@ -84,6 +110,13 @@ func (l *Lease) Release(ctx context.Context) error {
 
 func (l *Lease) lock() Lock { return l.client.lock(l.key, l.fence) }
 
+// hasEnded reports whether the ownership ended: released or given up.
+func (l *Lease) hasEnded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
 // end reports the end of the ownership, once.
 func (l *Lease) end() {
 	l.mu.Lock()
@@ -91,7 +124,7 @@ func (l *Lease) end() {
 	l.ended = true
 	l.mu.Unlock()
 	if first {
-		l.client.observer.OnRelease(ReleaseEvent{Lock: l.lock(), Held: time.Since(l.acquired)})
+		l.client.observer.OnRelease(ReleaseEvent{Lock: l.lock(), Held: time.Since(l.started)})
 	}
 }
 
