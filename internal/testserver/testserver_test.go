@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,5 +228,44 @@ func TestPortTakenIsRetryable(t *testing.T) {
 	clash.mu.Unlock()
 	if !errors.Is(err, errPortInUse) {
 		t.Fatalf("start on a taken port: err = %v, want errPortInUse", err)
+	}
+}
+
+func TestProxyForwardsCutsAndFreezes(t *testing.T) {
+	srv := StartRedis(t)
+	p := StartProxy(t, srv.Addr())
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	roundTrip := func(cmd string, timeout time.Duration) (string, error) {
+		_ = conn.SetDeadline(time.Now().Add(timeout))
+		if _, err := conn.Write([]byte(cmd + "\r\n")); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 64)
+		n, err := conn.Read(buf)
+		return string(buf[:n]), err
+	}
+	if got, err := roundTrip("PING", 5*time.Second); err != nil || got != "+PONG\r\n" {
+		t.Fatalf("through the proxy: %q, %v", got, err)
+	}
+	p.Freeze()
+	if _, err := roundTrip("SET frozen 1", 200*time.Millisecond); err == nil {
+		t.Fatal("a reply came through a frozen proxy")
+	}
+	p.Thaw() // the held SET and its reply go through now
+	buf := make([]byte, 64)
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if n, err := conn.Read(buf); err != nil || string(buf[:n]) != "+OK\r\n" {
+		t.Fatalf("after thaw: %q, %v", buf[:n], err)
+	}
+	p.CutNextReply()
+	if got, err := roundTrip("SET cut 1", 5*time.Second); err == nil {
+		t.Fatalf("the cut reply arrived: %q", got)
+	}
+	if v, err := srv.Do("GET", "cut"); err != nil || v != "1" {
+		t.Fatalf("the request behind the cut reply was not applied: %q, %v", v, err)
 	}
 }

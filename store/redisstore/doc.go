@@ -9,7 +9,13 @@
 // Releases are announced on ReleaseChannel(key).
 //
 // Each operation is one Lua script, so one round trip once the script is
-// cached on the server (go-redis sends EVALSHA and falls back to EVAL).
+// cached on the server (EVALSHA, with EVAL as the fallback). Acquire and
+// release must not run twice, so they are sent as commands go-redis does not
+// retry once written; a lost reply is returned as an error (the Client then
+// releases an acquire that may have been applied).
+//
+// The client must be made with ContextTimeoutEnabled: true (New checks), so
+// that the deadlines on renewals and releases hold on the socket.
 //
 // # Guarantees
 //

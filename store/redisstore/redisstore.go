@@ -15,20 +15,18 @@ import (
 
 var (
 	//go:embed acquire.lua
-	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
-
+	acquireLua string
 	//go:embed release.lua
-	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
-
+	releaseLua string
 	//go:embed renew.lua
-	renewLua    string
-	renewScript = redis.NewScript(renewLua)
-
+	renewLua string
 	//go:embed inspect.lua
-	inspectLua    string
-	inspectScript = redis.NewScript(inspectLua)
+	inspectLua string
+
+	acquireScript = script{Script: redis.NewScript(acquireLua), src: acquireLua, once: true}
+	releaseScript = script{Script: redis.NewScript(releaseLua), src: releaseLua, once: true}
+	renewScript   = script{Script: redis.NewScript(renewLua), src: renewLua}
+	inspectScript = script{Script: redis.NewScript(inspectLua), src: inspectLua}
 )
 
 var (
@@ -45,10 +43,78 @@ type Store struct {
 // New returns a Store that keeps its locks in client: a *redis.Client, a
 // failover (Sentinel) client or a *redis.ClusterClient. The Store does not own
 // the client; Close the Store before the client.
-func New(client redis.UniversalClient) *Store {
+//
+// The client must be made with ContextTimeoutEnabled: true. Without it
+// go-redis ignores context deadlines on the socket and waits for its
+// ReadTimeout instead, so the bounds leasehold puts on renewals and releases
+// would not hold. A *redis.Ring is refused: it spreads keys by its own
+// hashing, so a lock key and its fence key could land on different servers
+// and the scripts would no longer be atomic.
+//
+// The client's retry settings need no change: the acquire and release
+// scripts, which must not run twice, are sent as commands go-redis never
+// retries once written; renew and inspect, which may, are retried as usual.
+func New(client redis.UniversalClient) (*Store, error) {
+	switch c := client.(type) {
+	case nil:
+		return nil, errors.New("redisstore: nil client")
+	case *redis.Ring:
+		return nil, errors.New("redisstore: a *redis.Ring cannot keep a lock key and its fence key on one server; use a *redis.Client or a *redis.ClusterClient")
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errNoContextTimeouts
+		}
+	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return nil, errNoContextTimeouts
+		}
+	}
 	s := &Store{client: client}
 	s.subs.client = client
-	return s
+	return s, nil
+}
+
+var errNoContextTimeouts = errors.New("redisstore: the client must be made with ContextTimeoutEnabled: true, " +
+	"or go-redis ignores the deadlines leasehold sets on renewals and releases")
+
+// script is an embedded Lua script, sent as EVALSHA with EVAL as the fallback
+// when the server does not have it cached.
+type script struct {
+	*redis.Script
+	src string
+	// once marks a script that must not run twice: go-redis retries a
+	// command after a network error, and a second release would report
+	// "not owned" for a lock it just released.
+	once bool
+}
+
+// noRetry is a command go-redis does not send again once it was written.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+func (sc script) run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := sc.process(ctx, c, "evalsha", sc.Hash(), keys, args)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = sc.process(ctx, c, "eval", sc.src, keys, args)
+	}
+	return cmd
+}
+
+func (sc script) process(ctx context.Context, c redis.UniversalClient, verb, body string, keys []string, args []any) *redis.Cmd {
+	argv := make([]any, 0, 3+len(keys)+len(args))
+	argv = append(argv, verb, body, len(keys))
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	argv = append(argv, args...)
+	cmd := redis.NewCmd(ctx, argv...)
+	if sc.once {
+		_ = c.Process(ctx, noRetry{cmd})
+	} else {
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
 }
 
 // Close stops the pub/sub connection that carries release notifications, if
@@ -68,7 +134,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	res, err := acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Int64Slice()
+	res, err := acquireScript.run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
@@ -86,7 +152,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := leasehold.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
+	n, err := releaseScript.run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", key, err)
 	}
@@ -101,7 +167,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	n, err := renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
+	n, err := renewScript.run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}
@@ -116,7 +182,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 	if err := leasehold.ValidateKey(key); err != nil {
 		return leasehold.Info{}, err
 	}
-	res, err := inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
+	res, err := inspectScript.run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
 	if err != nil {
 		return leasehold.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}

@@ -39,7 +39,10 @@ func TestMain(m *testing.M) {
 
 func newStore(t testing.TB, client redis.UniversalClient) *redisstore.Store {
 	t.Helper()
-	s := redisstore.New(client)
+	s, err := redisstore.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		_ = s.Close()
 		_ = client.Close()
@@ -48,7 +51,11 @@ func newStore(t testing.TB, client redis.UniversalClient) *redisstore.Store {
 }
 
 func singleClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr})
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+}
+
+func clusterClient(addrs []string) *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 }
 
 func TestConformance(t *testing.T) {
@@ -60,7 +67,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceCluster(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
 	storetest.Run(t, func(t *testing.T) leasehold.Store {
-		return newStore(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()}))
+		return newStore(t, clusterClient(cluster.Addrs()))
 	})
 }
 
@@ -92,7 +99,7 @@ func TestNoCrossSlotOnCluster(t *testing.T) {
 		}
 	}
 
-	c := leasehold.New(newStore(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})))
+	c := leasehold.New(newStore(t, clusterClient(cluster.Addrs())))
 	ctx := t.Context()
 	for _, key := range oddKeys[:len(oddKeys)-1] {
 		l, err := c.TryAcquire(ctx, key, time.Minute)
@@ -116,7 +123,7 @@ func TestNoCrossSlotOnCluster(t *testing.T) {
 func TestClusterWaiterIsWokenByRelease(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
 	for i, key := range []string{"cordum:wf:run:lock:R1", "{tenant}:x", "x}{y"} {
-		s := newStore(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()}))
+		s := newStore(t, clusterClient(cluster.Addrs()))
 		assertWokenByRelease(t, s, fmt.Sprintf("%s:%d", key, i))
 	}
 }
@@ -338,7 +345,7 @@ func TestUnreachableServerIsAnError(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()                              // nothing listens here now
 	quiet := slog.New(slog.DiscardHandler) // the clean-up after each failure warns, as it should
-	c := leasehold.New(newStore(t, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})), leasehold.WithLogger(quiet))
+	c := leasehold.New(newStore(t, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})), leasehold.WithLogger(quiet))
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	for name, acquire := range map[string]func(context.Context, string, time.Duration) (*leasehold.Lease, error){
@@ -387,7 +394,10 @@ func TestWakeupsResumeAfterRestart(t *testing.T) {
 }
 
 func TestClosedStoreRefusesWatches(t *testing.T) {
-	s := redisstore.New(singleClient(shared.Addr()))
+	s, err := redisstore.New(singleClient(shared.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, stop, err := s.WatchReleases(t.Context(), "k"); err != nil {
 		t.Fatal(err)
 	} else {

@@ -4,5 +4,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], '')
+-- pcall: the release is done; a notification the server refuses (an ACL
+-- without this channel) must not turn it into an error. Waiters fall back
+-- to their backoff.
+redis.pcall('PUBLISH', ARGV[2], '')
 return 1

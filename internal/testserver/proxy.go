@@ -1,0 +1,165 @@
+package testserver
+
+import (
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections from a loopback port to a target and injects
+// network faults between them: a reply lost after its request was applied,
+// or a silent partition that holds every byte without closing anything.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	cuts   int           // server→client reads to swallow, closing the client
+	thawed chan struct{} // nil unless frozen; closed by Thaw
+	closed bool
+}
+
+// NewProxy listens on a free 127.0.0.1 port and forwards to target.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// StartProxy starts a Proxy for a test and closes it at the test's end.
+func StartProxy(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	p, err := NewProxy(target)
+	if err != nil {
+		tb.Fatalf("testserver: proxy: %v", err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// Addr returns the proxy's "127.0.0.1:PORT".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// CutNextReply makes the next bytes the server sends on any connection
+// vanish and that client connection close: the request was applied, its
+// answer lost, as when a connection breaks at the wrong moment.
+func (p *Proxy) CutNextReply() {
+	p.mu.Lock()
+	p.cuts++
+	p.mu.Unlock()
+}
+
+// Freeze holds every byte in both directions, keeping connections open: a
+// silent partition, which only timeouts notice.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	if p.thawed == nil {
+		p.thawed = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// Thaw lets held and new bytes through again.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	if p.thawed != nil {
+		close(p.thawed)
+		p.thawed = nil
+	}
+	p.mu.Unlock()
+}
+
+// Close stops listening, closes every connection and waits for its goroutines.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	if p.thawed != nil {
+		close(p.thawed)
+		p.thawed = nil
+	}
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		if !p.track(client, server) {
+			return
+		}
+		p.wg.Add(2)
+		go p.pipe(client, server, false)
+		go p.pipe(server, client, true)
+	}
+}
+
+func (p *Proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		return false
+	}
+	for _, c := range conns {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+// pipe copies src to dst until either side closes. fromServer marks the
+// direction whose bytes CutNextReply swallows.
+func (p *Proxy) pipe(src, dst net.Conn, fromServer bool) {
+	defer p.wg.Done()
+	defer func() { _ = src.Close(); _ = dst.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			thawed, cut := p.thawed, fromServer && p.cuts > 0
+			if cut {
+				p.cuts--
+			}
+			p.mu.Unlock()
+			if cut {
+				return // the deferred closes drop the reply and the connection
+			}
+			if thawed != nil {
+				<-thawed
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF or a closed connection
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+func TestNewRefusesUnsafeClients(t *testing.T) {
+	cases := map[string]redis.UniversalClient{
+		"client without context timeouts":  redis.NewClient(&redis.Options{Addr: shared.Addr()}),
+		"cluster without context timeouts": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{shared.Addr()}}),
+		"ring":                             redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": shared.Addr()}, ContextTimeoutEnabled: true}),
+		"nil":                              nil,
+	}
+	for name, c := range cases {
+		s, err := redisstore.New(c)
+		if err == nil || s != nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if strings.Contains(name, "timeouts") && !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+			t.Errorf("%s: %q does not name the setting", name, err)
+		}
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+func quietClient(s *redisstore.Store) *leasehold.Client {
+	return leasehold.New(s, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+// warmUp runs one acquire/release cycle, so that the scripts are cached on
+// the server and the connection is dialled: a reply cut after that belongs
+// to the operation under test, not to a NOSCRIPT answer or a handshake.
+func warmUp(t *testing.T, c *leasehold.Client) {
+	t.Helper()
+	l, err := c.TryAcquire(t.Context(), storetest.Key(t), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A release applied by the server whose reply is lost must not be sent
+// again (the second run would answer "not owned"). With go-redis's default of
+// three retries, the release is still sent once; Hold reports no lost lease.
+func TestLostReleaseReplyIsNotRetried(t *testing.T) {
+	proxy := testserver.StartProxy(t, shared.Addr())
+	c := quietClient(newStore(t, singleClient(proxy.Addr()))) // default retries
+	warmUp(t, c)
+	key := storetest.Key(t)
+	err := c.Hold(t.Context(), key, time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
+		proxy.CutNextReply() // the release's reply
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Hold returned %v: a lost release reply was taken for a lost lease", err)
+	}
+	if n, _ := shared.Do("EXISTS", key); n != "0" {
+		t.Fatal("the key is still there: the release did not happen")
+	}
+}
+
+// An acquire applied by the server whose reply is lost is a store error, not
+// "busy" (a retry would find the caller's own token), and is cleaned up.
+func TestLostAcquireReplyIsCleanedUp(t *testing.T) {
+	proxy := testserver.StartProxy(t, shared.Addr())
+	c := quietClient(newStore(t, singleClient(proxy.Addr())))
+	warmUp(t, c)
+	key := storetest.Key(t)
+	proxy.CutNextReply()
+	l, err := c.TryAcquire(t.Context(), key, time.Minute)
+	if err == nil || l != nil || errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with a lost reply: (%v, %v), want a store error", l, err)
+	}
+	if n, _ := shared.Do("EXISTS", key); n != "0" {
+		t.Fatal("the acquire whose reply was lost still blocks the key")
+	}
+	if _, err := c.TryAcquire(t.Context(), key, time.Minute); err != nil {
+		t.Fatalf("the key is not free after the clean-up: %v", err)
+	}
+}
+
+// A silent partition between the holder and Redis: renewals get no answer.
+// The holder's critical section is cancelled while the server still holds
+// the key for it, so no second owner could have taken it yet.
+func TestHoldFencesDuringSilentPartition(t *testing.T) {
+	proxy := testserver.StartProxy(t, shared.Addr())
+	c := quietClient(newStore(t, singleClient(proxy.Addr())))
+	other := leasehold.New(newStore(t, singleClient(shared.Addr())))
+	key := storetest.Key(t)
+	defer proxy.Thaw()
+	err := c.Hold(t.Context(), key, holdTTL, func(ctx context.Context, l *leasehold.Lease) error {
+		proxy.Freeze()
+		<-ctx.Done()
+		if left := pttl(t, key); left <= 0 {
+			t.Errorf("PTTL at the fence = %v, want > 0", left)
+		}
+		if _, err := other.TryAcquire(t.Context(), key, holdTTL); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Errorf("a second owner acquired before the fence: %v", err)
+		}
+		return nil
+	})
+	if !errors.Is(err, leasehold.ErrAbandoned) {
+		t.Fatalf("Hold returned %v, want ErrAbandoned", err)
+	}
+}
+
+// An ACL user without pub/sub rights (Redis 7's default for new users):
+// releases still succeed, and waiters still get the lock, on their backoff.
+func TestNoPubSubPermission(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	if _, err := srv.Do("ACL", "SETUSER", "app", "on", ">secret", "~*", "resetchannels", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	newClient := func() *redis.Client {
+		return redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "secret", ContextTimeoutEnabled: true})
+	}
+	holder := quietClient(newStore(t, newClient()))
+	waiter := quietClient(newStore(t, newClient()))
+	key := "approval:A7"
+	l, err := holder.TryAcquire(t.Context(), key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, key, time.Minute)
+		got <- err
+	}()
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("Release with PUBLISH forbidden: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+}
