@@ -66,8 +66,7 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	default:
 		lk := l.lock()
 		c.log.WarnContext(ctx, "leasehold: release after Hold failed; the key frees itself when its TTL runs out",
-			slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence),
-			slog.Any("error", rerr))
+			lk.logAttrs(slog.Any("error", rerr))...)
 		return fnErr
 	}
 }

@@ -78,36 +78,19 @@ type recorder struct {
 	expiries []leasehold.LeaseExpiredEvent
 }
 
-func (r *recorder) OnAcquire(e leasehold.AcquireEvent) {
+// record appends e to the recorder's list under its lock.
+func record[T any](r *recorder, list *[]T, e T) {
 	r.mu.Lock()
-	r.acquires = append(r.acquires, e)
+	*list = append(*list, e)
 	r.mu.Unlock()
 }
-func (r *recorder) OnRelease(e leasehold.ReleaseEvent) {
-	r.mu.Lock()
-	r.releases = append(r.releases, e)
-	r.mu.Unlock()
-}
-func (r *recorder) OnRenewFailure(e leasehold.RenewFailureEvent) {
-	r.mu.Lock()
-	r.failures = append(r.failures, e)
-	r.mu.Unlock()
-}
-func (r *recorder) OnNotOwned(e leasehold.NotOwnedEvent) {
-	r.mu.Lock()
-	r.notOwned = append(r.notOwned, e)
-	r.mu.Unlock()
-}
-func (r *recorder) OnAbandon(e leasehold.AbandonEvent) {
-	r.mu.Lock()
-	r.abandons = append(r.abandons, e)
-	r.mu.Unlock()
-}
-func (r *recorder) OnLeaseExpired(e leasehold.LeaseExpiredEvent) {
-	r.mu.Lock()
-	r.expiries = append(r.expiries, e)
-	r.mu.Unlock()
-}
+
+func (r *recorder) OnAcquire(e leasehold.AcquireEvent)           { record(r, &r.acquires, e) }
+func (r *recorder) OnRelease(e leasehold.ReleaseEvent)           { record(r, &r.releases, e) }
+func (r *recorder) OnRenewFailure(e leasehold.RenewFailureEvent) { record(r, &r.failures, e) }
+func (r *recorder) OnNotOwned(e leasehold.NotOwnedEvent)         { record(r, &r.notOwned, e) }
+func (r *recorder) OnAbandon(e leasehold.AbandonEvent)           { record(r, &r.abandons, e) }
+func (r *recorder) OnLeaseExpired(e leasehold.LeaseExpiredEvent) { record(r, &r.expiries, e) }
 
 type fixture struct {
 	mem   *memstore.Store

@@ -169,8 +169,7 @@ func (k *KeepAlive) run(st renewState) {
 			lk := l.lock()
 			l.client.observer.OnRenewFailure(RenewFailureEvent{Lock: lk, Err: err, Consecutive: st.failures})
 			l.client.log.Warn("leasehold: renewal failed",
-				slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence),
-				slog.Int("consecutive", st.failures), slog.Time("deadline", st.deadline()), slog.Any("error", err))
+				lk.logAttrs(slog.Int("consecutive", st.failures), slog.Time("deadline", st.deadline()), slog.Any("error", err))...)
 			if giveUp {
 				k.abandon(fmt.Errorf("%w: %d renewals failed in a row, the last with: %w", ErrAbandoned, st.failures, err))
 				return
@@ -240,8 +239,7 @@ func (k *KeepAlive) abandon(reason error) {
 	lk := l.lock()
 	l.client.observer.OnAbandon(AbandonEvent{Lock: lk, Reason: reason})
 	l.client.log.Error("leasehold: lock abandoned; its critical section was cancelled and the release is skipped",
-		slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence),
-		slog.Any("reason", reason))
+		lk.logAttrs(slog.Any("reason", reason))...)
 	l.end()
 }
 
@@ -253,7 +251,6 @@ func (k *KeepAlive) expired(overrun time.Duration, why string) {
 	lk := l.lock()
 	l.client.observer.OnLeaseExpired(LeaseExpiredEvent{Lock: lk, Overrun: overrun})
 	l.client.log.Error("leasehold: lease expired while its critical section kept running; its writes are no longer exclusive",
-		slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence),
-		slog.String("why", why))
+		lk.logAttrs(slog.String("why", why))...)
 	l.end()
 }

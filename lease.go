@@ -132,7 +132,7 @@ func (l *Lease) notOwned(ctx context.Context, op string) {
 	lk := l.lock()
 	l.client.observer.OnNotOwned(NotOwnedEvent{Lock: lk, Op: op})
 	l.client.log.WarnContext(ctx, "leasehold: "+op+" refused: the key no longer holds this lease",
-		slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence))
+		lk.logAttrs()...)
 }
 
 // LogValue makes a Lease log as its key and fence. The token is left out: it

@@ -1,6 +1,7 @@
 package leasehold
 
 import (
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -35,6 +36,12 @@ type Lock struct {
 	Key       string
 	Namespace string // the key's class, from the Client's namespace function
 	Fence     int64  // 0 when no lease was acquired
+}
+
+// logAttrs returns the lock's key, namespace and fence as slog attributes,
+// followed by extra, for the Client's log lines.
+func (lk Lock) logAttrs(extra ...any) []any {
+	return append([]any{slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence)}, extra...)
 }
 
 // AcquireResult is the outcome of an acquire call.
