@@ -181,11 +181,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	}
 	token := NewToken()
 	l, err := c.try(ctx, key, token, ttl)
-	if err != nil && !errors.Is(err, ErrNotAcquired) {
-		return nil, c.acquireFailed(ctx, key, err)
-	}
-	if err == nil {
+	switch {
+	case err == nil:
 		return l, nil
+	case !errors.Is(err, ErrNotAcquired):
+		return nil, c.acquireFailed(ctx, key, err)
 	}
 
 	// Busy. Watch for releases before the next attempt, so that a release
@@ -202,10 +202,11 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		wctx, cancel := context.WithTimeout(ctx, bound)
 		ch, stop, werr := c.notifier.WatchReleases(wctx, key)
 		cancel()
-		if werr != nil {
+		switch {
+		case werr != nil && ctx.Err() == nil:
 			c.log.WarnContext(ctx, "leasehold: release notifications unavailable, waiting on backoff only",
 				slog.String("key", key), slog.Any("error", werr))
-		} else {
+		case werr == nil:
 			defer stop()
 			released = ch
 		}
