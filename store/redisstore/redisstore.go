@@ -11,7 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/redisslot"
 )
+
+// FenceKey returns the Redis key that holds key's fence counter. It never
+// expires and is in the same cluster slot as key, whatever key looks like:
+// the three letters in braces are a hash tag picked for that slot.
+func FenceKey(key string) string { return redisslot.Companion("leasehold:fence:", key) }
+
+// ReleaseChannel returns the pub/sub channel on which a release of key is
+// announced to waiters.
+func ReleaseChannel(key string) string { return "leasehold:released:" + key }
 
 var (
 	//go:embed acquire.lua

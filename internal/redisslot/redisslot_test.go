@@ -1,4 +1,4 @@
-package redisstore
+package redisslot
 
 import "testing"
 
@@ -8,16 +8,16 @@ func TestKeySlotKnownValues(t *testing.T) {
 	}
 	cases := map[string]uint16{
 		"foo":                  12182,
-		"{user1000}.following": keySlot("user1000"),
-		"{user1000}.followers": keySlot("user1000"),
+		"{user1000}.following": KeySlot("user1000"),
+		"{user1000}.followers": KeySlot("user1000"),
 		"foo{}{bar}":           crc16("foo{}{bar}") % numSlots, // empty first tag: whole key
 		"foo{{bar}}zap":        crc16("{bar") % numSlots,
 		"foo{bar}{zap}":        crc16("bar") % numSlots,
 		"x}{y":                 crc16("x}{y") % numSlots,
 	}
 	for key, want := range cases {
-		if got := keySlot(key); got != want {
-			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
+		if got := KeySlot(key); got != want {
+			t.Errorf("KeySlot(%q) = %d, want %d", key, got, want)
 		}
 	}
 }
@@ -27,6 +27,15 @@ func TestEverySlotHasATag(t *testing.T) {
 		tag := slotTag(slot)
 		if len(tag) != 3 || crc16(tag)%numSlots != slot {
 			t.Fatalf("slot %d: tag %q hashes to %d", slot, tag, crc16(tag)%numSlots)
+		}
+	}
+}
+
+func TestCompanionSharesTheSlot(t *testing.T) {
+	for _, key := range []string{"x}{y", "{}odd", "{tenant}:x", "a{b}c", "plain", "{", "}"} {
+		c := Companion("leasehold:fence:", key)
+		if KeySlot(c) != KeySlot(key) {
+			t.Errorf("Companion(%q) = %q in slot %d, key in slot %d", key, c, KeySlot(c), KeySlot(key))
 		}
 	}
 }

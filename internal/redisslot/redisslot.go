@@ -1,4 +1,7 @@
-package redisstore
+// Package redisslot computes Redis Cluster slots and builds keys that share a
+// slot with a given key, so that a script touching both never fails with
+// CROSSSLOT.
+package redisslot
 
 import "sync"
 
@@ -12,8 +15,8 @@ import "sync"
 
 const numSlots = 16384
 
-// keySlot returns the cluster slot of key, following Redis's keyHashSlot.
-func keySlot(key string) uint16 {
+// KeySlot returns the cluster slot of key, following Redis's keyHashSlot.
+func KeySlot(key string) uint16 {
 	for i := 0; i < len(key); i++ {
 		if key[i] != '{' {
 			continue
@@ -79,18 +82,10 @@ func slotTag(slot uint16) string {
 	return string(tag[:])
 }
 
-// FenceKey returns the Redis key that holds key's fence counter. It never
-// expires and is in the same cluster slot as key, whatever key looks like.
-// The three letters in braces are a hash tag picked for that slot.
-func FenceKey(key string) string {
-	return fenceKeyPrefix + "{" + slotTag(keySlot(key)) + "}:" + key
+// Companion returns prefix + "{TAG}:" + key, a key in the same cluster slot
+// as key whatever key looks like: TAG is three letters picked to hash to
+// key's slot. prefix must not contain '{', or its own brace would be the
+// hash tag.
+func Companion(prefix, key string) string {
+	return prefix + "{" + slotTag(KeySlot(key)) + "}:" + key
 }
-
-// ReleaseChannel returns the pub/sub channel on which a release of key is
-// announced to waiters.
-func ReleaseChannel(key string) string { return releaseChannelPrefix + key }
-
-const (
-	fenceKeyPrefix       = "leasehold:fence:"
-	releaseChannelPrefix = "leasehold:released:"
-)
