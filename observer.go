@@ -29,6 +29,9 @@ type Observer interface {
 	// OnLeaseExpired follows a lease that certainly expired while its
 	// critical section kept running (the continue policy).
 	OnLeaseExpired(LeaseExpiredEvent)
+	// OnFenceRejected follows a write refused at the storage boundary
+	// because its fence was stale (see package fence).
+	OnFenceRejected(FenceRejectedEvent)
 }
 
 // Lock names every event carries.
@@ -94,15 +97,24 @@ type LeaseExpiredEvent struct {
 	Overrun time.Duration // how long past its certain expiry the lease was noticed
 }
 
+// FenceRejectedEvent describes a write refused by fenced storage.
+type FenceRejectedEvent struct {
+	Store     string // "memory", "redis", "postgres", or a caller's own name
+	Resource  string // what was written: a key, or "table/id"
+	Presented int64  // the writer's fence
+	Current   int64  // the newest fence the storage had accepted
+}
+
 // NopObserver ignores every event. It is the default, and a base to embed.
 type NopObserver struct{}
 
-func (NopObserver) OnAcquire(AcquireEvent)           {}
-func (NopObserver) OnRelease(ReleaseEvent)           {}
-func (NopObserver) OnRenewFailure(RenewFailureEvent) {}
-func (NopObserver) OnNotOwned(NotOwnedEvent)         {}
-func (NopObserver) OnAbandon(AbandonEvent)           {}
-func (NopObserver) OnLeaseExpired(LeaseExpiredEvent) {}
+func (NopObserver) OnAcquire(AcquireEvent)             {}
+func (NopObserver) OnRelease(ReleaseEvent)             {}
+func (NopObserver) OnRenewFailure(RenewFailureEvent)   {}
+func (NopObserver) OnNotOwned(NotOwnedEvent)           {}
+func (NopObserver) OnAbandon(AbandonEvent)             {}
+func (NopObserver) OnLeaseExpired(LeaseExpiredEvent)   {}
+func (NopObserver) OnFenceRejected(FenceRejectedEvent) {}
 
 var _ Observer = NopObserver{}
 

@@ -1,0 +1,134 @@
+// Package fence rejects stale writers at the storage boundary.
+//
+// A lock cannot stop a holder that was paused past its lease from writing
+// after it wakes up; only the storage can. Every acquire issues a fence
+// token that is larger than every earlier one for the same key
+// (leasehold.Lease.Fence). A correctness-critical write carries that fence,
+// and fenced storage applies it only if the fence is newer than the last one
+// it accepted for the same resource, raising its mark in the same atomic
+// step:
+//
+//	UPDATE workflow_runs SET payload = $2, fence_token = $3
+//	 WHERE run_id = $1 AND $3 > fence_token   -- 0 rows: a stale writer
+//
+// A rejected write returns a *StaleError, which matches ErrStale, and
+// nothing is written. This package has the errors, the acceptance rule, the
+// Register interface for fenced key-value storage, and an in-memory
+// Register; pgfence (PostgreSQL) and redisfence (Redis) apply the same rule
+// in those stores.
+//
+// # Strict and same-holder writes
+//
+// By default a fence must be strictly newer (Strict). That allows one write
+// per resource per ownership, and a retry of a write whose reply was lost is
+// rejected as stale. SameHolder also accepts a fence equal to the current
+// one: the same ownership writing again. It is as safe, because a fence is
+// issued to exactly one ownership, and it is what a holder needs to move a
+// job through several states under one lease.
+//
+// # What it does not guarantee
+//
+// Fencing orders writers by the lock's fences; it says nothing about a
+// writer that does not present one, or that presents a fence from another
+// key's lock. A fence is only as monotonic as its lock store: see
+// store/redisstore for what holds after Redis loses its data.
+package fence
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/leasehold/leasehold"
+)
+
+// ErrStale is matched by every *StaleError.
+var ErrStale = errors.New("fence: stale")
+
+// StaleError reports a write refused because its fence was not newer than
+// the newest one the storage had accepted for the resource.
+type StaleError struct {
+	Resource  string // the key, or "table/id"
+	Presented int64  // the writer's fence
+	Current   int64  // the storage's newest accepted fence
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("fence: stale: %s written with fence %d, storage has accepted %d", e.Resource, e.Presented, e.Current)
+}
+
+// Is makes every StaleError match ErrStale.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// Mode says which fences a fenced store accepts.
+type Mode int
+
+const (
+	// Strict accepts only a fence strictly newer than the current one.
+	Strict Mode = iota
+	// SameHolder also accepts a fence equal to the current one: the same
+	// ownership writing again, or retrying a write whose reply was lost.
+	SameHolder
+)
+
+// Accepts reports whether a write presenting fence may be applied over a
+// resource whose newest accepted fence is current.
+func (m Mode) Accepts(presented, current int64) bool {
+	if m == SameHolder {
+		return presented >= current
+	}
+	return presented > current
+}
+
+func (m Mode) String() string {
+	if m == SameHolder {
+		return "same-holder"
+	}
+	return "strict"
+}
+
+// Validate checks a presented fence: fences issued by leasehold are positive,
+// so zero or less is a caller's mistake (an unset field), not a stale writer.
+func Validate(presented int64) error {
+	if presented <= 0 {
+		return &leasehold.ArgumentError{Arg: "fence", Reason: fmt.Sprintf("%d is not positive", presented)}
+	}
+	return nil
+}
+
+// Config is what every fenced store in this project is configured with.
+type Config struct {
+	Mode     Mode               // default Strict
+	Observer leasehold.Observer // default leasehold.NopObserver
+}
+
+// Option configures a fenced store.
+type Option func(*Config)
+
+// WithMode sets which fences are accepted. Default: Strict.
+func WithMode(m Mode) Option { return func(c *Config) { c.Mode = m } }
+
+// WithObserver sets the receiver of fence-rejected events. Default: none.
+func WithObserver(o leasehold.Observer) Option {
+	return func(c *Config) {
+		if o != nil {
+			c.Observer = o
+		}
+	}
+}
+
+// NewConfig applies opts over the defaults. Fenced stores call it.
+func NewConfig(opts ...Option) Config {
+	c := Config{Mode: Strict, Observer: leasehold.NopObserver{}}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// Reject reports a refused write to the observer and returns its
+// *StaleError. store names the storage in the event ("memory", "redis",
+// "postgres").
+func (c Config) Reject(store, resource string, presented, current int64) error {
+	c.Observer.OnFenceRejected(leasehold.FenceRejectedEvent{Store: store, Resource: resource, Presented: presented, Current: current})
+	return &StaleError{Resource: resource, Presented: presented, Current: current}
+}

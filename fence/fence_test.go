@@ -1,0 +1,100 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencetest"
+)
+
+func TestMemRegisterConformance(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T, mode fence.Mode) fence.Register {
+		return fence.NewMemRegister(fence.WithMode(mode))
+	})
+}
+
+func TestModeAccepts(t *testing.T) {
+	cases := []struct {
+		mode               fence.Mode
+		presented, current int64
+		want               bool
+	}{
+		{fence.Strict, 11, 10, true},
+		{fence.Strict, 10, 10, false},
+		{fence.Strict, 9, 10, false},
+		{fence.Strict, 1, 0, true},
+		{fence.SameHolder, 11, 10, true},
+		{fence.SameHolder, 10, 10, true},
+		{fence.SameHolder, 9, 10, false},
+	}
+	for _, tc := range cases {
+		if got := tc.mode.Accepts(tc.presented, tc.current); got != tc.want {
+			t.Errorf("%v.Accepts(%d, %d) = %v, want %v", tc.mode, tc.presented, tc.current, got, tc.want)
+		}
+	}
+}
+
+type rejections struct {
+	leasehold.NopObserver
+	mu     sync.Mutex
+	events []leasehold.FenceRejectedEvent
+}
+
+func (r *rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func TestRejectionsAreReported(t *testing.T) {
+	obs := &rejections{}
+	r := fence.NewMemRegister(fence.WithObserver(obs))
+	ctx := t.Context()
+	if err := r.Write(ctx, "job:1", 5, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	err := r.Write(ctx, "job:1", 4, []byte("a"))
+	want := leasehold.FenceRejectedEvent{Store: "memory", Resource: "job:1", Presented: 4, Current: 5}
+	if !errors.Is(err, fence.ErrStale) || len(obs.events) != 1 || obs.events[0] != want {
+		t.Fatalf("error %v, events %+v; want one %+v", err, obs.events, want)
+	}
+}
+
+func TestWrittenValueIsCopied(t *testing.T) {
+	r := fence.NewMemRegister()
+	v := []byte("abc")
+	if err := r.Write(t.Context(), "k", 1, v); err != nil {
+		t.Fatal(err)
+	}
+	v[0] = 'X'
+	got, _, _ := r.Read(t.Context(), "k")
+	got[1] = 'Y'
+	if again, _, _ := r.Read(context.Background(), "k"); string(again) != "abc" {
+		t.Fatalf("stored value changed through a caller's slice: %q", again)
+	}
+}
+
+// The paused worker, in one process: A's lease expires while it is stalled,
+// B takes the job, and A's late write is refused while B's stays.
+func ExampleMemRegister() {
+	ctx := context.Background()
+	jobs := fence.NewMemRegister()
+	aFence, bFence := int64(7), int64(8) // B acquired after A's lease expired
+
+	fmt.Println("B writes:", jobs.Write(ctx, "job:42", bFence, []byte("dispatched by B")))
+	err := jobs.Write(ctx, "job:42", aFence, []byte("dispatched by A"))
+	fmt.Println("A writes:", err)
+	fmt.Println("stale:", errors.Is(err, fence.ErrStale))
+	v, f, _ := jobs.Read(ctx, "job:42")
+	fmt.Printf("job:42 = %q (fence %d)\n", v, f)
+	// Output:
+	// B writes: <nil>
+	// A writes: fence: stale: job:42 written with fence 7, storage has accepted 8
+	// stale: true
+	// job:42 = "dispatched by B" (fence 8)
+}
