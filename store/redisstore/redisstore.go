@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/redisslot"
+	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
 )
 
 // FenceKey returns the Redis key that holds key's fence counter. It never
@@ -33,10 +34,11 @@ var (
 	//go:embed inspect.lua
 	inspectLua string
 
-	acquireScript = script{Script: redis.NewScript(acquireLua), src: acquireLua, once: true}
-	releaseScript = script{Script: redis.NewScript(releaseLua), src: releaseLua, once: true}
-	renewScript   = script{Script: redis.NewScript(renewLua), src: renewLua}
-	inspectScript = script{Script: redis.NewScript(inspectLua), src: inspectLua}
+	// Acquire and release must not run twice; renew and inspect may.
+	acquireScript = rscript.Once(acquireLua)
+	releaseScript = rscript.Once(releaseLua)
+	renewScript   = rscript.New(renewLua)
+	inspectScript = rscript.New(inspectLua)
 )
 
 var (
@@ -65,66 +67,12 @@ type Store struct {
 // scripts, which must not run twice, are sent as commands go-redis never
 // retries once written; renew and inspect, which may, are retried as usual.
 func New(client redis.UniversalClient) (*Store, error) {
-	switch c := client.(type) {
-	case nil:
-		return nil, errors.New("redisstore: nil client")
-	case *redis.Ring:
-		return nil, errors.New("redisstore: a *redis.Ring cannot keep a lock key and its fence key on one server; use a *redis.Client or a *redis.ClusterClient")
-	case *redis.Client:
-		if !c.Options().ContextTimeoutEnabled {
-			return nil, errNoContextTimeouts
-		}
-	case *redis.ClusterClient:
-		if !c.Options().ContextTimeoutEnabled {
-			return nil, errNoContextTimeouts
-		}
+	if err := rscript.CheckClient("redisstore", client); err != nil {
+		return nil, err
 	}
 	s := &Store{client: client}
 	s.subs.client = client
 	return s, nil
-}
-
-var errNoContextTimeouts = errors.New("redisstore: the client must be made with ContextTimeoutEnabled: true, " +
-	"or go-redis ignores the deadlines leasehold sets on renewals and releases")
-
-// script is an embedded Lua script, sent as EVALSHA with EVAL as the fallback
-// when the server does not have it cached.
-type script struct {
-	*redis.Script
-	src string
-	// once marks a script that must not run twice: go-redis retries a
-	// command after a network error, and a second release would report
-	// "not owned" for a lock it just released.
-	once bool
-}
-
-// noRetry is a command go-redis does not send again once it was written.
-type noRetry struct{ *redis.Cmd }
-
-func (noRetry) NoRetry() bool { return true }
-
-func (sc script) run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmd := sc.process(ctx, c, "evalsha", sc.Hash(), keys, args)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = sc.process(ctx, c, "eval", sc.src, keys, args)
-	}
-	return cmd
-}
-
-func (sc script) process(ctx context.Context, c redis.UniversalClient, verb, body string, keys []string, args []any) *redis.Cmd {
-	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, verb, body, len(keys))
-	for _, k := range keys {
-		argv = append(argv, k)
-	}
-	argv = append(argv, args...)
-	cmd := redis.NewCmd(ctx, argv...)
-	if sc.once {
-		_ = c.Process(ctx, noRetry{cmd})
-	} else {
-		_ = c.Process(ctx, cmd)
-	}
-	return cmd
 }
 
 // Close stops the pub/sub connection that carries release notifications, if
@@ -144,7 +92,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	res, err := acquireScript.run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Int64Slice()
+	res, err := acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: acquire %q: %w", key, err)
 	}
@@ -162,7 +110,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := leasehold.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	n, err := releaseScript.run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
+	n, err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", key, err)
 	}
@@ -177,7 +125,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	n, err := renewScript.run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
+	n, err := renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}
@@ -192,7 +140,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 	if err := leasehold.ValidateKey(key); err != nil {
 		return leasehold.Info{}, err
 	}
-	res, err := inspectScript.run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
+	res, err := inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
 	if err != nil {
 		return leasehold.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}

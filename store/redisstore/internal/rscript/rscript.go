@@ -1,0 +1,87 @@
+// Package rscript runs the embedded Lua scripts of leasehold's Redis
+// packages, and checks that a go-redis client is fit to run them.
+package rscript
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Script is a Lua script sent as EVALSHA, with EVAL as the fallback when the
+// server does not have it cached.
+type Script struct {
+	*redis.Script
+	src string
+	// once marks a script that must not run twice: go-redis sends a
+	// command again after a network error, and a script that already ran
+	// would answer differently the second time (a release: "not owned").
+	once bool
+}
+
+// New returns a script that go-redis may retry after a network error: it
+// must give the same answer when run twice.
+func New(src string) Script { return Script{Script: redis.NewScript(src), src: src} }
+
+// Once returns a script that go-redis never sends twice once written; a lost
+// reply comes back as an error instead.
+func Once(src string) Script { return Script{Script: redis.NewScript(src), src: src, once: true} }
+
+// Source returns the script's Lua source.
+func (sc Script) Source() string { return sc.src }
+
+// noRetry is a command go-redis does not send again once it was written.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// Run runs the script in one round trip when the server has it cached.
+func (sc Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := sc.process(ctx, c, "evalsha", sc.Hash(), keys, args)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = sc.process(ctx, c, "eval", sc.src, keys, args)
+	}
+	return cmd
+}
+
+func (sc Script) process(ctx context.Context, c redis.UniversalClient, verb, body string, keys []string, args []any) *redis.Cmd {
+	argv := make([]any, 0, 3+len(keys)+len(args))
+	argv = append(argv, verb, body, len(keys))
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	argv = append(argv, args...)
+	cmd := redis.NewCmd(ctx, argv...)
+	if sc.once {
+		_ = c.Process(ctx, noRetry{cmd})
+	} else {
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// CheckClient refuses a client that cannot run leasehold's scripts safely:
+// nil, a *redis.Ring (its own sharding can split keys that must share a
+// server), or a client without ContextTimeoutEnabled (go-redis would ignore
+// the deadlines set on each call and wait for its ReadTimeout). Clients of
+// other types cannot be inspected and are accepted.
+func CheckClient(pkg string, client redis.UniversalClient) error {
+	noTimeouts := errors.New(pkg + ": the client must be made with ContextTimeoutEnabled: true, " +
+		"or go-redis ignores the deadlines leasehold sets on each call")
+	switch c := client.(type) {
+	case nil:
+		return errors.New(pkg + ": nil client")
+	case *redis.Ring:
+		return errors.New(pkg + ": a *redis.Ring cannot keep keys that must share a server together; use a *redis.Client or a *redis.ClusterClient")
+	case *redis.Client:
+		if !c.Options().ContextTimeoutEnabled {
+			return noTimeouts
+		}
+	case *redis.ClusterClient:
+		if !c.Options().ContextTimeoutEnabled {
+			return noTimeouts
+		}
+	}
+	return nil
+}

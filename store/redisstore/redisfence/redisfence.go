@@ -1,0 +1,189 @@
+// Package redisfence applies fenced writes to Redis: a write lands only when
+// its fence is newer than the key's high-water mark (or equal, in the
+// fence.SameHolder mode), checked and raised in the same Lua script as the
+// write itself, so in one atomic step and one round trip.
+//
+// The mark of key lives in HighWaterKey(key), which never expires and is in
+// key's cluster slot whatever key looks like. A fenced Del keeps the mark, so
+// a stale writer cannot bring a deleted key back.
+//
+// Fenced writes are sent as commands go-redis does not retry once written: a
+// retry of a write that was applied would be refused as stale. A lost reply
+// comes back as an error; under SameHolder the writer may simply write again.
+//
+// If the Redis data is lost (a restart without persistence, FLUSHALL), the
+// marks go with the data they guard; the lock's fences keep rising (see
+// store/redisstore), so the next holder's writes are accepted.
+//
+// Redis does not roll back a script that fails halfway: the mark is raised
+// only after the write succeeded, so a failed write can be retried with the
+// same fence, but a wrapped script that fails after some of its writes
+// leaves those writes in place.
+package redisfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/redisslot"
+	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
+)
+
+// HighWaterKey returns the key that holds key's newest accepted fence.
+func HighWaterKey(key string) string { return redisslot.Companion("leasehold:hwm:", key) }
+
+// Writer applies fenced writes. It is safe for concurrent use.
+type Writer struct {
+	client redis.UniversalClient
+	cfg    fence.Config
+}
+
+var _ fence.Register = (*Writer)(nil)
+
+// New returns a Writer on client, which must be made with
+// ContextTimeoutEnabled: true (see redisstore.New). Options: fence.WithMode
+// (default fence.Strict) and fence.WithObserver.
+func New(client redis.UniversalClient, opts ...fence.Option) (*Writer, error) {
+	if err := rscript.CheckClient("redisfence", client); err != nil {
+		return nil, err
+	}
+	return &Writer{client: client, cfg: fence.NewConfig(opts...)}, nil
+}
+
+// Script is a Lua script whose writes are fenced: it runs only when the
+// presented fence is accepted for its first key. It sees KEYS and ARGV as
+// the caller passed them; all its keys must share a cluster slot, as for any
+// script.
+type Script struct{ s rscript.Script }
+
+// NewScript wraps src, a Lua script body that may return a value, in the
+// fence check.
+func NewScript(src string) *Script { return &Script{s: rscript.Once(wrap(src))} }
+
+// staleReply prefixes the error reply of a refused write; the current mark
+// follows it.
+const staleReply = "LEASEHOLD_STALE "
+
+// wrap puts the fence check around body. The caller's keys come first and
+// the mark's key last; the fence and the mode follow the caller's arguments.
+// They are removed from KEYS and ARGV before body runs.
+func wrap(body string) string {
+	return `local hwm = table.remove(KEYS)
+local same = table.remove(ARGV) == '1'
+local fence = table.remove(ARGV)
+local f = tonumber(fence)
+local cur = tonumber(redis.call('GET', hwm) or '0')
+if f < cur or (f == cur and not same) then
+  return redis.error_reply('` + staleReply + `' .. string.format('%.0f', cur))
+end
+local result = (function()
+` + body + `
+end)()
+if f > cur then
+  redis.call('SET', hwm, fence)
+end
+return result
+`
+}
+
+var (
+	setScript  = NewScript(`redis.call('SET', KEYS[1], ARGV[1]) return 1`)
+	hsetScript = NewScript(`return redis.call('HSET', KEYS[1], unpack(ARGV))`)
+	delScript  = NewScript(`return redis.call('DEL', KEYS[1])`)
+	readScript = rscript.New(`return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}`)
+)
+
+// Set sets key to value if fence is accepted.
+func (w *Writer) Set(ctx context.Context, key string, fence int64, value any) error {
+	_, err := w.Run(ctx, setScript, []string{key}, fence, value)
+	return err
+}
+
+// HSet sets hash fields of key, given as field, value pairs, if fence is
+// accepted.
+func (w *Writer) HSet(ctx context.Context, key string, fence int64, fieldValues ...any) error {
+	if len(fieldValues) == 0 || len(fieldValues)%2 != 0 {
+		return &leasehold.ArgumentError{Arg: "fieldValues", Reason: fmt.Sprintf("%d values, want field, value pairs", len(fieldValues))}
+	}
+	_, err := w.Run(ctx, hsetScript, []string{key}, fence, fieldValues...)
+	return err
+}
+
+// Del deletes key if fence is accepted, keeping its mark.
+func (w *Writer) Del(ctx context.Context, key string, fence int64) error {
+	_, err := w.Run(ctx, delScript, []string{key}, fence)
+	return err
+}
+
+// Run runs script with keys and args if fence is accepted for keys[0], and
+// returns what the script returned (nil for a nil reply). It returns a
+// *fence.StaleError, having run nothing, when the fence is refused.
+func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceToken int64, args ...any) (any, error) {
+	if len(keys) == 0 {
+		return nil, &leasehold.ArgumentError{Arg: "keys", Reason: "empty: a fenced script needs the key its fence guards"}
+	}
+	for _, k := range keys {
+		if err := leasehold.ValidateKey(k); err != nil {
+			return nil, err
+		}
+	}
+	if err := fence.Validate(fenceToken); err != nil {
+		return nil, err
+	}
+	same := "0"
+	if w.cfg.Mode == fence.SameHolder {
+		same = "1"
+	}
+	allKeys := append(append(make([]string, 0, len(keys)+1), keys...), HighWaterKey(keys[0]))
+	argv := append(append(make([]any, 0, len(args)+2), args...), fenceToken, same)
+	res, err := script.s.Run(ctx, w.client, allKeys, argv...).Result()
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), staleReply); ok {
+		if cur, perr := strconv.ParseInt(msg, 10, 64); perr == nil {
+			return nil, w.cfg.Reject("redis", keys[0], fenceToken, cur)
+		}
+	}
+	return nil, fmt.Errorf("redisfence: %q: %w", keys[0], err)
+}
+
+// Write implements fence.Register with Set.
+func (w *Writer) Write(ctx context.Context, key string, fence int64, value []byte) error {
+	return w.Set(ctx, key, fence, value)
+}
+
+// Read implements fence.Register: key's value, written by Set, and its mark.
+func (w *Writer) Read(ctx context.Context, key string) ([]byte, int64, error) {
+	if err := leasehold.ValidateKey(key); err != nil {
+		return nil, 0, err
+	}
+	res, err := readScript.Run(ctx, w.client, []string{key, HighWaterKey(key)}).Slice()
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisfence: read %q: %w", key, err)
+	}
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("redisfence: read %q: unexpected reply %v", key, res)
+	}
+	var value []byte
+	if v, ok := res[0].(string); ok {
+		value = []byte(v)
+	}
+	var mark int64
+	if m, ok := res[1].(string); ok {
+		if mark, err = strconv.ParseInt(m, 10, 64); err != nil {
+			return nil, 0, fmt.Errorf("redisfence: read %q: mark %q: %w", key, m, err)
+		}
+	}
+	return value, mark, nil
+}

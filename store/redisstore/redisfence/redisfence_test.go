@@ -1,0 +1,228 @@
+package redisfence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencetest"
+	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/store/redisstore/redisfence"
+)
+
+var shared *testserver.RedisServer
+
+func TestMain(m *testing.M) {
+	srv, err := testserver.NewRedisServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared = srv
+	code := m.Run()
+	_ = srv.Close()
+	os.Exit(code)
+}
+
+func newWriter(t testing.TB, client redis.UniversalClient, opts ...fence.Option) *redisfence.Writer {
+	t.Helper()
+	t.Cleanup(func() { _ = client.Close() })
+	w, err := redisfence.New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func single(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+}
+
+func TestConformance(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T, mode fence.Mode) fence.Register {
+		return newWriter(t, single(shared.Addr()), fence.WithMode(mode))
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cluster := testserver.StartRedisCluster(t, 3)
+	fencetest.Run(t, func(t *testing.T, mode fence.Mode) fence.Register {
+		return newWriter(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true}), fence.WithMode(mode))
+	})
+}
+
+func TestOddKeysOnCluster(t *testing.T) {
+	cluster := testserver.StartRedisCluster(t, 3)
+	w := newWriter(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true}))
+	for i, key := range []string{"x}{y", "{}odd", "{tenant}:x", "a{b}c", "cordum:wf:run:R1"} {
+		if err := w.Set(t.Context(), key, int64(i+1), "v"); err != nil {
+			t.Fatalf("Set(%q): %v", key, err)
+		}
+		slot, _ := cluster.Node(0).Do("CLUSTER", "KEYSLOT", key)
+		markSlot, _ := cluster.Node(0).Do("CLUSTER", "KEYSLOT", redisfence.HighWaterKey(key))
+		if slot != markSlot {
+			t.Fatalf("%q in slot %s, its mark in %s", key, slot, markSlot)
+		}
+	}
+}
+
+func TestHSetAndDelKeepTheMark(t *testing.T) {
+	w := newWriter(t, single(shared.Addr()))
+	ctx, key := t.Context(), fencetest.Key(t)
+	if err := w.HSet(ctx, key, 5, "state", "running", "owner", "B"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := shared.Do("HGET", key, "state"); got != "running" {
+		t.Fatalf("HGET state = %q", got)
+	}
+	if err := w.HSet(ctx, key, 4, "state", "done"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("stale HSet: %v", err)
+	}
+	if err := w.Del(ctx, key, 6); err != nil {
+		t.Fatal(err)
+	}
+	// The mark outlives the key: a stale writer cannot bring it back.
+	if err := w.Set(ctx, key, 5, "resurrected"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Set after Del with an older fence: %v", err)
+	}
+	if n, _ := shared.Do("EXISTS", key); n != "0" {
+		t.Fatal("a stale Set recreated the deleted key")
+	}
+	if err := w.HSet(ctx, key, 7, "state"); err == nil {
+		t.Fatal("HSet with an odd number of values was accepted")
+	}
+}
+
+func TestWrappedScript(t *testing.T) {
+	w := newWriter(t, single(shared.Addr()), fence.WithMode(fence.SameHolder))
+	ctx := t.Context()
+	base := fencetest.Key(t)
+	keys := []string{"{" + base + "}:state", "{" + base + "}:history"}
+	// A transition: set the state and append it to the history, under one fence.
+	transition := redisfence.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1])
+return redis.call('RPUSH', KEYS[2], ARGV[1])`)
+	for i, state := range []string{"queued", "running", "done"} {
+		n, err := w.Run(ctx, transition, keys, 9, state)
+		if err != nil || n != int64(i+1) {
+			t.Fatalf("transition to %s: (%v, %v)", state, n, err)
+		}
+	}
+	if _, err := w.Run(ctx, transition, keys, 8, "failed"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a stale transition: %v", err)
+	}
+	if got, _ := shared.Do("GET", keys[0]); got != "done" {
+		t.Fatalf("state = %q after a stale transition, want done", got)
+	}
+	if n, _ := shared.Do("LLEN", keys[1]); n != "3" {
+		t.Fatalf("history has %s entries, want 3: the stale script ran", n)
+	}
+}
+
+type countHook struct{ n atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+func TestOneRoundTripPerWrite(t *testing.T) {
+	client := single(shared.Addr())
+	w := newWriter(t, client)
+	ctx, key := t.Context(), fencetest.Key(t)
+	if err := w.Set(ctx, key, 1, "warm"); err != nil { // caches the script, dials
+		t.Fatal(err)
+	}
+	if _, _, err := w.Read(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	hook := &countHook{}
+	client.AddHook(hook)
+	_ = w.Set(ctx, key, 2, "accepted")
+	_ = w.Set(ctx, key, 1, "refused")
+	_, _, _ = w.Read(ctx, key)
+	if got := hook.n.Load(); got != 3 {
+		t.Fatalf("%d round trips for an accepted write, a refused write and a read; want 3", got)
+	}
+}
+
+type rejections struct {
+	leasehold.NopObserver
+	mu     sync.Mutex
+	events []leasehold.FenceRejectedEvent
+}
+
+func (r *rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func TestRejectionsAreReported(t *testing.T) {
+	obs := &rejections{}
+	w := newWriter(t, single(shared.Addr()), fence.WithObserver(obs))
+	key := fencetest.Key(t)
+	_ = w.Set(t.Context(), key, 10, "new")
+	_ = w.Set(t.Context(), key, 3, "old")
+	want := leasehold.FenceRejectedEvent{Store: "redis", Resource: key, Presented: 3, Current: 10}
+	if len(obs.events) != 1 || obs.events[0] != want {
+		t.Fatalf("events %+v, want one %+v", obs.events, want)
+	}
+}
+
+// A fenced write applied by the server whose reply is lost is not sent
+// again (a retry would be refused as stale): the caller gets the network
+// error, and the write stands.
+func TestLostReplyIsNotRetried(t *testing.T) {
+	proxy := testserver.StartProxy(t, shared.Addr())
+	w := newWriter(t, single(proxy.Addr())) // go-redis's default retries
+	ctx, key := t.Context(), fencetest.Key(t)
+	if err := w.Set(ctx, key, 1, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.CutNextReply()
+	err := w.Set(ctx, key, 2, "applied")
+	if err == nil || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Set with a lost reply: %v, want a network error", err)
+	}
+	if got, _ := shared.Do("GET", key); got != "applied" {
+		t.Fatalf("GET = %q, want the write that was applied", got)
+	}
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	w := newWriter(t, single(srv.Addr()))
+	ctx := t.Context()
+	errs := []error{
+		w.Set(ctx, "k", 0, "v"),
+		w.Set(ctx, "k", -5, "v"),
+		w.Set(ctx, "", 1, "v"),
+		w.Set(ctx, "a\nb", 1, "v"),
+		w.HSet(ctx, "k", 1),
+		w.Del(ctx, "k", 0),
+		func() error { _, err := w.Run(ctx, redisfence.NewScript("return 1"), nil, 1); return err }(),
+	}
+	for i, err := range errs {
+		if !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Errorf("call %d: %v, want an invalid-argument error", i, err)
+		}
+	}
+	if n, _ := srv.Do("DBSIZE"); n != "0" {
+		t.Fatalf("DBSIZE = %s after rejected calls", n)
+	}
+	if _, err := redisfence.New(redis.NewClient(&redis.Options{Addr: srv.Addr()})); err == nil {
+		t.Fatal("a client without ContextTimeoutEnabled was accepted")
+	}
+}
