@@ -1,20 +1,30 @@
-// Package testserver starts real redis-server processes for tests.
+// Package testserver starts the real servers the tests run against, and a
+// TCP proxy that injects network faults between a client and a server.
 //
-// Tests of the lock stores must run against a real Redis, not a fake. This
-// package starts redis-server (Debian package redis-server) on free loopback
-// ports, each in its own temporary directory with persistence turned off, and
-// stops it again when the test is done. It can also build a real Redis Cluster
-// of several masters.
+// Tests of the lock stores and of fenced storage must run against the real
+// thing, not a fake:
 //
-// All traffic stays on 127.0.0.1, and every wait is bounded in time:
-// a server must answer PING within 10 s, a cluster must be healthy within
-// 20 s, and a server that does not exit within 5 s of SIGTERM is killed.
+//   - StartRedis / NewRedisServer: redis-server (Debian package
+//     redis-server) with persistence off, so Restart loses the data;
+//     StartRedisCluster: a real Redis Cluster of several masters.
+//   - StartPostgres / NewPostgresServer: initdb into a temporary directory
+//     and the postgres server run as a direct child process (as the postgres
+//     OS user when the tests run as root); Restart and Kill + Start keep the
+//     data.
+//   - StartProxy / NewProxy: forwards to a server and can cut the next reply
+//     (the request was applied, its answer lost) or freeze all traffic (a
+//     silent partition).
+//
+// Each server has a free loopback port and its own temporary directory,
+// removed when it is closed. All traffic stays on 127.0.0.1, and every wait
+// is bounded in time: a Redis must answer within 10 s, a cluster be healthy
+// within 20 s, PostgreSQL be ready within 30 s.
 //
 // Typical use:
 //
 //	srv := testserver.StartRedis(t)
-//	client := redis.Dial(srv.Addr())
+//	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 //
-// StartRedis and StartRedisCluster never skip: a missing redis-server binary
-// fails the test with a message that says how to install it.
+// The Start functions never skip: a missing binary fails the test with a
+// message that names the Debian package to install.
 package testserver

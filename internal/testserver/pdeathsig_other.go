@@ -2,9 +2,33 @@
 
 package testserver
 
-import "os/exec"
+import (
+	"errors"
+	"os"
+	"os/exec"
+)
 
 // setParentDeathSignal does nothing outside Linux: there is no cheap way to
 // tie the child's life to ours, so an abnormally ended test binary may leave
-// redis-server running.
+// redis-server (or postgres) running.
 func setParentDeathSignal(cmd *exec.Cmd) {}
+
+// setProcessGroup does nothing outside Linux; killProcessGroup then kills
+// only the leader.
+func setProcessGroup(cmd *exec.Cmd) {}
+
+// setCredential is only implemented on Linux, the only system where tests
+// are run as root (PostgreSQL refuses to run as root, so it needs this).
+func setCredential(cmd *exec.Cmd, uid, gid uint32) error {
+	return errors.New("testserver: running PostgreSQL from a root process is only supported on Linux; run the tests as an ordinary user")
+}
+
+// killProcessGroup kills only the process pid outside Linux. Its children
+// (PostgreSQL's backends) exit by themselves when they notice it is gone.
+func killProcessGroup(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}
