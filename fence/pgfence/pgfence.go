@@ -1,0 +1,283 @@
+// Package pgfence applies fenced writes to PostgreSQL: a row carries the
+// newest fence that wrote it in a fence_token column, and a write lands only
+// when its fence is newer (or equal, in the fence.SameHolder mode), checked
+// in the statement itself:
+//
+//	UPDATE workflow_runs SET payload = $1, fence_token = $3
+//	 WHERE run_id = $2 AND $3 > fence_token
+//
+// Zero rows affected means a stale writer, or no such row; the helpers read
+// the row back to tell which, and return a *fence.StaleError carrying the
+// fence the row has, or ErrNoRow. Nothing is written in either case.
+//
+// Table.Update and Table.Upsert fence one statement; Table.InTx checks the
+// fence and locks the row (SELECT … FOR UPDATE) so that several statements
+// commit under one fence. Table.Migrate adds the column to an existing table.
+// Register is a fenced key-value table for fence.Register users.
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
+)
+
+// Column is the fence column every fenced table has.
+const Column = "fence_token"
+
+// ErrNoRow is returned by Update and InTx when no row has the given key: the
+// write is not stale, there is nothing to write to.
+var ErrNoRow = errors.New("pgfence: no such row")
+
+// Querier runs statements: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Beginner starts transactions: a *pgxpool.Pool or a *pgx.Conn.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Table is a fenced table whose rows are identified by one key column. It is
+// safe for concurrent use.
+type Table struct {
+	name, key string // the table and key column as given, for messages
+	qname     string // quoted, possibly schema-qualified
+	qkey      string // quoted key column
+	cmp       string // ">" or ">=", from the mode
+	cfg       fence.Config
+}
+
+// NewTable describes the fenced table name (optionally "schema.table") whose
+// rows are identified by keyColumn. Options: fence.WithMode (default
+// fence.Strict) and fence.WithObserver. It does not touch the database;
+// Migrate adds the fence column.
+func NewTable(name, keyColumn string, opts ...fence.Option) (*Table, error) {
+	if err := checkIdent("table", name, true); err != nil {
+		return nil, err
+	}
+	if err := checkIdent("keyColumn", keyColumn, false); err != nil {
+		return nil, err
+	}
+	t := &Table{
+		name:  name,
+		key:   keyColumn,
+		qname: pgx.Identifier(strings.Split(name, ".")).Sanitize(),
+		qkey:  pgx.Identifier{keyColumn}.Sanitize(),
+		cmp:   ">",
+		cfg:   fence.NewConfig(opts...),
+	}
+	if t.cfg.Mode == fence.SameHolder {
+		t.cmp = ">="
+	}
+	return t, nil
+}
+
+func checkIdent(arg, s string, qualified bool) error {
+	parts := []string{s}
+	if qualified {
+		parts = strings.Split(s, ".")
+	}
+	if len(parts) > 2 {
+		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has more than one dot", s)}
+	}
+	for _, p := range parts {
+		if p == "" || strings.ContainsRune(p, 0) || len(p) > 63 {
+			return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is not a PostgreSQL identifier", s)}
+		}
+	}
+	return nil
+}
+
+var qcol = pgx.Identifier{Column}.Sanitize()
+
+// Migrate adds the fence column (bigint NOT NULL DEFAULT 0) to the table if
+// it is not there, and checks its type if it is. The table must exist.
+func (t *Table) Migrate(ctx context.Context, q Querier) error {
+	_, err := q.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0", t.qname, qcol))
+	if err != nil {
+		return t.translate("migrate", err)
+	}
+	var typ string
+	err = q.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`, t.qname, Column).Scan(&typ)
+	if err != nil {
+		return t.translate("migrate", err)
+	}
+	if typ != "bigint" {
+		return fmt.Errorf("pgfence: %s.%s is %s, want bigint", t.name, Column, typ)
+	}
+	return nil
+}
+
+// Update runs UPDATE table SET set, fence_token = fence WHERE key = id and
+// the fence is accepted. set is the statement's SET list, with placeholders
+// $1…$n for args, e.g. "payload = $1, updated_at = now()".
+//
+// It returns nil when the row was written, a *fence.StaleError when its fence
+// was not accepted, ErrNoRow when no row has the key, and an
+// *leasehold.ArgumentError for a fence that is not positive or an empty set.
+func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64, set string, args ...any) error {
+	if err := fence.Validate(fenceToken); err != nil {
+		return err
+	}
+	if strings.TrimSpace(set) == "" {
+		return &leasehold.ArgumentError{Arg: "set", Reason: "empty"}
+	}
+	n := len(args)
+	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND $%d %s %s",
+		t.qname, set, qcol, n+2, t.qkey, n+1, n+2, t.cmp, qcol)
+	tag, err := q.Exec(ctx, sql, append(args, id, fenceToken)...)
+	if err != nil {
+		return t.translate("update", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return t.refused(ctx, q, id, fenceToken, "update")
+}
+
+// Upsert inserts row (column → value, the key column among them) with the
+// fence, or, when a row with that key exists, updates it to row only if the
+// fence is accepted. It returns a *fence.StaleError, writing nothing, when
+// the fence is not accepted.
+func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map[string]any) error {
+	if err := fence.Validate(fenceToken); err != nil {
+		return err
+	}
+	id, ok := row[t.key]
+	if !ok {
+		return &leasehold.ArgumentError{Arg: "row", Reason: fmt.Sprintf("has no value for the key column %q", t.key)}
+	}
+	cols := make([]string, 0, len(row))
+	for c := range row {
+		if c == Column {
+			return &leasehold.ArgumentError{Arg: "row", Reason: fmt.Sprintf("sets %q, which is the fence's", Column)}
+		}
+		if err := checkIdent("row", c, false); err != nil {
+			return err
+		}
+		cols = append(cols, c)
+	}
+	slices.Sort(cols)
+	var names, params, sets []string
+	args := make([]any, 0, len(cols)+1)
+	for i, c := range cols {
+		qc := pgx.Identifier{c}.Sanitize()
+		names = append(names, qc)
+		params = append(params, fmt.Sprintf("$%d", i+1))
+		if c != t.key {
+			sets = append(sets, fmt.Sprintf("%s = EXCLUDED.%s", qc, qc))
+		}
+		args = append(args, row[c])
+	}
+	sets = append(sets, fmt.Sprintf("%s = EXCLUDED.%s", qcol, qcol))
+	sql := fmt.Sprintf("INSERT INTO %s AS t (%s, %s) VALUES (%s, $%d) ON CONFLICT (%s) DO UPDATE SET %s WHERE EXCLUDED.%s %s t.%s",
+		t.qname, strings.Join(names, ", "), qcol, strings.Join(params, ", "), len(cols)+1,
+		t.qkey, strings.Join(sets, ", "), qcol, t.cmp, qcol)
+	tag, err := q.Exec(ctx, sql, append(args, fenceToken)...)
+	if err != nil {
+		return t.translate("upsert", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return t.refused(ctx, q, id, fenceToken, "upsert")
+}
+
+// InTx runs fn in a transaction in which the row with key id is locked and
+// its fence accepted, and raises the row's fence when fn succeeds, so that
+// every statement fn runs commits under the one fence. fn is not called when
+// the fence is refused (*fence.StaleError) or the row is missing (ErrNoRow).
+// An error from fn rolls the transaction back, fence included.
+func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	if err := fence.Validate(fenceToken); err != nil {
+		return err
+	}
+	if fn == nil {
+		return &leasehold.ArgumentError{Arg: "fn", Reason: "nil"}
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgfence: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	var cur int64
+	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 FOR UPDATE", qcol, t.qname, t.qkey), id).Scan(&cur)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)
+	case err != nil:
+		return t.translate("lock row", err)
+	case !t.cfg.Mode.Accepts(fenceToken, cur):
+		return t.cfg.Reject("postgres", t.resource(id), fenceToken, cur)
+	}
+	if err = fn(ctx, tx); err != nil {
+		return err
+	}
+	if _, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1", t.qname, qcol, t.qkey), id, fenceToken); err != nil {
+		return t.translate("raise fence", err)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgfence: commit: %w", err)
+	}
+	return nil
+}
+
+// Fence returns the fence of the row with key id, or ErrNoRow.
+func (t *Table) Fence(ctx context.Context, q Querier, id any) (int64, error) {
+	var cur int64
+	err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", qcol, t.qname, t.qkey), id).Scan(&cur)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)
+	case err != nil:
+		return 0, t.translate("read fence", err)
+	}
+	return cur, nil
+}
+
+// refused tells a stale write from a missing row after a statement touched
+// no row, by reading the row's fence back.
+func (t *Table) refused(ctx context.Context, q Querier, id any, fenceToken int64, op string) error {
+	cur, err := t.Fence(ctx, q, id)
+	if err != nil {
+		return err
+	}
+	if t.cfg.Mode.Accepts(fenceToken, cur) {
+		// A newer writer came and went between the write and the read
+		// back; the write was still refused for a fence that was stale then.
+		return fmt.Errorf("pgfence: %s %s: refused, and the row's fence is now %d", op, t.resource(id), cur)
+	}
+	return t.cfg.Reject("postgres", t.resource(id), fenceToken, cur)
+}
+
+func (t *Table) resource(id any) string { return fmt.Sprintf("%s/%v", t.name, id) }
+
+// translate names the table and column in PostgreSQL's errors about them.
+func (t *Table) translate(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01": // undefined_table
+			return fmt.Errorf("pgfence: %s: table %s does not exist: %w", op, t.name, err)
+		case "42703": // undefined_column
+			return fmt.Errorf("pgfence: %s: %s lacks a column (run Migrate to add %s): %w", op, t.name, Column, err)
+		}
+	}
+	return fmt.Errorf("pgfence: %s %s: %w", op, t.name, err)
+}

@@ -1,0 +1,333 @@
+package pgfence_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/fencetest"
+	"github.com/leasehold/leasehold/fence/pgfence"
+	"github.com/leasehold/leasehold/internal/testserver"
+)
+
+var (
+	pg   *testserver.PostgresServer
+	pool *pgxpool.Pool
+)
+
+func TestMain(m *testing.M) {
+	srv, err := testserver.NewPostgresServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pg = srv
+	pool, err = pgxpool.New(context.Background(), srv.DSN())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		_ = srv.Close()
+		os.Exit(1)
+	}
+	code := m.Run()
+	pool.Close()
+	_ = srv.Close()
+	os.Exit(code)
+}
+
+// runsTable creates a fresh workflow_runs-like table with the fence column.
+func runsTable(t *testing.T, opts ...fence.Option) (*pgfence.Table, string) {
+	t.Helper()
+	name := "runs_" + strings.ToLower(rand.Text()[:8])
+	if _, err := pool.Exec(t.Context(), "CREATE TABLE "+name+" (run_id text PRIMARY KEY, payload text, state text)"); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgfence.NewTable(name, "run_id", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Migrate(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return tbl, name
+}
+
+func row(t *testing.T, table, id string) (payload string, f int64) {
+	t.Helper()
+	err := pool.QueryRow(t.Context(), "SELECT coalesce(payload, ''), fence_token FROM "+table+" WHERE run_id = $1", id).Scan(&payload, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return payload, f
+}
+
+func wantStale(t *testing.T, err error, presented, current int64) {
+	t.Helper()
+	var se *fence.StaleError
+	if !errors.As(err, &se) || !errors.Is(err, fence.ErrStale) || se.Presented != presented || se.Current != current {
+		t.Fatalf("error %v, want a *fence.StaleError{%d, %d}", err, presented, current)
+	}
+}
+
+func TestRegisterConformance(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T, mode fence.Mode) fence.Register {
+		r, err := pgfence.NewRegister(pool, "register_"+strings.ToLower(rand.Text()[:8]), fence.WithMode(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	})
+}
+
+func TestUpdateIsStrict(t *testing.T) {
+	tbl, name := runsTable(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Update(ctx, pool, "R1", 7, "payload = $1, state = $2", "by B", "running"); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, tbl.Update(ctx, pool, "R1", 7, "payload = $1", "B again"), 7, 7)
+	wantStale(t, tbl.Update(ctx, pool, "R1", 6, "payload = $1", "by A"), 6, 7)
+	if p, f := row(t, name, "R1"); p != "by B" || f != 7 {
+		t.Fatalf("row = (%q, %d), want B's write", p, f)
+	}
+	if err := tbl.Update(ctx, pool, "R2", 9, "payload = $1", "x"); !errors.Is(err, pgfence.ErrNoRow) {
+		t.Fatalf("Update of a missing row: %v, want ErrNoRow", err)
+	}
+}
+
+// SameHolder is the mode for a holder that writes a run's states one by one.
+func TestUpdateSameHolder(t *testing.T) {
+	tbl, name := runsTable(t, fence.WithMode(fence.SameHolder))
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{"queued", "running", "done"} {
+		if err := tbl.Update(ctx, pool, "R1", 7, "state = $1, payload = $1", state); err != nil {
+			t.Fatalf("%s: %v", state, err)
+		}
+	}
+	wantStale(t, tbl.Update(ctx, pool, "R1", 6, "payload = $1", "stale"), 6, 7)
+	if p, _ := row(t, name, "R1"); p != "done" {
+		t.Fatalf("payload %q, want done", p)
+	}
+}
+
+func TestUpsert(t *testing.T) {
+	tbl, name := runsTable(t)
+	ctx := t.Context()
+	if err := tbl.Upsert(ctx, pool, 3, map[string]any{"run_id": "R1", "payload": "created"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Upsert(ctx, pool, 5, map[string]any{"run_id": "R1", "payload": "newer"}); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, tbl.Upsert(ctx, pool, 4, map[string]any{"run_id": "R1", "payload": "older"}), 4, 5)
+	wantStale(t, tbl.Upsert(ctx, pool, 5, map[string]any{"run_id": "R1", "payload": "equal"}), 5, 5)
+	if p, f := row(t, name, "R1"); p != "newer" || f != 5 {
+		t.Fatalf("row = (%q, %d)", p, f)
+	}
+	for _, bad := range []map[string]any{
+		{"payload": "no key"},
+		{"run_id": "R1", "fence_token": 99},
+	} {
+		if err := tbl.Upsert(ctx, pool, 9, bad); !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Errorf("Upsert(%v): %v, want an invalid-argument error", bad, err)
+		}
+	}
+}
+
+// Several statements, on this table and another, commit under one fence.
+func TestInTx(t *testing.T) {
+	tbl, name := runsTable(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id, state) VALUES ('R1', 'queued'); CREATE TABLE "+name+"_log (run_id text, state text)"); err != nil {
+		t.Fatal(err)
+	}
+	transition := func(f int64, state string) error {
+		return tbl.InTx(ctx, pool, "R1", f, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "UPDATE "+name+" SET state = $1 WHERE run_id = 'R1'", state); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+name+"_log VALUES ('R1', $1)", state)
+			return err
+		})
+	}
+	if err := transition(4, "running"); err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	err := tbl.InTx(ctx, pool, "R1", 3, func(context.Context, pgx.Tx) error { called = true; return nil })
+	wantStale(t, err, 3, 4)
+	if called {
+		t.Fatal("fn ran under a stale fence")
+	}
+	boom := errors.New("boom")
+	if err := tbl.InTx(ctx, pool, "R1", 9, func(ctx context.Context, tx pgx.Tx) error {
+		_, _ = tx.Exec(ctx, "UPDATE "+name+" SET state = 'half' WHERE run_id = 'R1'")
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("InTx with failing fn: %v", err)
+	}
+	var state string
+	var f, logged int64
+	if err := pool.QueryRow(ctx, "SELECT state, fence_token, (SELECT count(*) FROM "+name+"_log) FROM "+name+" WHERE run_id = 'R1'").Scan(&state, &f, &logged); err != nil {
+		t.Fatal(err)
+	}
+	if state != "running" || f != 4 || logged != 1 {
+		t.Fatalf("state %q, fence %d, %d log rows; want running, 4, 1 (the failed tx rolled back, fence included)", state, f, logged)
+	}
+	if err := tbl.InTx(ctx, pool, "R9", 9, func(context.Context, pgx.Tx) error { return nil }); !errors.Is(err, pgfence.ErrNoRow) {
+		t.Fatalf("InTx on a missing row: %v", err)
+	}
+}
+
+// 32 writers with random fences on one row: the row ends with the highest
+// fence's payload, and no write was accepted after a higher one had been.
+func TestConcurrentUpdatesOneRow(t *testing.T) {
+	tbl, name := runsTable(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+		t.Fatal(err)
+	}
+	const writers = 32
+	type result struct {
+		f          int64
+		start, end time.Time
+		ok         bool
+	}
+	fences := mrand.Perm(10000)[:writers]
+	results := make([]result, writers)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range writers {
+		wg.Go(func() {
+			f := int64(fences[i] + 1)
+			<-gate
+			start := time.Now()
+			err := tbl.Update(ctx, pool, "R1", f, "payload = $1", fmt.Sprint(f))
+			if err != nil && !errors.Is(err, fence.ErrStale) {
+				t.Errorf("fence %d: %v", f, err)
+			}
+			results[i] = result{f, start, time.Now(), err == nil}
+		})
+	}
+	close(gate)
+	wg.Wait()
+	var top int64
+	for _, r := range results {
+		top = max(top, r.f)
+	}
+	if p, f := row(t, name, "R1"); p != fmt.Sprint(top) || f != top {
+		t.Fatalf("row = (%q, %d), want the highest fence %d's", p, f, top)
+	}
+	for _, a := range results {
+		for _, b := range results {
+			if a.ok && b.ok && a.end.Before(b.start) && a.f > b.f {
+				t.Errorf("fence %d accepted after fence %d had been", b.f, a.f)
+			}
+		}
+	}
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	tbl, name := runsTable(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id, payload) VALUES ('R1', 'kept')"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []int64{0, -1} {
+		err := tbl.Update(ctx, pool, "R1", f, "payload = $1", "bad")
+		var ae *leasehold.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != "fence" {
+			t.Errorf("fence %d: %v, want an error naming fence", f, err)
+		}
+	}
+	if err := tbl.Update(ctx, pool, "R1", 5, " ", "x"); !errors.Is(err, leasehold.ErrInvalidArgument) {
+		t.Errorf("empty set: %v", err)
+	}
+	if p, f := row(t, name, "R1"); p != "kept" || f != 0 {
+		t.Fatalf("row = (%q, %d) after rejected calls", p, f)
+	}
+
+	missing, _ := pgfence.NewTable("no_such_table", "id")
+	if err := missing.Update(ctx, pool, "R1", 5, "payload = $1", "x"); err == nil || !strings.Contains(err.Error(), "no_such_table does not exist") {
+		t.Errorf("missing table: %v", err)
+	}
+	if err := missing.Migrate(ctx, pool); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Migrate of a missing table: %v", err)
+	}
+	// A table without the fence column: the error says to migrate.
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+name+"_bare (run_id text PRIMARY KEY, payload text); INSERT INTO "+name+"_bare VALUES ('R1', 'kept')"); err != nil {
+		t.Fatal(err)
+	}
+	bare, _ := pgfence.NewTable(name+"_bare", "run_id")
+	if err := bare.Update(ctx, pool, "R1", 5, "payload = $1", "x"); err == nil || !strings.Contains(err.Error(), "run Migrate") {
+		t.Errorf("missing column: %v", err)
+	}
+	// A fence column of the wrong type is refused, not used.
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+name+"_int (run_id text PRIMARY KEY, fence_token integer)"); err != nil {
+		t.Fatal(err)
+	}
+	wrong, _ := pgfence.NewTable(name+"_int", "run_id")
+	if err := wrong.Migrate(ctx, pool); err == nil || !strings.Contains(err.Error(), "want bigint") {
+		t.Errorf("Migrate over an integer column: %v", err)
+	}
+	for _, bad := range [][2]string{{"", "id"}, {"a.b.c", "id"}, {"t", ""}} {
+		if _, err := pgfence.NewTable(bad[0], bad[1]); !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Errorf("NewTable(%q, %q): %v", bad[0], bad[1], err)
+		}
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	tbl, _ := runsTable(t)
+	for range 2 {
+		if err := tbl.Migrate(t.Context(), pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type rejections struct {
+	leasehold.NopObserver
+	mu     sync.Mutex
+	events []leasehold.FenceRejectedEvent
+}
+
+func (r *rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func TestRejectionsAreReported(t *testing.T) {
+	obs := &rejections{}
+	tbl, name := runsTable(t, fence.WithObserver(obs))
+	if _, err := pool.Exec(t.Context(), "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+		t.Fatal(err)
+	}
+	_ = tbl.Update(t.Context(), pool, "R1", 10, "payload = $1", "new")
+	_ = tbl.Update(t.Context(), pool, "R1", 3, "payload = $1", "old")
+	want := leasehold.FenceRejectedEvent{Store: "postgres", Resource: name + "/R1", Presented: 3, Current: 10}
+	if len(obs.events) != 1 || obs.events[0] != want {
+		t.Fatalf("events %+v, want %+v", obs.events, want)
+	}
+}
