@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Makes sure the servers the tests run against are installed, from Debian's
 # packages. Usage: ensure-deps.sh COMMAND=PACKAGE ...
+# A command counts as installed when it is on PATH or, for PostgreSQL, whose
+# server binaries Debian keeps off PATH, in /usr/lib/postgresql/*/bin.
 # As root it installs what is missing; otherwise it names the package and fails.
 set -euo pipefail
+
+have() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  compgen -G "/usr/lib/postgresql/*/bin/$1" >/dev/null
+}
 
 missing=()
 for pair in "$@"; do
   cmd=${pair%%=*} pkg=${pair#*=}
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  have "$cmd" || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
