@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold"
@@ -39,20 +38,8 @@ func TestModeAccepts(t *testing.T) {
 	}
 }
 
-type rejections struct {
-	leasehold.NopObserver
-	mu     sync.Mutex
-	events []leasehold.FenceRejectedEvent
-}
-
-func (r *rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
 func TestRejectionsAreReported(t *testing.T) {
-	obs := &rejections{}
+	obs := &fencetest.Rejections{}
 	r := fence.NewMemRegister(fence.WithObserver(obs))
 	ctx := t.Context()
 	if err := r.Write(ctx, "job:1", 5, []byte("b")); err != nil {
@@ -60,8 +47,8 @@ func TestRejectionsAreReported(t *testing.T) {
 	}
 	err := r.Write(ctx, "job:1", 4, []byte("a"))
 	want := leasehold.FenceRejectedEvent{Store: "memory", Resource: "job:1", Presented: 4, Current: 5}
-	if !errors.Is(err, fence.ErrStale) || len(obs.events) != 1 || obs.events[0] != want {
-		t.Fatalf("error %v, events %+v; want one %+v", err, obs.events, want)
+	if events := obs.Events(); !errors.Is(err, fence.ErrStale) || len(events) != 1 || events[0] != want {
+		t.Fatalf("error %v, events %+v; want one %+v", err, obs.Events(), want)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -149,62 +150,88 @@ func testBadInput(t *testing.T, newRegister func(*testing.T, fence.Mode) fence.R
 	wantValue(t, r, key, "", 0)
 }
 
-// 32 writers, each with its own random fence, on one key. The key must end
-// with the highest fence's value; a write that started after a higher-fenced
-// write had returned must have been rejected; and the accepted values came
-// from the accepted writes only.
+// 32 writers, each with its own random fence, on one key.
 func testConcurrent(t *testing.T, newRegister func(*testing.T, fence.Mode) fence.Register) {
-	const writers = 32
 	r, key := newRegister(t, fence.Strict), Key(t)
+	top := RaceWriters(t, 32, func(ctx context.Context, f int64) error {
+		return r.Write(ctx, key, f, []byte(fmt.Sprint("payload of ", f)))
+	})
+	wantValue(t, r, key, fmt.Sprint("payload of ", top), top)
+}
+
+// RaceWriters starts n writers at once, each calling write with its own
+// random fence, and checks what fenced storage must guarantee: the highest
+// fence is accepted, every refusal is a *fence.StaleError, and no write was
+// accepted after a write with a higher fence had returned. It returns the
+// highest fence, so the caller can check the stored value is its write's.
+func RaceWriters(t *testing.T, n int, write func(ctx context.Context, fence int64) error) (top int64) {
+	t.Helper()
 	type result struct {
-		fence           int64
-		start, end      time.Time
-		accepted, stale bool
+		fence      int64
+		start, end time.Time
+		accepted   bool
 	}
-	fences := mrand.Perm(1000)[:writers]
-	results := make([]result, writers)
+	fences := mrand.Perm(100 * n)[:n]
+	results := make([]result, n)
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
-	for i := range writers {
+	for i := range n {
 		wg.Go(func() {
 			f := int64(fences[i] + 1)
 			<-gate
 			start := time.Now()
-			err := r.Write(context.Background(), key, f, []byte(fmt.Sprint("payload of ", f)))
-			results[i] = result{fence: f, start: start, end: time.Now(), accepted: err == nil, stale: errors.Is(err, fence.ErrStale)}
+			err := write(context.Background(), f)
+			results[i] = result{fence: f, start: start, end: time.Now(), accepted: err == nil}
 			if err != nil && !errors.Is(err, fence.ErrStale) {
-				t.Errorf("Write(fence %d): %v", f, err)
+				t.Errorf("write with fence %d: %v", f, err)
 			}
 		})
 	}
 	close(gate)
 	wg.Wait()
 
-	var top result
-	for _, res := range results {
-		if res.fence > top.fence {
-			top = res
-		}
-	}
-	if !top.accepted {
-		t.Fatalf("the highest fence %d was rejected", top.fence)
-	}
-	wantValue(t, r, key, fmt.Sprint("payload of ", top.fence), top.fence)
-	for _, a := range results {
-		for _, b := range results {
-			if a.end.Before(b.start) && a.accepted && a.fence > b.fence && b.accepted {
-				t.Errorf("fence %d was accepted after fence %d had been", b.fence, a.fence)
-			}
-		}
-	}
 	accepted := 0
+	var best result
 	for _, res := range results {
+		if res.fence > best.fence {
+			best = res
+		}
 		if res.accepted {
 			accepted++
 		}
 	}
-	t.Logf("%d of %d writes accepted, the rest rejected as stale", accepted, writers)
-	if accepted == 0 {
-		t.Fatal("no write accepted")
+	if !best.accepted {
+		t.Fatalf("the highest fence %d was refused", best.fence)
 	}
+	for _, a := range results {
+		for _, b := range results {
+			if a.accepted && b.accepted && a.end.Before(b.start) && a.fence > b.fence {
+				t.Errorf("fence %d was accepted after fence %d had been", b.fence, a.fence)
+			}
+		}
+	}
+	t.Logf("%d of %d writes accepted, the rest refused as stale", accepted, n)
+	return best.fence
+}
+
+// Rejections is a leasehold.Observer that records fence rejections, for
+// tests that check what a fenced store reports.
+type Rejections struct {
+	leasehold.NopObserver
+	mu     sync.Mutex
+	events []leasehold.FenceRejectedEvent
+}
+
+// OnFenceRejected records e.
+func (r *Rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// Events returns the rejections recorded so far.
+func (r *Rejections) Events() []leasehold.FenceRejectedEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
 }

@@ -5,12 +5,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"os"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -203,47 +200,14 @@ func TestInTx(t *testing.T) {
 // fence's payload, and no write was accepted after a higher one had been.
 func TestConcurrentUpdatesOneRow(t *testing.T) {
 	tbl, name := runsTable(t)
-	ctx := t.Context()
-	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+	if _, err := pool.Exec(t.Context(), "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
 		t.Fatal(err)
 	}
-	const writers = 32
-	type result struct {
-		f          int64
-		start, end time.Time
-		ok         bool
-	}
-	fences := mrand.Perm(10000)[:writers]
-	results := make([]result, writers)
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	for i := range writers {
-		wg.Go(func() {
-			f := int64(fences[i] + 1)
-			<-gate
-			start := time.Now()
-			err := tbl.Update(ctx, pool, "R1", f, "payload = $1", fmt.Sprint(f))
-			if err != nil && !errors.Is(err, fence.ErrStale) {
-				t.Errorf("fence %d: %v", f, err)
-			}
-			results[i] = result{f, start, time.Now(), err == nil}
-		})
-	}
-	close(gate)
-	wg.Wait()
-	var top int64
-	for _, r := range results {
-		top = max(top, r.f)
-	}
+	top := fencetest.RaceWriters(t, 32, func(ctx context.Context, f int64) error {
+		return tbl.Update(ctx, pool, "R1", f, "payload = $1", fmt.Sprint(f))
+	})
 	if p, f := row(t, name, "R1"); p != fmt.Sprint(top) || f != top {
 		t.Fatalf("row = (%q, %d), want the highest fence %d's", p, f, top)
-	}
-	for _, a := range results {
-		for _, b := range results {
-			if a.ok && b.ok && a.end.Before(b.start) && a.f > b.f {
-				t.Errorf("fence %d accepted after fence %d had been", b.f, a.f)
-			}
-		}
 	}
 }
 
@@ -306,20 +270,8 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 }
 
-type rejections struct {
-	leasehold.NopObserver
-	mu     sync.Mutex
-	events []leasehold.FenceRejectedEvent
-}
-
-func (r *rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
 func TestRejectionsAreReported(t *testing.T) {
-	obs := &rejections{}
+	obs := &fencetest.Rejections{}
 	tbl, name := runsTable(t, fence.WithObserver(obs))
 	if _, err := pool.Exec(t.Context(), "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
 		t.Fatal(err)
@@ -327,7 +279,7 @@ func TestRejectionsAreReported(t *testing.T) {
 	_ = tbl.Update(t.Context(), pool, "R1", 10, "payload = $1", "new")
 	_ = tbl.Update(t.Context(), pool, "R1", 3, "payload = $1", "old")
 	want := leasehold.FenceRejectedEvent{Store: "postgres", Resource: name + "/R1", Presented: 3, Current: 10}
-	if len(obs.events) != 1 || obs.events[0] != want {
-		t.Fatalf("events %+v, want %+v", obs.events, want)
+	if events := obs.Events(); len(events) != 1 || events[0] != want {
+		t.Fatalf("events %+v, want %+v", obs.Events(), want)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -157,27 +156,15 @@ func TestOneRoundTripPerWrite(t *testing.T) {
 	}
 }
 
-type rejections struct {
-	leasehold.NopObserver
-	mu     sync.Mutex
-	events []leasehold.FenceRejectedEvent
-}
-
-func (r *rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
 func TestRejectionsAreReported(t *testing.T) {
-	obs := &rejections{}
+	obs := &fencetest.Rejections{}
 	w := newWriter(t, single(shared.Addr()), fence.WithObserver(obs))
 	key := fencetest.Key(t)
 	_ = w.Set(t.Context(), key, 10, "new")
 	_ = w.Set(t.Context(), key, 3, "old")
 	want := leasehold.FenceRejectedEvent{Store: "redis", Resource: key, Presented: 3, Current: 10}
-	if len(obs.events) != 1 || obs.events[0] != want {
-		t.Fatalf("events %+v, want one %+v", obs.events, want)
+	if events := obs.Events(); len(events) != 1 || events[0] != want {
+		t.Fatalf("events %+v, want one %+v", obs.Events(), want)
 	}
 }
 
