@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 }
 
 // runsTable creates a fresh workflow_runs-like table with the fence column.
-func runsTable(t *testing.T, opts ...fence.Option) (*pgfence.Table, string) {
+func runsTable(t testing.TB, opts ...fence.Option) (*pgfence.Table, string) {
 	t.Helper()
 	name := "runs_" + strings.ToLower(rand.Text()[:8])
 	if _, err := pool.Exec(t.Context(), "CREATE TABLE "+name+" (run_id text PRIMARY KEY, payload text, state text)"); err != nil {
@@ -60,7 +60,7 @@ func runsTable(t *testing.T, opts ...fence.Option) (*pgfence.Table, string) {
 	return tbl, name
 }
 
-func row(t *testing.T, table, id string) (payload string, f int64) {
+func row(t testing.TB, table, id string) (payload string, f int64) {
 	t.Helper()
 	err := pool.QueryRow(t.Context(), "SELECT coalesce(payload, ''), fence_token FROM "+table+" WHERE run_id = $1", id).Scan(&payload, &f)
 	if err != nil {
