@@ -577,12 +577,26 @@ func (s *PostgresServer) kill(p *process) error {
 	}
 	// Fails only if the processes are already gone, which is fine.
 	killProcessGroup(p.cmd.Process.Pid)
+	deadline := time.After(killTimeout)
 	select {
 	case <-p.done:
-		return nil
-	case <-time.After(killTimeout):
+	case <-deadline:
 		return fmt.Errorf("testserver: postgres (pid %d) on %s did not exit after SIGKILL",
 			p.cmd.Process.Pid, s.Addr())
+	}
+	// The postmaster is reaped, but its children, killed with it, may still
+	// be on their way out holding the listening socket. Return once the
+	// port is free, so that Start (or a test taking the port) can bind it.
+	for {
+		ln, err := net.Listen("tcp", s.Addr())
+		if err == nil {
+			return ln.Close()
+		}
+		select {
+		case <-deadline:
+			return fmt.Errorf("testserver: port of postgres on %s still taken after SIGKILL: %w", s.Addr(), err)
+		case <-time.After(readyPollInterval):
+		}
 	}
 }
 
