@@ -4,10 +4,11 @@ GO      ?= go
 
 .PHONY: test deps
 # test: install the test servers when missing, then vet and race-test every module.
+# A package that hangs fails after 5 minutes instead of go test's default 10.
 test: deps
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
-		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...); \
 	done
 
 deps:

@@ -27,12 +27,21 @@ type signalStore struct {
 func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	f, err := s.Store.Acquire(ctx, key, token, ttl)
 	if errors.Is(err, leasehold.ErrNotAcquired) {
-		select {
-		case s.busy <- struct{}{}:
-		default:
-		}
+		s.busy <- struct{}{} // never dropped: the test counts them
 	}
 	return f, err
+}
+
+// waitBusy waits for n busy attempts, failing the test after 10 s.
+func waitBusy(t *testing.T, busy <-chan struct{}, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-busy:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %d busy attempts in 10 s, want %d", i, n)
+		}
+	}
 }
 
 // lostReplyStore applies an acquire and then fails, like a store whose reply
@@ -77,7 +86,7 @@ func TestTryAcquireBusyReportsHolder(t *testing.T) {
 // With a backoff of an hour, only the store's release notification can wake
 // the waiter within the test's deadline.
 func TestAcquireIsWokenByRelease(t *testing.T) {
-	store := signalStore{Store: memstore.New(), busy: make(chan struct{}, 1)}
+	store := signalStore{Store: memstore.New(), busy: make(chan struct{}, 16)}
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	a, err := c.TryAcquire(t.Context(), "k", time.Hour)
 	if err != nil {
@@ -95,8 +104,7 @@ func TestAcquireIsWokenByRelease(t *testing.T) {
 	}()
 	// The waiter's first attempt fails, it subscribes, its second fails:
 	// only then is it certainly waiting.
-	<-store.busy
-	<-store.busy
+	waitBusy(t, store.busy, 2)
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -150,7 +150,7 @@ func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Du
 // notification can hand the lock to the waiter before the deadline.
 func assertWokenByRelease(t *testing.T, s *redisstore.Store, key string) {
 	t.Helper()
-	store := signalStore{Store: s, busy: make(chan struct{}, 2)}
+	store := signalStore{Store: s, busy: make(chan struct{}, 16)}
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	a, err := c.TryAcquire(t.Context(), key, time.Hour)
 	if err != nil {
@@ -163,8 +163,14 @@ func assertWokenByRelease(t *testing.T, s *redisstore.Store, key string) {
 		_, err := c.Acquire(ctx, key, time.Hour)
 		got <- err
 	}()
-	<-store.busy // first attempt
-	<-store.busy // second attempt, after the subscription was confirmed
+	// The first attempt, and the second after the subscription was confirmed.
+	for i := range 2 {
+		select {
+		case <-store.busy:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %d busy attempts in 10 s, want 2", i)
+		}
+	}
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
