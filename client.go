@@ -148,8 +148,13 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // ctx's error. A store failure is returned at once, not retried: whether to
 // keep waiting through an outage is the caller's decision.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	return c.acquireBackoff(ctx, key, ttl, c.maxBackoff)
+}
+
+// acquireBackoff is Acquire with its backoff capped at maxBackoff.
+func (c *Client) acquireBackoff(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	start := time.Now()
-	l, err := c.acquire(ctx, key, ttl)
+	l, err := c.acquire(ctx, key, ttl, maxBackoff)
 	c.reportAcquire(key, l, err, TimedOut, time.Since(start))
 	return l, err
 }
@@ -175,7 +180,7 @@ func (c *Client) lock(key string, fence int64) Lock {
 	return Lock{Key: key, Namespace: c.namespace(key), Fence: fence}
 }
 
-func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
@@ -195,7 +200,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	// must never be slower than waiting without it.
 	var released <-chan struct{}
 	if c.notifier != nil {
-		bound := c.maxBackoff
+		bound := maxBackoff
 		if held := (*HeldError)(nil); errors.As(err, &held) && held.Remaining > 0 {
 			bound = min(bound, held.Remaining+time.Millisecond)
 		}
@@ -212,7 +217,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		}
 	}
 
-	backoff := c.minBackoff
+	backoff := min(c.minBackoff, maxBackoff)
 	for {
 		l, err = c.try(ctx, key, token, ttl)
 		if err == nil {
@@ -234,9 +239,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl time.Duration) (*L
 			return nil, ctxNotAcquired(ctx, key)
 		case <-released:
 			timer.Stop()
-			backoff = c.minBackoff
+			backoff = min(c.minBackoff, maxBackoff)
 		case <-timer.C:
-			backoff = min(2*backoff, c.maxBackoff)
+			backoff = min(2*backoff, maxBackoff)
 		}
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// Hold takes key for ttl (waiting like Acquire), runs fn while renewing the
-// lease in the background, and releases it when fn returns.
+// Hold takes key for ttl (waiting like Acquire, or at most the wait budget
+// set with WithWaitBudget), runs fn while renewing the lease in the
+// background, and releases it when fn returns.
 //
 // fn's context is cancelled when ctx is, and, under the fence policy (the
 // default, see FenceAfter), when renewal can no longer be trusted: after n
@@ -24,10 +25,11 @@ import (
 // Hold returns fn's error, joined with an error matching ErrAbandoned when the
 // lease was given up, or ErrNotOwned when it was lost under the continue
 // policy or found gone at release: in both cases fn did not run exclusively
-// to the end. A release that fails for another reason is logged and reported,
-// not returned: fn's work is done and the TTL frees the key. Errors from the
-// acquire (ErrNotAcquired with the context's error, an *ArgumentError, the
-// store's error) are returned before fn runs. Hold leaves no goroutine behind.
+// to the end. A release that fails for another reason is logged and reported
+// (Observer.OnReleaseFailure), not returned: fn's work is done and the TTL
+// frees the key. Errors from the acquire (ErrNotAcquired, with the context's
+// error or the wait budget; an *ArgumentError; the store's error) are
+// returned before fn runs. Hold leaves no goroutine behind.
 func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return err
@@ -39,10 +41,48 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	if err != nil {
 		return err
 	}
-	l, err := c.Acquire(ctx, key, ttl)
+	l, err := c.acquireWithin(ctx, key, ttl, cfg.waitBudget)
 	if err != nil {
 		return err
 	}
+	return c.runHeld(ctx, l, cfg, fn)
+}
+
+// DefaultWaitBudget is how long Envelope waits for a busy key. An approval
+// handler answers a person or an API call; two seconds is as long as such a
+// caller should wait before being told the item is busy.
+const DefaultWaitBudget = 2 * time.Second
+
+// Envelope is Hold for request handlers (approvals, API calls): it waits for
+// the key at most DefaultWaitBudget (2 s) unless WithWaitBudget says
+// otherwise, then gives up with an error matching ErrNotAcquired that names
+// the budget; it renews and releases as Hold does (release bounded by 2 s,
+// detached from ctx; a failed release is logged and reported, never a panic).
+// The seed TTL for approvals is 10 s (DESIGN.md §5).
+func (c *Client) Envelope(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
+	return c.Hold(ctx, key, ttl, fn, append([]HoldOption{WithWaitBudget(DefaultWaitBudget)}, opts...)...)
+}
+
+// acquireWithin is Acquire bounded by budget when budget > 0. Running out of
+// budget is an ErrNotAcquired that says so, not a context error: the
+// caller's context is still live.
+func (c *Client) acquireWithin(ctx context.Context, key string, ttl, budget time.Duration) (*Lease, error) {
+	if budget <= 0 {
+		return c.Acquire(ctx, key, ttl)
+	}
+	bctx, cancel := context.WithTimeoutCause(ctx, budget, errWaitBudget)
+	defer cancel()
+	l, err := c.Acquire(bctx, key, ttl)
+	if err != nil && ctx.Err() == nil && context.Cause(bctx) == errWaitBudget {
+		return nil, fmt.Errorf("leasehold: %q still held after the %v wait budget: %w", key, budget, ErrNotAcquired)
+	}
+	return l, err
+}
+
+var errWaitBudget = errors.New("leasehold: wait budget spent")
+
+// runHeld runs fn under l with renewal, then releases l unless it was lost.
+func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(ctx context.Context, l *Lease) error) error {
 	k, err := l.keepAlive(ctx, cfg)
 	if err != nil { // cannot happen for a fresh lease; release rather than leak it
 		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
@@ -56,17 +96,28 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	if l.hasEnded() { // fn released the lease itself
 		return fnErr
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
+	if rerr := c.releaseBounded(ctx, l, cfg.releaseTimeout); rerr != nil {
+		return errors.Join(fnErr, rerr)
+	}
+	return fnErr
+}
+
+// releaseBounded releases l with a context detached from ctx and bounded by
+// timeout. It returns an error only when the lease turned out to be lost (a
+// fact the caller must hear); a store failure is logged and reported.
+func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	switch rerr := l.Release(rctx); {
-	case rerr == nil:
-		return fnErr
-	case errors.Is(rerr, ErrNotOwned):
-		return errors.Join(fnErr, fmt.Errorf("leasehold: %q was lost before fn returned: %w", key, rerr))
+	switch err := l.Release(rctx); {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotOwned):
+		return fmt.Errorf("leasehold: %q was lost before fn returned: %w", l.key, err)
 	default:
 		lk := l.lock()
-		c.log.WarnContext(ctx, "leasehold: release after Hold failed; the key frees itself when its TTL runs out",
-			lk.logAttrs(slog.Any("error", rerr))...)
-		return fnErr
+		c.observer.OnReleaseFailure(ReleaseFailureEvent{Lock: lk, Err: err})
+		c.log.WarnContext(ctx, "leasehold: release failed; the key frees itself when its TTL runs out",
+			lk.logAttrs(slog.Any("error", err))...)
+		return nil
 	}
 }

@@ -29,6 +29,9 @@ type Observer interface {
 	// OnLeaseExpired follows a lease that certainly expired while its
 	// critical section kept running (the continue policy).
 	OnLeaseExpired(LeaseExpiredEvent)
+	// OnReleaseFailure follows a release the store could not answer (the
+	// lease then frees itself when its TTL runs out).
+	OnReleaseFailure(ReleaseFailureEvent)
 	// OnFenceRejected follows a write refused at the storage boundary
 	// because its fence was stale (see package fence).
 	OnFenceRejected(FenceRejectedEvent)
@@ -97,6 +100,12 @@ type LeaseExpiredEvent struct {
 	Overrun time.Duration // how long past its certain expiry the lease was noticed
 }
 
+// ReleaseFailureEvent describes a release the store failed to answer.
+type ReleaseFailureEvent struct {
+	Lock
+	Err error
+}
+
 // FenceRejectedEvent describes a write refused by fenced storage.
 type FenceRejectedEvent struct {
 	Store     string // "memory", "redis", "postgres", or a caller's own name
@@ -108,13 +117,14 @@ type FenceRejectedEvent struct {
 // NopObserver ignores every event. It is the default, and a base to embed.
 type NopObserver struct{}
 
-func (NopObserver) OnAcquire(AcquireEvent)             {}
-func (NopObserver) OnRelease(ReleaseEvent)             {}
-func (NopObserver) OnRenewFailure(RenewFailureEvent)   {}
-func (NopObserver) OnNotOwned(NotOwnedEvent)           {}
-func (NopObserver) OnAbandon(AbandonEvent)             {}
-func (NopObserver) OnLeaseExpired(LeaseExpiredEvent)   {}
-func (NopObserver) OnFenceRejected(FenceRejectedEvent) {}
+func (NopObserver) OnAcquire(AcquireEvent)               {}
+func (NopObserver) OnRelease(ReleaseEvent)               {}
+func (NopObserver) OnRenewFailure(RenewFailureEvent)     {}
+func (NopObserver) OnNotOwned(NotOwnedEvent)             {}
+func (NopObserver) OnAbandon(AbandonEvent)               {}
+func (NopObserver) OnLeaseExpired(LeaseExpiredEvent)     {}
+func (NopObserver) OnFenceRejected(FenceRejectedEvent)   {}
+func (NopObserver) OnReleaseFailure(ReleaseFailureEvent) {}
 
 var _ Observer = NopObserver{}
 

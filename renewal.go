@@ -49,6 +49,7 @@ type holdConfig struct {
 	releaseTimeout time.Duration
 	margin         time.Duration
 	marginSet      bool
+	waitBudget     time.Duration // 0: wait until ctx is done
 }
 
 // FenceAfter selects the fence policy (the default) and gives the lease up
@@ -78,6 +79,11 @@ func WithRenewTimeout(d time.Duration) HoldOption { return func(c *holdConfig) {
 func WithReleaseTimeout(d time.Duration) HoldOption {
 	return func(c *holdConfig) { c.releaseTimeout = d }
 }
+
+// WithWaitBudget bounds how long Hold waits for a busy key; after d it gives
+// up with an error matching ErrNotAcquired. Default for Hold: no bound (until
+// ctx is done); for Envelope: DefaultWaitBudget.
+func WithWaitBudget(d time.Duration) HoldOption { return func(c *holdConfig) { c.waitBudget = d } }
 
 // WithDriftMargin sets how long before the server-side expiry the local
 // deadline falls. Default: ttl/10.
@@ -113,6 +119,8 @@ func newHoldConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
 			"%v plus the drift margin %v leaves no time to renew a %v lease before its deadline", c.interval, c.margin, ttl)}
 	case c.renewTimeout <= 0:
 		return c, &ArgumentError{Arg: "renew timeout", Reason: fmt.Sprintf("%v is not positive", c.renewTimeout)}
+	case c.waitBudget < 0:
+		return c, &ArgumentError{Arg: "wait budget", Reason: fmt.Sprintf("%v is negative", c.waitBudget)}
 	case c.releaseTimeout <= 0:
 		return c, &ArgumentError{Arg: "release timeout", Reason: fmt.Sprintf("%v is not positive", c.releaseTimeout)}
 	}

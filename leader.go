@@ -1,0 +1,127 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Defaults of Lead, from the snapshot writer's numbers in DESIGN.md §5.
+const (
+	// DefaultLeaderTTL is the leader lease's TTL: a crashed leader is
+	// replaced after about 10 s, while a leader that renews every ttl/3
+	// (3.3 s) rides out two failed renewals before stepping down.
+	DefaultLeaderTTL = 10 * time.Second
+
+	// DefaultRetryPeriod is the longest a candidate waits between two
+	// attempts at a held lease. Releases and expiries wake candidates
+	// sooner; the period only bounds the delay when a wake-up is lost.
+	DefaultRetryPeriod = 2 * time.Second
+)
+
+// LeaderConfig configures Lead. The zero value of every field but
+// OnStartedLeading is valid.
+type LeaderConfig struct {
+	// TTL is the leader lease's TTL. Default: DefaultLeaderTTL.
+	TTL time.Duration
+	// RetryPeriod bounds the wait between campaign attempts. Default:
+	// DefaultRetryPeriod.
+	RetryPeriod time.Duration
+	// OnStartedLeading runs in its own goroutine for each term, with a
+	// context cancelled when the term ends: leadership can no longer be
+	// trusted (renewal fenced), or Lead's context is done. Required.
+	OnStartedLeading func(ctx context.Context, l *Lease)
+	// OnStoppedLeading is called as soon as a term ends, before the lease
+	// can expire when renewal failed, and before OnStartedLeading has
+	// necessarily returned. Optional.
+	OnStoppedLeading func()
+	// KeepLeaseOnShutdown leaves the lease to expire when Lead's context
+	// ends, instead of releasing it: the default (false) releases, so a
+	// successor takes over at once after a clean shutdown.
+	KeepLeaseOnShutdown bool
+	// HoldOptions configure the renewal (policy, interval, timeouts).
+	// Default: the fence policy, renewing every TTL/3.
+	HoldOptions []HoldOption
+}
+
+// Lead campaigns for key and runs cfg.OnStartedLeading while this process is
+// the leader, until ctx is done; it then returns ctx's error. One process at
+// a time leads, as far as the store can tell; a leader steps down (its
+// context is cancelled, OnStoppedLeading called) when renewal fences, which
+// is before its lease can expire, and campaigns again. A new term does not
+// start until the previous OnStartedLeading has returned, so one process
+// never runs two terms at once.
+//
+// After a leader crashes, a candidate takes over when the lease expires: at
+// most TTL after the crash, plus RetryPeriod if the expiry's wake-up is lost.
+// The lease's fence (l.Fence()) rises with every term: fence the leader's
+// writes with it.
+func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultLeaderTTL
+	}
+	if cfg.RetryPeriod == 0 {
+		cfg.RetryPeriod = DefaultRetryPeriod
+	}
+	switch {
+	case cfg.OnStartedLeading == nil:
+		return &ArgumentError{Arg: "OnStartedLeading", Reason: "nil"}
+	case cfg.RetryPeriod < 0:
+		return &ArgumentError{Arg: "RetryPeriod", Reason: cfg.RetryPeriod.String() + " is negative"}
+	}
+	if err := validateKeyTTL(key, cfg.TTL); err != nil {
+		return err
+	}
+	hcfg, err := newHoldConfig(cfg.TTL, cfg.HoldOptions)
+	if err != nil {
+		return err
+	}
+	for {
+		l, err := c.acquireBackoff(ctx, key, cfg.TTL, min(cfg.RetryPeriod, c.maxBackoff))
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			// A store failure: try again after a retry period.
+			if err := sleepUntil(ctx, time.Now().Add(cfg.RetryPeriod)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.term(ctx, l, hcfg, cfg); err != nil {
+			return err
+		}
+	}
+}
+
+// term runs one term of leadership on l. It returns ctx's error when Lead
+// must end, nil to campaign again.
+func (c *Client) term(ctx context.Context, l *Lease, hcfg holdConfig, cfg LeaderConfig) error {
+	k, err := l.keepAlive(ctx, hcfg)
+	if err != nil {
+		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
+	}
+	defer k.Stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cfg.OnStartedLeading(k.Context(), l)
+	}()
+	select {
+	case <-k.Lost(): // renewal fenced: step down before the lease can expire
+	case <-ctx.Done():
+	case <-done: // the leader's work ended by itself: hand over
+	}
+	if cfg.OnStoppedLeading != nil {
+		cfg.OnStoppedLeading()
+	}
+	k.Stop()
+	<-done
+	lost := k.Err() != nil
+	if !lost && !(ctx.Err() != nil && cfg.KeepLeaseOnShutdown) {
+		if err := c.releaseBounded(ctx, l, hcfg.releaseTimeout); err != nil {
+			c.log.WarnContext(ctx, "leasehold: leader lease was lost before the term ended", l.lock().logAttrs()...)
+		}
+	}
+	return ctx.Err()
+}
