@@ -1,5 +1,5 @@
 # Every Go module in the repository; the heavy clients live in their own.
-MODULES := . store/redisstore fence/pgfence e2e
+MODULES := . store/redisstore store/etcdstore fence/pgfence e2e
 GO      ?= go
 
 .PHONY: test deps
@@ -12,4 +12,4 @@ test: deps
 	done
 
 deps:
-	@scripts/ensure-deps.sh redis-server=redis-server initdb=postgresql psql=postgresql-client
+	@scripts/ensure-deps.sh redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server

@@ -11,6 +11,9 @@
 //     and the postgres server run as a direct child process (as the postgres
 //     OS user when the tests run as root); Restart and Kill + Start keep the
 //     data.
+//   - StartEtcd / NewEtcdServer: etcd (Debian package etcd-server) with its
+//     own data directory; StartEtcdCluster: a real multi-member cluster whose
+//     members can be stopped, killed and started again with their data.
 //   - StartProxy / NewProxy: forwards to a server and can cut the next reply
 //     (the request was applied, its answer lost) or freeze all traffic (a
 //     silent partition).
@@ -18,7 +21,7 @@
 // Each server has a free loopback port and its own temporary directory,
 // removed when it is closed. All traffic stays on 127.0.0.1, and every wait
 // is bounded in time: a Redis must answer within 10 s, a cluster be healthy
-// within 20 s, PostgreSQL be ready within 30 s.
+// within 20 s, etcd be healthy within 20 s, PostgreSQL be ready within 30 s.
 //
 // Typical use:
 //

@@ -1,0 +1,98 @@
+// Package etcdstore is the etcd v3 backend of leasehold, on the official
+// client go.etcd.io/etcd/client/v3. It lives in a Go module of its own, so
+// that users of the other backends never download etcd's dependencies.
+//
+// Keys: a lock is LockKey(key) (by default "leasehold/lock/" + key), a key
+// holding the owner's token and attached to an etcd lease of its own, so
+// "etcdctl get leasehold/lock/KEY -w json" shows the owner and its lease. Its
+// last fence is the ModRevision of FenceKey(key) ("leasehold/fence/" + key),
+// a key without a lease that every successful Acquire rewrites.
+//
+// # Operations and round trips
+//
+//   - Acquire: Grant a lease, then one Txn: if the lock key does not exist
+//     (CreateRevision == 0), put it on the lease and put the fence key. Two
+//     round trips. When the key is held, one more round trip revokes the
+//     unused lease and asks for the holder's TimeToLive at the same time.
+//   - Release: one Txn deletes the lock key only if its value is the
+//     caller's token, never by key alone (the mistake of etcd#22082), then
+//     the owner's lease is revoked, best effort: two round trips.
+//   - Renew: Get the lock key and check the token, then KeepAliveOnce its
+//     lease: two round trips. A renew to a different TTL then grants a lease
+//     of that TTL, moves the key onto it in a Txn that checks the token
+//     again, and revokes the old lease: five round trips.
+//   - Inspect: one Txn reads the lock key and the fence key; a held key
+//     takes one more round trip for its lease's TimeToLive.
+//   - WatchReleases: a watch on the lock key for DELETE events, created once
+//     per key and shared by that key's waiters in this Store.
+//
+// # Guarantees
+//
+//   - Every decision is a linearizable etcd request: the acquire, the
+//     token-checked delete and the token-checked move are transactions
+//     committed through raft by a quorum of the cluster, and reads go
+//     through the leader. A lost member, or a minority partition, changes
+//     nothing while a quorum remains; a member without a quorum answers
+//     nothing rather than something stale.
+//   - The fence is the cluster revision of the acquiring transaction. The
+//     revision is consensus-backed and rises with every write to the
+//     cluster, so fences rise strictly per key, and across all keys, through
+//     releases, expiries, leader changes and member restarts.
+//   - Time is etcd's: a lease expires when the leader's clock says so; the
+//     clients' clocks play no part. A lease TTL is a whole number of
+//     seconds, so the Store rounds every TTL up: the server never holds a
+//     lock for less time than its owner asked for, but may hold it for up
+//     to a second more. etcd also raises a lease to its minimum TTL, 1.5
+//     election timeouts rounded up to seconds (2 s with etcd's default
+//     election timeout of 1 s): a TTL of 100 ms holds the key for 2 s on
+//     such a cluster. etcd revokes expired leases on a timer, so a key
+//     disappears up to about half a second after its lease ran out.
+//   - Inspect and the Remaining of a *leasehold.HeldError report the lease's
+//     remaining time as etcd does, in whole seconds, rounded up here
+//     (never above the lease's TTL) so that a waiter does not try again
+//     before the lease can be gone.
+//   - An etcd that cannot be reached, or cannot reach a quorum, gives an
+//     error, never a false "acquired" and never leasehold.ErrNotAcquired.
+//     Every request is bounded by the caller's context.
+//
+// # What it does not guarantee
+//
+//   - A lock can outlive its TTL: besides the rounding above, a leader change
+//     gives every lease its full TTL again on etcd before 3.6 (unless the
+//     servers run with --experimental-enable-lease-checkpoint), and a leader
+//     that is paused revokes late. Longer, never shorter: mutual exclusion
+//     holds, but takeover after a crash can take up to one more TTL.
+//   - A client that is paused, or cut off, still believes it holds a lock
+//     that etcd has expired and given to someone else. Only the fence
+//     checked where the data is written protects against that.
+//   - Losing a majority of the members stops all lock operations until the
+//     quorum is back. Restoring a cluster from a snapshot (etcdutl snapshot
+//     restore) rolls its data back to the snapshot: the locks taken since
+//     are forgotten and the revision goes back, so fences already handed
+//     out may be issued again. After such a restore, raise the revision past
+//     the last fence the protected storage has seen (etcdutl snapshot
+//     restore --bump-revision N --mark-compacted, in etcd 3.5 and later)
+//     before serving locks.
+//   - Release notifications are a latency optimisation. A watch that breaks
+//     (its member lost its leader, the cluster went away) is made again,
+//     and its waiters are then woken once to look for themselves; a release
+//     in the gap costs waiters at most their backoff step.
+//   - Renew with the lock's current TTL only keeps its lease alive; only a
+//     renew to another TTL writes to the key (a new ModRevision, the same
+//     CreateRevision and fence). A renew whose reply is lost may have moved
+//     the key to its new lease; the old lease then expires by itself.
+//
+// # Storage
+//
+// Each lock name ever acquired leaves its fence key behind (a few dozen
+// bytes), so that fences keep rising after the lock is released. Every
+// acquire, release and TTL change is a write, and etcd keeps the history of
+// writes until it is compacted: run etcd with --auto-compaction-retention,
+// as any etcd serving frequent writes should.
+//
+// # Goroutines
+//
+// The Store starts one goroutine per key that has waiters, to read its
+// watch; the key's last waiter stops it, and Close stops all of them and
+// waits for them.
+package etcdstore

@@ -1,0 +1,453 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold"
+)
+
+// DefaultPrefix is the key prefix used when WithPrefix is not given. A prefix
+// of its own keeps the lock keys apart from the application's keys, so that
+// "etcdctl get --prefix leasehold/" lists every lock and nothing else, and a
+// role with permission on that prefix alone is enough for the Store.
+const DefaultPrefix = "leasehold/"
+
+var (
+	_ leasehold.Store           = (*Store)(nil)
+	_ leasehold.ReleaseNotifier = (*Store)(nil)
+)
+
+// Option configures a Store. The zero set of options is valid.
+type Option func(*Store)
+
+// WithPrefix sets the prefix of every key the Store writes. Default:
+// DefaultPrefix ("leasehold/"). Stores that share a prefix share their locks;
+// give each independent set of locks its own prefix. The prefix is used as
+// it is, so end it with a separator.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) { s.prefix = prefix }
+}
+
+// Store is a leasehold.Store on etcd v3. It is safe for concurrent use.
+type Store struct {
+	client *clientv3.Client
+	prefix string
+
+	// minTTL is the shortest lease, in seconds, that the server has granted
+	// for a shorter request: its minimum lease TTL, learned from Grant's
+	// answers. Renew uses it to tell an unchanged TTL from a new one.
+	minTTL atomic.Int64
+
+	mu      sync.Mutex
+	watches map[string]*keyWatch // by lock key; one shared watch per key
+	closed  bool
+	done    chan struct{}  // closed by Close
+	wg      sync.WaitGroup // the watch goroutines
+}
+
+// keyWatch is one etcd watch on a lock key, shared by that key's waiters.
+type keyWatch struct {
+	cancel  context.CancelFunc         // ends the watch goroutine
+	ready   chan struct{}              // closed once the watch was first established
+	waiters map[chan struct{}]struct{} // woken on each DELETE of the key
+}
+
+// New returns a Store that keeps its locks in the etcd cluster that client
+// talks to. The Store does not own the client: Close the Store first, then
+// the client.
+//
+// Requests are bounded by the contexts the caller passes, not by the
+// client's DialTimeout; the client's default retries need no change (etcd's
+// client never retries a write it may have sent).
+func New(client *clientv3.Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("etcdstore: nil client")
+	}
+	s := &Store{
+		client:  client,
+		prefix:  DefaultPrefix,
+		watches: make(map[string]*keyWatch),
+		done:    make(chan struct{}),
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s, nil
+}
+
+// Close stops the watches that carry release notifications and waits for
+// their goroutines. It does not close the client. Waiters still blocked on
+// the Store fall back to their backoff; lock operations keep working.
+// Calling Close again does nothing. It always returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	for _, w := range s.watches {
+		w.cancel()
+	}
+	s.watches = nil
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// LockKey returns the etcd key that holds key's owner token, attached to the
+// owner's lease: the prefix, "lock/", then key.
+func (s *Store) LockKey(key string) string { return s.prefix + "lock/" + key }
+
+// FenceKey returns the etcd key whose ModRevision is key's last fence: the
+// prefix, "fence/", then key. It has an empty value, no lease, and is
+// rewritten by every successful Acquire, so it outlives releases and
+// expiries.
+func (s *Store) FenceKey(key string) string { return s.prefix + "fence/" + key }
+
+// seconds rounds a TTL up to whole seconds, the unit of etcd leases, so that
+// the server never holds a lease for less time than its owner believes.
+func seconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Second - 1) / time.Second)
+}
+
+// grant creates a lease of ttl rounded up to whole seconds (and raised by
+// the server to its minimum TTL).
+func (s *Store) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	want := seconds(ttl)
+	resp, err := s.client.Grant(ctx, want)
+	if err != nil {
+		return 0, fmt.Errorf("grant lease: %w", err)
+	}
+	if resp.TTL > want {
+		for cur := s.minTTL.Load(); resp.TTL > cur && !s.minTTL.CompareAndSwap(cur, resp.TTL); cur = s.minTTL.Load() {
+		}
+	}
+	return resp.ID, nil
+}
+
+// grantedTTL is the TTL, in seconds, that a grant for ttl gets from the
+// server, as far as the Store has learned the server's minimum.
+func (s *Store) grantedTTL(ttl time.Duration) int64 {
+	return max(seconds(ttl), s.minTTL.Load())
+}
+
+// revoke revokes a lease that no key of a current owner is attached to. It
+// is best effort: a lease that is not revoked expires by itself.
+func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
+	if id != 0 {
+		_, _ = s.client.Revoke(ctx, id)
+	}
+}
+
+// remaining returns a lease's remaining time, rounded up to whole seconds
+// (etcd reports it rounded down) but never above the lease's TTL; 0 for a
+// lease that is gone.
+func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
+	if id == 0 {
+		return 0, nil
+	}
+	resp, err := s.client.TimeToLive(ctx, id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case resp.TTL < 0:
+		return 0, nil
+	}
+	return time.Duration(min(resp.TTL+1, resp.GrantedTTL)) * time.Second, nil
+}
+
+// Acquire implements leasehold.Store in two round trips: a lease grant, then
+// one transaction that puts the lock key on that lease and touches the fence
+// key only if the lock key does not exist. The fence is the revision of that
+// transaction.
+//
+// When the key is held it returns a *leasehold.HeldError with the holder's
+// remaining TTL, after one more round trip in which the unused lease is
+// revoked and the holder's lease is looked up at the same time. Any other
+// error means etcd could not answer; the lease of an acquire whose outcome
+// is unknown is then revoked when the context still allows it, which undoes
+// the acquire if it was applied.
+func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+		return 0, err
+	}
+	lease, err := s.grant(ctx, ttl)
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err)
+	}
+	lk := s.LockKey(key)
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
+		Then(clientv3.OpPut(lk, token, clientv3.WithLease(lease)), clientv3.OpPut(s.FenceKey(key), "")).
+		Else(clientv3.OpGet(lk, clientv3.WithKeysOnly())).
+		Commit()
+	if err != nil {
+		s.revoke(ctx, lease)
+		return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+
+	var holder clientv3.LeaseID
+	if len(resp.Responses) == 1 {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			holder = clientv3.LeaseID(kvs[0].Lease)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.revoke(ctx, lease) })
+	// The holder's TTL is a hint for waiters; not knowing it is no error.
+	left, _ := s.remaining(ctx, holder)
+	wg.Wait()
+	return 0, &leasehold.HeldError{Key: key, Remaining: left}
+}
+
+// Release implements leasehold.Store: one transaction deletes the lock key
+// only if it still holds token (never by key alone), then the owner's lease
+// is revoked, best effort, in a second round trip. It returns
+// leasehold.ErrNotOwned when the key is absent or holds another token.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := leasehold.ValidateRelease(key, token); err != nil {
+		return err
+	}
+	lk := s.LockKey(key)
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(lk), "=", token)).
+		Then(clientv3.OpDelete(lk, clientv3.WithPrevKV())).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: release %q: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return leasehold.ErrNotOwned
+	}
+	if len(resp.Responses) == 1 {
+		for _, kv := range resp.Responses[0].GetResponseDeleteRange().GetPrevKvs() {
+			s.revoke(ctx, clientv3.LeaseID(kv.Lease))
+		}
+	}
+	return nil
+}
+
+// Renew implements leasehold.Store. It reads the lock key and, if it still
+// holds token, keeps its lease alive once: two round trips. When ttl differs
+// from the lease's TTL, it then grants a lease of the new TTL, moves the key
+// onto it in a transaction that checks the token again, and revokes the old
+// lease: five round trips in all. It returns leasehold.ErrNotOwned when the
+// key is absent, holds another token, or its lease has expired.
+func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+		return err
+	}
+	lk := s.LockKey(key)
+	get, err := s.client.Get(ctx, lk)
+	if err != nil {
+		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
+	}
+	if len(get.Kvs) == 0 || string(get.Kvs[0].Value) != token {
+		return leasehold.ErrNotOwned
+	}
+	// The lease is this owner's: only its acquire or renew attached it.
+	if old := clientv3.LeaseID(get.Kvs[0].Lease); old != 0 {
+		ka, err := s.client.KeepAliveOnce(ctx, old)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return leasehold.ErrNotOwned // expired since the read
+		case err != nil:
+			return fmt.Errorf("etcdstore: renew %q: keep lease alive: %w", key, err)
+		case ka.TTL == s.grantedTTL(ttl):
+			return nil
+		}
+	}
+
+	lease, err := s.grant(ctx, ttl)
+	if err != nil {
+		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
+	}
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(lk), "=", token)).
+		Then(clientv3.OpPut(lk, token, clientv3.WithLease(lease), clientv3.WithPrevKV())).
+		Commit()
+	if err != nil {
+		// The move may have been applied: the new lease must stay, and the
+		// old one expires by itself.
+		return fmt.Errorf("etcdstore: renew %q: move to a new lease: %w", key, err)
+	}
+	if !resp.Succeeded {
+		s.revoke(ctx, lease)
+		return leasehold.ErrNotOwned
+	}
+	// Revoke the lease the key was on just before the move (a concurrent
+	// renew of the same owner may have moved it too). It is never the
+	// key's current lease: every move grants a fresh one.
+	if len(resp.Responses) == 1 {
+		if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
+			s.revoke(ctx, clientv3.LeaseID(prev.Lease))
+		}
+	}
+	return nil
+}
+
+// Inspect implements leasehold.Store: one transaction reads the lock key and
+// the fence key together, and when the key is held a second round trip asks
+// for its lease's remaining time (whole seconds, rounded up, at most the
+// lease's TTL).
+func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
+	if err := leasehold.ValidateKey(key); err != nil {
+		return leasehold.Info{}, err
+	}
+	info := leasehold.Info{Key: key}
+	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(s.LockKey(key)), clientv3.OpGet(s.FenceKey(key))).Commit()
+	if err != nil {
+		return info, fmt.Errorf("etcdstore: inspect %q: %w", key, err)
+	}
+	if len(resp.Responses) != 2 {
+		return info, fmt.Errorf("etcdstore: inspect %q: %d answers in the transaction, want 2", key, len(resp.Responses))
+	}
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		info.Fence = kvs[0].ModRevision
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return info, nil
+	}
+	info.Held, info.Token = true, string(kvs[0].Value)
+	if info.TTL, err = s.remaining(ctx, clientv3.LeaseID(kvs[0].Lease)); err != nil {
+		return info, fmt.Errorf("etcdstore: inspect %q: lease: %w", key, err)
+	}
+	return info, nil
+}
+
+var errClosed = errors.New("etcdstore: store closed")
+
+// WatchReleases implements leasehold.ReleaseNotifier with an etcd watch on
+// the lock key for DELETE events: a release, and also an expiry (etcd
+// deletes the key when it revokes the expired lease), so waiters take over
+// an expired lock at once too. One watch per key is shared by all of the
+// Store's waiters on that key, and every watch of the Store shares one gRPC
+// stream.
+//
+// It returns once etcd has confirmed the watch, so a release after that is
+// not missed unless the watch breaks; it fails when ctx ends first, or when
+// the Store is closed. A broken watch (the member lost its leader, the
+// cluster is unreachable) is re-established by the Store, which then wakes
+// the waiters once, since a release may have been missed in between.
+func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := leasehold.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	lk := s.LockKey(key)
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, errClosed
+	}
+	w := s.watches[lk]
+	if w == nil {
+		wctx, cancel := context.WithCancel(context.Background())
+		w = &keyWatch{cancel: cancel, ready: make(chan struct{}), waiters: make(map[chan struct{}]struct{})}
+		s.watches[lk] = w
+		s.wg.Add(1)
+		go s.watch(wctx, lk, w)
+	}
+	w.waiters[ch] = struct{}{}
+	s.mu.Unlock()
+
+	var once sync.Once
+	stop := func() { once.Do(func() { s.unwatch(lk, w, ch) }) }
+	select {
+	case <-w.ready:
+		return ch, stop, nil
+	case <-s.done:
+		stop()
+		return nil, nil, errClosed
+	case <-ctx.Done():
+		stop()
+		return nil, nil, fmt.Errorf("etcdstore: watch %q: not established: %w", key, context.Cause(ctx))
+	}
+}
+
+// unwatch removes one waiter, and ends the key's watch with its last waiter.
+func (s *Store) unwatch(lk string, w *keyWatch, ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(w.waiters, ch)
+	if len(w.waiters) == 0 && s.watches[lk] == w {
+		delete(s.watches, lk)
+		w.cancel()
+	}
+}
+
+// wake gives every waiter of w a pending wake-up, without blocking.
+func (s *Store) wake(w *keyWatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range w.waiters {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// Bounds of the pause before a broken watch is made again: short enough
+// that wake-ups resume soon after the cluster does, long enough that a
+// cluster that stays down is not asked in a spin.
+const (
+	minRewatchPause = 10 * time.Millisecond
+	maxRewatchPause = time.Second
+)
+
+// watch runs the etcd watch of one lock key until ctx is cancelled (by the
+// key's last waiter, or by Close), making it again whenever it breaks.
+func (s *Store) watch(ctx context.Context, lk string, w *keyWatch) {
+	defer s.wg.Done()
+	established := false
+	pause := time.Duration(0)
+	for {
+		// WithRequireLeader: a member cut off from its cluster ends the
+		// watch instead of keeping it silently, so it is made again
+		// through a member that can see the releases.
+		wch := s.client.Watch(clientv3.WithRequireLeader(ctx), lk,
+			clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		for resp := range wch {
+			switch {
+			case resp.Canceled:
+				// The channel closes next.
+			case resp.Created:
+				pause = 0
+				if !established {
+					established = true
+					close(w.ready)
+				} else {
+					s.wake(w) // a release may have gone unseen while it was down
+				}
+			case len(resp.Events) > 0:
+				s.wake(w)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		pause = min(max(2*pause, minRewatchPause), maxRewatchPause)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
