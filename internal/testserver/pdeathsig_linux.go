@@ -1,7 +1,11 @@
 package testserver
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -44,8 +48,57 @@ func setCredential(cmd *exec.Cmd, uid, gid uint32) error {
 }
 
 // killProcessGroup sends SIGKILL to every process in the process group led by
-// pid (see setProcessGroup). The caller must make sure the leader has not
-// been reaped yet, so that the group id cannot have been reused.
-func killProcessGroup(pid int) error {
-	return syscall.Kill(-pid, syscall.SIGKILL)
+// pid (see setProcessGroup), and to pid's children that left the group:
+// PostgreSQL's backends call setsid, so a group kill alone would leave them
+// serving, and committing, on their open connections after the "crash". The
+// caller must make sure the leader has not been reaped yet, so that neither
+// the group id nor the children's parent id can have been reused.
+func killProcessGroup(pid int) (children []int, err error) {
+	children = childPIDs(pid)
+	err = syscall.Kill(-pid, syscall.SIGKILL)
+	for _, c := range children {
+		_ = syscall.Kill(c, syscall.SIGKILL)
+	}
+	return children, err
+}
+
+// processAlive reports whether pid runs: it exists and is not a zombie (a
+// dead process this container's init has not reaped).
+func processAlive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && !bytes.HasPrefix(stat[i+1:], []byte(" Z"))
+}
+
+// childPIDs lists the processes whose parent is pid, from /proc.
+func childPIDs(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var children []int
+	for _, e := range entries {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name, in parentheses, may hold spaces: the fields
+		// after its closing parenthesis are state, then the parent's pid.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			children = append(children, id)
+		}
+	}
+	return children
 }

@@ -333,7 +333,7 @@ func (s *PostgresServer) command(ctx context.Context, bin string, args ...string
 	var cmd *exec.Cmd
 	if ctx != nil {
 		cmd = exec.CommandContext(ctx, bin, args...)
-		cmd.Cancel = func() error { return killProcessGroup(cmd.Process.Pid) }
+		cmd.Cancel = func() error { _, err := killProcessGroup(cmd.Process.Pid); return err }
 		cmd.WaitDelay = pgWaitDelay
 	} else {
 		cmd = exec.Command(bin, args...)
@@ -576,13 +576,24 @@ func (s *PostgresServer) kill(p *process) error {
 	default:
 	}
 	// Fails only if the processes are already gone, which is fine.
-	killProcessGroup(p.cmd.Process.Pid)
+	children, _ := killProcessGroup(p.cmd.Process.Pid)
 	deadline := time.After(killTimeout)
 	select {
 	case <-p.done:
 	case <-deadline:
 		return fmt.Errorf("testserver: postgres (pid %d) on %s did not exit after SIGKILL",
 			p.cmd.Process.Pid, s.Addr())
+	}
+	// A crash leaves nothing running: no backend may go on with a query
+	// (and commit it) after Kill returns.
+	for _, c := range children {
+		for processAlive(c) {
+			select {
+			case <-deadline:
+				return fmt.Errorf("testserver: backend %d of postgres on %s still running after SIGKILL", c, s.Addr())
+			case <-time.After(readyPollInterval):
+			}
+		}
 	}
 	// The postmaster is reaped, but its children, killed with it, may still
 	// be on their way out holding the listening socket. Return once the

@@ -216,3 +216,29 @@ func mustPsql(t *testing.T, s *PostgresServer, sql string) string {
 	}
 	return out
 }
+
+// Kill is a crash: no backend of the killed server may go on with its query
+// (PostgreSQL's backends leave the process group, and a CPU-bound query
+// does not look for the postmaster's death).
+func TestPostgresKillLeavesNoBackend(t *testing.T) {
+	t.Parallel()
+	s := StartPostgres(t)
+	go func() { _, _ = s.Psql("SELECT count(*) FROM generate_series(1, 3000000000)") }()
+	var backend int
+	for deadline := time.Now().Add(10 * time.Second); backend == 0; {
+		out, err := s.Psql("SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%generate_series%' AND pid <> pg_backend_pid()")
+		if err == nil && out != "" {
+			backend, _ = strconv.Atoi(strings.Fields(out)[0])
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the long query did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if processAlive(backend) {
+		t.Fatalf("backend %d of the killed server is still running its query", backend)
+	}
+}
