@@ -1,0 +1,96 @@
+// Package pgstore is the PostgreSQL backend of leasehold, on a pgx v5
+// connection pool (*pgxpool.Pool).
+//
+// Table: one row per key, made by Store.Migrate (default name
+// "leasehold_leases"; see WithTable):
+//
+//	key        text PRIMARY KEY   the lock key
+//	token      text               the owner's token; NULL when released
+//	fence      bigint NOT NULL    the last fence issued for the key
+//	expires_at timestamptz        end of the lease; NULL when released
+//
+// A key is held while token is set and expires_at is in the future, so psql
+// shows the locks as they are:
+//
+//	SELECT key, token, fence, expires_at - now() AS ttl FROM leasehold_leases
+//	 WHERE expires_at > now();
+//
+// The row is never deleted: a release clears token and expires_at and keeps
+// fence, an expiry leaves the row as it was, and the next acquire raises the
+// fence in the same row. (A table of many short-lived keys therefore grows
+// by one small row per key ever locked; deleting rows of keys that are not
+// held is safe only if their fences never need to rise again, for example
+// run IDs that are never reused.)
+//
+// Releases are announced with pg_notify on the Store's channel (default: the
+// table's name; see WithChannel), the key as payload, in the release's own
+// statement.
+//
+// # Round trips
+//
+// Acquire (taken or busy), Release, Renew and Inspect are one statement each,
+// so one round trip, once pgx has prepared the statement on the pooled
+// connection: under pgx's default QueryExecModeCacheStatement the first use
+// of each statement on each connection adds one round trip to prepare it;
+// under QueryExecModeExec or the simple protocol there is no such first
+// round trip. The pool may add a ping before handing out a connection idle
+// for more than a second (pgxpool.Config.ShouldPing). Migrate takes a few
+// round trips in one transaction. WatchReleases takes none once the Store's
+// listening connection is up.
+//
+// # Guarantees
+//
+//   - Acquire, Release and Renew are each one atomic statement; Release and
+//     Renew compare the token and the expiry in their WHERE clause, and a
+//     busy key is decided on the latest committed row (INSERT … ON CONFLICT
+//     DO UPDATE … WHERE), so two acquirers never both win.
+//   - Time is the database's: leases start at now() (the statement's
+//     transaction start, which is after the caller sent it) and end at
+//     now() + ttl, with ttl rounded up to whole microseconds; expiry is
+//     judged by the database's now(). Clients' clocks play no part in the
+//     store's decisions, and a lease is never shorter on the server than
+//     its owner believes.
+//   - Fences come from a per-key counter in a durable row, raised in the
+//     acquiring statement. They rise strictly, per key, across releases,
+//     expiries, PostgreSQL restarts and crashes (whatever committed
+//     survives). A failed call is an error and never "acquired" or
+//     ErrNotAcquired; after an error the acquire may have been applied (a
+//     lost reply), and leasehold.Client releases its token then.
+//   - WatchReleases uses one connection per Store, whatever the number of
+//     waiters and keys, and returns only once that connection LISTENs.
+//
+// # What it does not guarantee
+//
+//   - Fences are only as durable as the database: they can go backwards.
+//     If the database is restored from a backup (or to a point in time)
+//     older than the last acquire, the counters go back with it and fences
+//     already issued are issued again, to new owners. A process still
+//     holding a fence from before the restore then outranks the new owner
+//     at any storage that did not go back with it, and the leases it held
+//     are free to take. Nothing in this package detects it. After such a
+//     restore, stop lock users and raise every fence past the highest one
+//     that can have been issued (UPDATE leasehold_leases SET token = NULL,
+//     expires_at = NULL, fence = fence + <margin>) before letting them back.
+//     Failover to an asynchronous replica that missed the last commits is a
+//     restore of the same kind: a lease and its fence can be lost and
+//     issued again. Use synchronous replication (synchronous_standby_names,
+//     synchronous_commit = on or stricter) if failover must not lose them.
+//     With synchronous_commit = off (for the session or the server) even a
+//     crash of a single server can lose the last acquires in the same way.
+//   - Release notifications may be lost: a broken connection, a database
+//     restart, or a release committed before the Store's connection
+//     listens. The listening connection reconnects with bounded backoff
+//     (10 ms doubling to 1 s, jittered) and LISTENs again; a lost
+//     notification costs waiters only their own backoff. Expiries are not
+//     notified.
+//   - Every release's NOTIFY is committed under PostgreSQL's cluster-wide
+//     notification queue lock, which serialises the commits of notifying
+//     transactions: at many thousands of releases per second that lock, not
+//     the lease table, is the limit.
+//   - LISTEN needs a session: the pool's configuration must reach
+//     PostgreSQL directly or through a session-pooling proxy, not a
+//     transaction-pooling one.
+//
+// Store starts one goroutine, on the first WatchReleases, to read its
+// listening connection; Close stops it, closes that connection and waits.
+package pgstore

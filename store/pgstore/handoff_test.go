@@ -1,0 +1,96 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/pgstore"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+// signalStore reports each acquire attempt that found the key busy. It
+// embeds the Store, so the Client still finds its WatchReleases.
+type signalStore struct {
+	*pgstore.Store
+	busy chan struct{}
+}
+
+func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	f, err := s.Store.Acquire(ctx, key, token, ttl)
+	if errors.Is(err, leasehold.ErrNotAcquired) {
+		s.busy <- struct{}{}
+	}
+	return f, err
+}
+
+// handOffBound is how soon after the holder's release a waiter must hold the
+// lock: a release round trip, the notification, an acquire round trip and
+// some scheduling, with room for a loaded machine and the race detector.
+const handOffBound = 50 * time.Millisecond
+
+// With a backoff of an hour (and leases of an hour, so the holder's TTL does
+// not end the wait either) only the release notification can hand the lock
+// to a waiter. Each waiter becomes the next holder, 100 times over.
+func TestReleaseHandsOffWithoutPolling(t *testing.T) {
+	const rounds = 100
+	store := signalStore{Store: newStore(t, pool), busy: make(chan struct{}, 16)}
+	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+	key := storetest.Key(t)
+	holder, err := c.TryAcquire(t.Context(), key, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *leasehold.Lease
+		err   error
+		at    time.Time
+	}
+	var (
+		latencies []time.Duration
+		slow      int
+	)
+	for round := range rounds {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		got := make(chan result, 1)
+		go func() {
+			l, err := c.Acquire(ctx, key, time.Hour)
+			got <- result{l, err, time.Now()}
+		}()
+		// The first attempt, and the second after the watch was in place:
+		// the waiter now waits for a wake-up (or an hour).
+		for i := range 2 {
+			select {
+			case <-store.busy:
+			case <-ctx.Done():
+				t.Fatalf("round %d: saw %d busy attempts in 10 s, want 2", round, i)
+			}
+		}
+		start := time.Now()
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatalf("round %d: Release: %v", round, err)
+		}
+		r := <-got // bounded by ctx
+		cancel()
+		if r.err != nil {
+			t.Fatalf("round %d: waiter: %v", round, r.err)
+		}
+		d := r.at.Sub(start)
+		latencies = append(latencies, d)
+		if d > handOffBound {
+			slow++
+			t.Errorf("round %d: the waiter held the lock %v after the release, want <= %v", round, d, handOffBound)
+		}
+		holder = r.lease
+	}
+	if err := holder.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(latencies)
+	pct := func(p float64) time.Duration { return latencies[int(p*float64(len(latencies)-1)+0.5)] }
+	t.Logf("hand-off from release to the waiter's acquire over %d rounds: min %v, median %v, p90 %v, p99 %v, max %v (%d over %v)",
+		len(latencies), latencies[0], pct(0.5), pct(0.9), pct(0.99), latencies[len(latencies)-1], slow, handOffBound)
+}

@@ -1,0 +1,325 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+)
+
+// DefaultTable is the table New uses without WithTable. It carries the
+// library's name so that it cannot be mistaken for, or clash with, an
+// application's own tables, and it lives in the connection's search_path
+// like the application's tables do.
+const DefaultTable = "leasehold_leases"
+
+// maxIdentLen is PostgreSQL's limit on an identifier (NAMEDATALEN − 1 bytes).
+// Longer table names are truncated by the server and longer notification
+// channels are refused by pg_notify, so New rejects them instead.
+const maxIdentLen = 63
+
+var (
+	_ leasehold.Store           = (*Store)(nil)
+	_ leasehold.ReleaseNotifier = (*Store)(nil)
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	table   string
+	channel string // "" until set: then it follows the table
+}
+
+// WithTable sets the table that holds the leases, optionally
+// schema-qualified ("locks.leases"). Default: DefaultTable,
+// "leasehold_leases", in the connection's search_path. Name it per
+// application when several share a database and must not share locks.
+func WithTable(name string) Option {
+	return func(c *config) { c.table = name }
+}
+
+// WithChannel sets the LISTEN/NOTIFY channel on which releases are announced
+// (at most 63 bytes). Default: the table name as given to WithTable, so that
+// stores on different tables never wake each other's waiters; set it when
+// the table name is longer than 63 bytes.
+func WithChannel(name string) Option {
+	return func(c *config) { c.channel = name }
+}
+
+// Store is a leasehold.Store on PostgreSQL: one row per key in a table made
+// by Migrate. It is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	table   string // as given, for messages
+	channel string
+
+	migrateSQL, acquireSQL, releaseSQL, renewSQL, inspectSQL string
+
+	listener *listener
+}
+
+// New returns a Store that keeps its leases in pool's database. It does not
+// touch the database: call Migrate once (at deployment or start-up) to create
+// the table.
+//
+// The Store does not own the pool: Close the Store before the pool. Lock
+// operations run on pooled connections; release notifications are read on
+// one extra connection per Store, opened with the pool's configuration on
+// the first WatchReleases (see WatchReleases). That connection needs a
+// session of its own, so it must reach PostgreSQL directly or through a
+// session-pooling proxy: LISTEN does not work through transaction pooling.
+//
+// New returns an *leasehold.ArgumentError for a nil pool or a table or
+// channel name PostgreSQL would not take as it is.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, &leasehold.ArgumentError{Arg: "pool", Reason: "nil"}
+	}
+	c := config{table: DefaultTable}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.channel == "" {
+		c.channel = c.table
+	}
+	parts := strings.Split(c.table, ".")
+	if len(parts) > 2 {
+		return nil, &leasehold.ArgumentError{Arg: "table", Reason: fmt.Sprintf("%q has more than one dot", c.table)}
+	}
+	for _, p := range parts {
+		if err := checkIdent("table", c.table, p); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkIdent("channel", c.channel, c.channel); err != nil {
+		return nil, err
+	}
+	t := pgx.Identifier(parts).Sanitize()
+	s := &Store{
+		pool:       pool,
+		table:      c.table,
+		channel:    c.channel,
+		migrateSQL: fmt.Sprintf(migrateSQL, t),
+		acquireSQL: fmt.Sprintf(acquireSQL, t),
+		releaseSQL: fmt.Sprintf(releaseSQL, t),
+		renewSQL:   fmt.Sprintf(renewSQL, t),
+		inspectSQL: fmt.Sprintf(inspectSQL, t),
+	}
+	s.listener = newListener(pool, c.channel)
+	return s, nil
+}
+
+func checkIdent(arg, whole, part string) error {
+	switch {
+	case part == "":
+		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has an empty name", whole)}
+	case len(part) > maxIdentLen:
+		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is longer than %d bytes", whole, maxIdentLen)}
+	case strings.ContainsRune(part, 0):
+		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q contains NUL", whole)}
+	}
+	return nil
+}
+
+// The statements, with %[1]s standing for the quoted table name. Every lock
+// operation is one statement: one round trip, atomic on its own, timed by
+// the database's clock (now() is the statement's transaction start).
+const (
+	migrateSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
+	key        text PRIMARY KEY,
+	token      text,
+	fence      bigint NOT NULL,
+	expires_at timestamptz
+)`
+
+	// acquireSQL takes a free key (no row, or a released or expired one)
+	// and raises its fence in the same row. When the key is held, the
+	// INSERT returns nothing and the second column reports the holder's
+	// remaining TTL. That read uses the statement's snapshot, so it is NULL
+	// in the rare race where the holder's row was written after the
+	// statement started; the caller then gets a HeldError without a TTL.
+	acquireSQL = `WITH acquired AS (
+	INSERT INTO %[1]s AS l (key, token, fence, expires_at)
+	VALUES ($1, $2, 1, now() + $3::interval)
+	ON CONFLICT (key) DO UPDATE
+	   SET token = EXCLUDED.token, fence = l.fence + 1, expires_at = EXCLUDED.expires_at
+	 WHERE l.expires_at IS NULL OR l.expires_at <= now()
+	RETURNING l.fence
+)
+SELECT (SELECT fence FROM acquired),
+       (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
+
+	// releaseSQL clears the owner but keeps the row, so the fence goes on
+	// rising, and queues the notification, which PostgreSQL delivers when
+	// the statement commits. One row selected means released.
+	releaseSQL = `WITH released AS (
+	UPDATE %[1]s SET token = NULL, expires_at = NULL
+	 WHERE key = $1 AND token = $2 AND expires_at > now()
+	RETURNING key
+)
+SELECT pg_notify($3, key) FROM released`
+
+	renewSQL = `UPDATE %[1]s SET expires_at = now() + $3::interval
+ WHERE key = $1 AND token = $2 AND expires_at > now()`
+
+	inspectSQL = `SELECT fence,
+       CASE WHEN expires_at > now() THEN token END,
+       CASE WHEN expires_at > now() THEN expires_at - now() END
+  FROM %[1]s WHERE key = $1`
+)
+
+// interval converts a TTL to the interval PostgreSQL stores, rounding up to
+// whole microseconds, its unit, so the server never holds a lease for less
+// time than its owner believes it has. (pgx's own time.Duration encoding
+// truncates.)
+func interval(ttl time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: int64((ttl + time.Microsecond - 1) / time.Microsecond), Valid: true}
+}
+
+// Migrate creates the lease table if it does not exist: key text PRIMARY
+// KEY, token text, fence bigint NOT NULL, expires_at timestamptz. It is
+// safe to call from many processes at once (they queue on a transaction
+// advisory lock) and on every start-up. It never alters an existing table.
+func (s *Store) Migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// CREATE TABLE IF NOT EXISTS is not safe against itself: two
+		// concurrent runs can both pass the check and one then fails on
+		// the catalog's unique index.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "leasehold:migrate:"+s.table); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.migrateSQL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate %q: %w", s.table, err)
+	}
+	return nil
+}
+
+// Close stops the connection that carries release notifications, if one was
+// opened, and waits for its goroutine. It does not close the pool; lock
+// operations keep working. Waiters still blocked on the Store fall back to
+// their backoff, and WatchReleases fails from now on. Close may be called
+// more than once; it always returns nil.
+func (s *Store) Close() error {
+	s.listener.close()
+	return nil
+}
+
+// Acquire implements leasehold.Store in one statement and one round trip,
+// on the database's clock. It returns the new fence; a *leasehold.HeldError
+// carrying the holder's remaining TTL when the key is held; an
+// *leasehold.ArgumentError for bad input (nothing is sent then); and any
+// other error, wrapped as "pgstore: acquire", when the database could not
+// answer. After such an error the acquire may or may not have been applied.
+func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+		return 0, err
+	}
+	var (
+		fence     *int64
+		remaining *time.Duration
+	)
+	if err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl)).Scan(&fence, &remaining); err != nil {
+		return 0, fmt.Errorf("pgstore: acquire %q: %w", key, err)
+	}
+	if fence != nil {
+		return *fence, nil
+	}
+	held := &leasehold.HeldError{Key: key}
+	if remaining != nil && *remaining > 0 {
+		held.Remaining = *remaining
+	}
+	return 0, held
+}
+
+// Release implements leasehold.Store in one round trip: it clears the owner
+// if the key holds token and has not expired, and announces the release to
+// waiters (pg_notify) in the same statement. It returns
+// leasehold.ErrNotOwned when the key is not held with token.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := leasehold.ValidateRelease(key, token); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.releaseSQL, key, token, s.channel)
+	if err != nil {
+		return fmt.Errorf("pgstore: release %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return leasehold.ErrNotOwned
+	}
+	return nil
+}
+
+// Renew implements leasehold.Store in one round trip: it sets the lease to
+// end ttl from now (it may shorten it) if the key holds token and has not
+// expired. It returns leasehold.ErrNotOwned otherwise.
+func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, s.renewSQL, key, token, interval(ttl))
+	if err != nil {
+		return fmt.Errorf("pgstore: renew %q: %w", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return leasehold.ErrNotOwned
+	}
+	return nil
+}
+
+// Inspect implements leasehold.Store in one round trip. A key never
+// acquired has no row and reports the zero Info.
+func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
+	if err := leasehold.ValidateKey(key); err != nil {
+		return leasehold.Info{}, err
+	}
+	info := leasehold.Info{Key: key}
+	var (
+		token *string
+		ttl   *time.Duration
+	)
+	err := s.pool.QueryRow(ctx, s.inspectSQL, key).Scan(&info.Fence, &token, &ttl)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return info, nil
+	case err != nil:
+		return leasehold.Info{Key: key}, fmt.Errorf("pgstore: inspect %q: %w", key, err)
+	}
+	if token != nil {
+		info.Held, info.Token = true, *token
+		if ttl != nil && *ttl > 0 {
+			info.TTL = *ttl
+		}
+	}
+	return info, nil
+}
+
+// WatchReleases implements leasehold.ReleaseNotifier with LISTEN/NOTIFY.
+// All watches of a Store share one connection, which LISTENs on the Store's
+// channel once; the key travels in the notification's payload. The first
+// watch opens that connection and starts the goroutine that reads it (Close
+// stops both).
+//
+// WatchReleases returns once the connection's LISTEN has been executed, so a
+// release committed after it returns is announced to the watch, unless the
+// connection breaks first. It returns at once when the connection is
+// already listening. It returns an *leasehold.ArgumentError for a bad key, an
+// error when ctx ends before the connection listens (the database may be
+// down; the error says why the last attempt failed), and ErrClosed after
+// Close.
+func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := leasehold.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	return s.listener.watch(ctx, key)
+}
