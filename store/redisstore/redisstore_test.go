@@ -434,3 +434,54 @@ func TestOddKeysAreValid(t *testing.T) {
 		t.Fatal("the issue's keys must be in the list")
 	}
 }
+
+// 100 chained hand-offs with an hour of backoff: only the release
+// notification can wake each waiter. Reports the median the README quotes.
+func TestHandOffLatency(t *testing.T) {
+	store := signalStore{Store: newStore(t, singleClient(shared.Addr())), busy: make(chan struct{}, 16)}
+	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+	key := storetest.Key(t)
+	holder, err := c.TryAcquire(t.Context(), key, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := make([]time.Duration, 0, 100)
+	for range 100 {
+		got := make(chan *leasehold.Lease, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		go func() {
+			l, err := c.Acquire(ctx, key, time.Hour)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		// The waiter is waiting after its second busy attempt (the one after
+		// its subscription was confirmed); with the hour-long backoff, only a
+		// wake-up can hand it the lock.
+		for i := range 2 {
+			select {
+			case <-store.busy:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("saw %d busy attempts in 10 s, want 2", i)
+			}
+		}
+		start := time.Now()
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		next := <-got
+		took = append(took, time.Since(start))
+		cancel()
+		if next == nil {
+			t.FailNow()
+		}
+		holder = next
+	}
+	slices.Sort(took)
+	median := took[len(took)/2]
+	t.Logf("release → next owner over %d hand-offs: median %v, p99 %v, max %v", len(took), median, took[98], took[99])
+	if median > 50*time.Millisecond || took[99] > 5*time.Second {
+		t.Fatalf("median %v (want <= 50ms), max %v (want far below the hour of backoff)", median, took[99])
+	}
+}
