@@ -27,9 +27,10 @@ func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Du
 	return f, err
 }
 
-// handOffBound is how soon after the holder's release a waiter must hold the
-// lock: a release round trip, the notification, an acquire round trip and
-// some scheduling, with room for a loaded machine and the race detector.
+// handOffBound is how soon after the holder's release a waiter holds the
+// lock, at the median: a release round trip, the notification, an acquire
+// round trip and some scheduling, with room for a loaded machine and the
+// race detector.
 const handOffBound = 50 * time.Millisecond
 
 // With a backoff of an hour (and leases of an hour, so the holder's TTL does
@@ -82,7 +83,9 @@ func TestReleaseHandsOffWithoutPolling(t *testing.T) {
 		latencies = append(latencies, d)
 		if d > handOffBound {
 			slow++
-			t.Errorf("round %d: the waiter held the lock %v after the release, want <= %v", round, d, handOffBound)
+		}
+		if d > 5*time.Second { // far below the hour of backoff: it was a wake-up
+			t.Errorf("round %d: the waiter held the lock %v after the release: not woken", round, d)
 		}
 		holder = r.lease
 	}
@@ -93,4 +96,10 @@ func TestReleaseHandsOffWithoutPolling(t *testing.T) {
 	pct := func(p float64) time.Duration { return latencies[int(p*float64(len(latencies)-1)+0.5)] }
 	t.Logf("hand-off from release to the waiter's acquire over %d rounds: min %v, median %v, p90 %v, p99 %v, max %v (%d over %v)",
 		len(latencies), latencies[0], pct(0.5), pct(0.9), pct(0.99), latencies[len(latencies)-1], slow, handOffBound)
+	// The median is asserted and reported; the tail is logged only, as for
+	// the other backends: on a shared 2-core machine one scheduling hiccup
+	// would make a per-hand-off bound flaky.
+	if pct(0.5) > handOffBound {
+		t.Errorf("hand-off median %v, want <= %v", pct(0.5), handOffBound)
+	}
 }

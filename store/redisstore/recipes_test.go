@@ -107,12 +107,20 @@ func TestRunLoopOnRedis(t *testing.T) {
 		}
 	}
 	t.Logf("%d windows run by 3 replicas in 100 intervals, none twice", len(runs))
+}
 
-	// The owner stops; another replica runs within 2 × interval.
+// The owner stops; another replica runs within 2 × interval. The interval is
+// 250 ms so that the fixed costs beyond the lease (the 1 ms margin after the
+// expiry Redis reports, a round trip, a scheduling delay on a loaded
+// machine) stay a small share: allowed 25 ms.
+func TestRunLoopTakeoverOnRedis(t *testing.T) {
+	t.Parallel()
+	const interval = 250 * time.Millisecond
+	key := storetest.Key(t)
 	owner := make(chan struct{}, 1)
 	octx, kill := context.WithCancel(t.Context())
 	go func() {
-		_ = replica(t).RunLoop(octx, key+":kill", interval, func(context.Context) error {
+		_ = replica(t).RunLoop(octx, key, interval, func(context.Context) error {
 			select {
 			case owner <- struct{}{}:
 			default:
@@ -127,7 +135,7 @@ func TestRunLoopOnRedis(t *testing.T) {
 	nctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	go func() {
-		_ = replica(t).RunLoop(nctx, key+":kill", interval, func(context.Context) error {
+		_ = replica(t).RunLoop(nctx, key, interval, func(context.Context) error {
 			select {
 			case next <- time.Now():
 			default:
@@ -135,13 +143,10 @@ func TestRunLoopOnRedis(t *testing.T) {
 			return nil
 		})
 	}()
-	// The lease lasts 2 × interval from the owner's acquisition; the
-	// successor tries 1 ms after the expiry Redis reports (PTTL is in whole
-	// milliseconds), plus a round trip: allow 5 ms for those.
-	if moved := (<-next).Sub(killed); moved > 2*interval+5*time.Millisecond {
-		t.Errorf("ownership moved %v after the owner stopped, want within 2 × %v (+5ms)", moved, interval)
-	} else {
-		t.Logf("ownership moved %v after the owner stopped (interval %v)", moved, interval)
+	moved := (<-next).Sub(killed)
+	t.Logf("ownership moved %v after the owner stopped (interval %v)", moved, interval)
+	if moved > 2*interval+25*time.Millisecond {
+		t.Errorf("ownership moved %v after the owner stopped, want within 2 × %v (+25ms)", moved, interval)
 	}
 }
 
