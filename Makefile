@@ -1,5 +1,5 @@
 # Every Go module in the repository; the heavy clients live in their own.
-MODULES := . store/redisstore store/etcdstore store/pgstore fence/pgfence e2e
+MODULES := . store/redisstore store/etcdstore store/pgstore fence/pgfence prom e2e
 GO      ?= go
 
 .PHONY: test deps
@@ -10,6 +10,8 @@ test: deps
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...); \
 	done
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 
 deps:
-	@scripts/ensure-deps.sh redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server
+	@scripts/ensure-deps.sh redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus

@@ -147,7 +147,7 @@ var namespaceWords = map[string]string{
 //	cordum:leader:snapshot  → leader
 //	tenant-42:anything      → other
 //
-// The result is one of seven values whatever the key, so label cardinality
+// The result is one of six values whatever the key, so label cardinality
 // stays bounded; use WithNamespace for another rule.
 func DefaultNamespace(key string) string {
 	for seg := range strings.SplitSeq(key, ":") {

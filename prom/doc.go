@@ -1,0 +1,82 @@
+// Package prom exports leasehold's lock events as Prometheus metrics.
+//
+// It is an adapter in a module of its own, so that a user of leasehold who
+// does not use Prometheus never downloads client_golang. New registers the
+// metrics with the caller's prometheus.Registerer (never the default one,
+// and nothing happens in init) and returns an *Observer, which the caller
+// hands to the Client, to fenced stores, or to both:
+//
+//	reg := prometheus.NewRegistry()
+//	o, err := prom.New(reg)
+//	if err != nil { ... } // e.g. a metric already registered with reg
+//	client := leasehold.New(store, leasehold.WithObserver(o))
+//	runs := fence.NewMemRegister(fence.WithObserver(o))
+//
+// # What is exported
+//
+// The package exports New and its options (WithNamespace, WithNamespaces,
+// WithStores), the Observer, the label value Other, and the default
+// histogram buckets (HeldBuckets, WaitBuckets). The Observer exports these
+// metrics:
+//
+//	leasehold_lock_acquire_total{namespace,result}
+//	    every TryAcquire and Acquire call; result is acquired, busy, timeout or error
+//	leasehold_lock_wait_seconds{namespace}                   histogram
+//	    how long an acquire call took to get its answer (not observed for result="error")
+//	leasehold_lock_held_seconds{namespace}                   histogram
+//	    how long a lease was held, from acquire to release or abandonment
+//	leasehold_lock_not_owned_total{namespace,op}
+//	    a Release (op="release") or Renew (op="renew") refused: the key no longer held the lease
+//	leasehold_lock_renew_failures_total{namespace}
+//	    a renewal that failed (a timeout, a connection error) without the store saying the lease is gone
+//	leasehold_lock_abandoned_total{namespace}
+//	    a lease given up by the fence policy: its critical section cancelled, no release sent
+//	leasehold_lock_expired_while_running_total{namespace}
+//	    a lease that expired while its critical section kept running (continue policy)
+//	leasehold_lock_release_failures_total{namespace}
+//	    a release the store could not answer; the key frees itself at its TTL
+//	leasehold_fence_rejected_total{store}
+//	    a write refused by fenced storage because its fence was stale
+//
+// What each means to an operator, and what to do, is in docs/runbook.md; the
+// alert rules built on them are in deploy/prometheus/alerts.yml and a
+// dashboard in deploy/grafana/leasehold.json. This module's tests fail when
+// either uses a metric name the Observer does not export.
+//
+// The counters are created at zero for every allowed label combination when
+// New registers them, so that rate() and increase() see the first event of
+// each series and a ratio's denominator exists before its numerator. The
+// histograms appear with their namespace's first observation.
+//
+// # Label cardinality
+//
+// Every label value comes from a fixed set, whatever the keys look like, so
+// the number of series is bounded by the configuration, never by traffic:
+//
+//   - namespace is the event's Lock.Namespace (set by the Client from the
+//     key, with leasehold.DefaultNamespace or the function given to
+//     leasehold.WithNamespace; DefaultNamespace when it is empty), or what
+//     this package's WithNamespace function returns for the key when one is
+//     given. A value outside the allowed set is counted as "other". The
+//     allowed set is the values DefaultNamespace can return (workflow,
+//     scheduler, approval, reconciler, leader, other), extended with
+//     WithNamespaces.
+//   - store is the fenced store's name; the allowed set is memory, redis,
+//     postgres and etcd, extended with WithStores; any other is "other".
+//   - result and op take the values leasehold defines (acquired, busy,
+//     timeout, error; release, renew); anything else is "other".
+//
+// With the defaults an Observer exports at most 65 counter series and, per
+// namespace that has seen traffic, 20 wait and 26 held-time series. Keys,
+// tokens, fences and errors never become labels: they are in the log lines
+// the Client writes for the same events.
+//
+// # What it does not do
+//
+// The Observer counts what the Clients and fenced stores of this process
+// report. It cannot see a holder in another process, nor a paused one until
+// it wakes. RunLoop's leases are never released, so the reconciler
+// namespace has no held-time observations; time ticks in the tick itself.
+// Standby candidates of Lead wait in Acquire for a whole term, so the
+// leader namespace's wait times are term lengths, not contention.
+package prom

@@ -1,0 +1,313 @@
+package prom
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Other is the label value that stands for every namespace, store, result or
+// op outside its allowed set.
+const Other = "other"
+
+// defaultNamespaces are the values leasehold.DefaultNamespace can return.
+var defaultNamespaces = []string{"workflow", "scheduler", "approval", "reconciler", "leader", Other}
+
+// defaultStores are the names the fenced stores of this repository report.
+var defaultStores = []string{"memory", "redis", "postgres", "etcd", Other}
+
+var (
+	acquireResults = []string{
+		string(leasehold.Acquired), string(leasehold.Busy), string(leasehold.TimedOut), string(leasehold.StoreFailed),
+	}
+	notOwnedOps = []string{"release", "renew"}
+)
+
+// HeldBuckets returns the upper bounds (seconds) of the
+// leasehold_lock_held_seconds buckets: 10 ms to 10 min, so that p95 and p99
+// of hold times in that range can be read with histogram_quantile.
+//
+// Below 1 s the steps are ×2–×2.5 (10, 25, 50 ms … 500 ms): such holds are
+// far below any TTL, and their exact value matters little. From 1 s on the
+// steps are at most ×1.67 and mostly ×1.5 or less (1, 2, 3, 5, 7.5, 10, 15,
+// 20, 30, 45, 60, 90, 120, 180, 300, 450, 600 s), so a quantile interpolated
+// inside a bucket is off by less than the bucket's width, and the seed TTLs
+// of the lock inventory (10, 30, 60 s) are bucket bounds: the share of holds
+// longer than the TTL, 1 − bucket{le="60"}/count, is exact, which is what
+// sizing a TTL (`leasehold ttl`) needs. Holds over 10 min land in +Inf, and
+// histogram_quantile then answers 600. 23 buckets: 26 series per namespace.
+func HeldBuckets() []float64 {
+	return []float64{
+		0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+		1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 450, 600,
+	}
+}
+
+// WaitBuckets returns the upper bounds (seconds) of the
+// leasehold_lock_wait_seconds buckets, 1 ms to 5 min.
+//
+// An uncontended acquire, or a busy answer, is one store round trip: 1 ms to
+// 10 ms. A contended hand-off is woken by the release and should cost about
+// one more round trip; waits behind a lost wake-up follow the backoff (10 ms
+// to 1 s). 2 s is Envelope's default wait budget (leasehold.DefaultWaitBudget),
+// so le="2" separates approvals that got the key in time from those that
+// gave up, and the wait alert's threshold of 2 s falls on a bound, where the
+// quantile estimate is exact. 5 s to 5 min: waits behind long holders (a
+// scheduler job's 60 s TTL).
+func WaitBuckets() []float64 {
+	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	namespace  func(key string) string
+	namespaces []string
+	stores     []string
+}
+
+// WithNamespace derives each event's namespace from its key with f, instead
+// of taking the Lock.Namespace the Client set. The result is still bounded:
+// a value outside the allowed set (see WithNamespaces) is counted as
+// "other". Default: the event's Lock.Namespace, or
+// leasehold.DefaultNamespace(key) when that is empty.
+func WithNamespace(f func(key string) string) Option {
+	return func(c *config) { c.namespace = f }
+}
+
+// WithNamespaces adds namespaces to the allowed set, for a Client whose
+// namespace function (leasehold.WithNamespace) returns values of its own.
+// Default: the values leasehold.DefaultNamespace returns (workflow,
+// scheduler, approval, reconciler, leader, other). Every allowed namespace
+// costs a few dozen series; keep the set small and fixed.
+func WithNamespaces(names ...string) Option {
+	return func(c *config) { c.namespaces = append(c.namespaces, names...) }
+}
+
+// WithStores adds store names to the allowed set of the store label of
+// leasehold_fence_rejected_total, for a fenced store of the caller's own
+// (fence.Config.Reject's store argument). Default: memory, redis, postgres,
+// etcd (and other).
+func WithStores(names ...string) Option {
+	return func(c *config) { c.stores = append(c.stores, names...) }
+}
+
+// Observer is a leasehold.Observer that updates Prometheus metrics. Make one
+// with New. It is safe for concurrent use, and each event costs a map lookup
+// and an atomic add (plus a label lookup for the histograms).
+//
+// It implements every method of leasehold.Observer itself, without
+// embedding leasehold.NopObserver: an event added to the interface must be
+// given a metric here, and the build says so.
+type Observer struct {
+	namespace func(key string) string
+
+	// Children of the counters, resolved once in New; read-only afterwards.
+	byNamespace map[string]*nsCounters
+	byStore     map[string]prometheus.Counter
+
+	acquire       *prometheus.CounterVec
+	notOwned      *prometheus.CounterVec
+	wait          *prometheus.HistogramVec
+	held          *prometheus.HistogramVec
+	fenceRejected *prometheus.CounterVec
+}
+
+type nsCounters struct {
+	acquire         map[string]prometheus.Counter // by result
+	notOwned        map[string]prometheus.Counter // by op
+	renewFailures   prometheus.Counter
+	abandoned       prometheus.Counter
+	expired         prometheus.Counter
+	releaseFailures prometheus.Counter
+}
+
+var _ leasehold.Observer = (*Observer)(nil)
+
+// New creates the metrics, registers them with reg and returns the Observer
+// that updates them. It returns an error, having registered nothing, when
+// reg is nil or refuses a metric: typically a prometheus.AlreadyRegisteredError
+// (match it with errors.As) because another Observer, or anything else,
+// registered the same name with reg. Wrap reg (prometheus.WrapRegistererWith)
+// to add constant labels, or to keep two Observers apart.
+func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
+	if reg == nil {
+		return nil, errors.New("prom: New was given a nil Registerer")
+	}
+	cfg := config{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	o := &Observer{
+		namespace: cfg.namespace,
+		acquire: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_lock_acquire_total",
+			Help: "Acquire and TryAcquire calls, by lock namespace and result (acquired, busy, timeout, error).",
+		}, []string{"namespace", "result"}),
+		notOwned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_lock_not_owned_total",
+			Help: "Releases and renewals refused because the key no longer held the lease (a timing symptom: pauses, network delay, work longer than the TTL), by namespace and op (release, renew).",
+		}, []string{"namespace", "op"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasehold_lock_wait_seconds",
+			Help:    "Time from an acquire call to its answer (acquired, busy or timeout; store errors are not observed), by namespace.",
+			Buckets: WaitBuckets(),
+		}, []string{"namespace"}),
+		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasehold_lock_held_seconds",
+			Help:    "Time a lease was held, from acquire to release or abandonment, by namespace.",
+			Buckets: HeldBuckets(),
+		}, []string{"namespace"}),
+		fenceRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_fence_rejected_total",
+			Help: "Writes refused by fenced storage because their fence was stale (a stale owner stopped at the storage boundary), by store.",
+		}, []string{"store"}),
+		byNamespace: make(map[string]*nsCounters),
+		byStore:     make(map[string]prometheus.Counter),
+	}
+	renewFailures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasehold_lock_renew_failures_total",
+		Help: "Renewals that failed (a timeout, a connection error) without the store saying the lease is gone, by namespace.",
+	}, []string{"namespace"})
+	abandoned := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasehold_lock_abandoned_total",
+		Help: "Leases given up under the fence policy because renewal could not be trusted: the critical section was cancelled and no release sent, by namespace.",
+	}, []string{"namespace"})
+	expired := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasehold_lock_expired_while_running_total",
+		Help: "Leases that expired while their critical section kept running (continue policy), by namespace.",
+	}, []string{"namespace"})
+	releaseFailures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasehold_lock_release_failures_total",
+		Help: "Releases the store could not answer (the key frees itself when its TTL runs out), by namespace.",
+	}, []string{"namespace"})
+
+	for _, ns := range allowed(defaultNamespaces, cfg.namespaces) {
+		c := &nsCounters{
+			acquire:         make(map[string]prometheus.Counter, len(acquireResults)),
+			notOwned:        make(map[string]prometheus.Counter, len(notOwnedOps)),
+			renewFailures:   renewFailures.WithLabelValues(ns),
+			abandoned:       abandoned.WithLabelValues(ns),
+			expired:         expired.WithLabelValues(ns),
+			releaseFailures: releaseFailures.WithLabelValues(ns),
+		}
+		for _, r := range acquireResults {
+			c.acquire[r] = o.acquire.WithLabelValues(ns, r)
+		}
+		for _, op := range notOwnedOps {
+			c.notOwned[op] = o.notOwned.WithLabelValues(ns, op)
+		}
+		o.byNamespace[ns] = c
+	}
+	for _, s := range allowed(defaultStores, cfg.stores) {
+		o.byStore[s] = o.fenceRejected.WithLabelValues(s)
+	}
+
+	collectors := []prometheus.Collector{
+		o.acquire, o.wait, o.held, o.notOwned, renewFailures, abandoned, expired, releaseFailures, o.fenceRejected,
+	}
+	for i, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("prom: registering leasehold's metrics: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// allowed returns base extended with extra, without empty or repeated values.
+func allowed(base, extra []string) []string {
+	set := slices.Clone(base)
+	for _, v := range extra {
+		if v != "" && !slices.Contains(set, v) {
+			set = append(set, v)
+		}
+	}
+	return set
+}
+
+// counters returns the counters of the event's namespace, bounded.
+func (o *Observer) counters(lk leasehold.Lock) (string, *nsCounters) {
+	ns := lk.Namespace
+	switch {
+	case o.namespace != nil:
+		ns = o.namespace(lk.Key)
+	case ns == "":
+		ns = leasehold.DefaultNamespace(lk.Key)
+	}
+	if c, ok := o.byNamespace[ns]; ok {
+		return ns, c
+	}
+	return Other, o.byNamespace[Other]
+}
+
+// OnAcquire counts the call by result and, unless the store failed, observes
+// its wait.
+func (o *Observer) OnAcquire(e leasehold.AcquireEvent) {
+	ns, c := o.counters(e.Lock)
+	result := string(e.Result)
+	if ctr, ok := c.acquire[result]; ok {
+		ctr.Inc()
+	} else {
+		o.acquire.WithLabelValues(ns, Other).Inc()
+	}
+	if e.Result != leasehold.StoreFailed {
+		o.wait.WithLabelValues(ns).Observe(e.Wait.Seconds())
+	}
+}
+
+// OnRelease observes how long the lease was held.
+func (o *Observer) OnRelease(e leasehold.ReleaseEvent) {
+	ns, _ := o.counters(e.Lock)
+	o.held.WithLabelValues(ns).Observe(e.Held.Seconds())
+}
+
+// OnRenewFailure counts a failed renewal.
+func (o *Observer) OnRenewFailure(e leasehold.RenewFailureEvent) {
+	_, c := o.counters(e.Lock)
+	c.renewFailures.Inc()
+}
+
+// OnNotOwned counts a refused release or renewal, by op.
+func (o *Observer) OnNotOwned(e leasehold.NotOwnedEvent) {
+	ns, c := o.counters(e.Lock)
+	if ctr, ok := c.notOwned[e.Op]; ok {
+		ctr.Inc()
+	} else {
+		o.notOwned.WithLabelValues(ns, Other).Inc()
+	}
+}
+
+// OnAbandon counts a lease given up under the fence policy.
+func (o *Observer) OnAbandon(e leasehold.AbandonEvent) {
+	_, c := o.counters(e.Lock)
+	c.abandoned.Inc()
+}
+
+// OnLeaseExpired counts a lease that expired under running work.
+func (o *Observer) OnLeaseExpired(e leasehold.LeaseExpiredEvent) {
+	_, c := o.counters(e.Lock)
+	c.expired.Inc()
+}
+
+// OnReleaseFailure counts a release the store failed to answer.
+func (o *Observer) OnReleaseFailure(e leasehold.ReleaseFailureEvent) {
+	_, c := o.counters(e.Lock)
+	c.releaseFailures.Inc()
+}
+
+// OnFenceRejected counts a stale write refused by fenced storage, by store.
+func (o *Observer) OnFenceRejected(e leasehold.FenceRejectedEvent) {
+	if c, ok := o.byStore[e.Store]; ok {
+		c.Inc()
+		return
+	}
+	o.byStore[Other].Inc()
+}

@@ -1,0 +1,678 @@
+package prom_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/prom"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+// The HELP and TYPE lines of each metric, as CollectAndCompare expects them.
+const (
+	acquireHead = `# HELP leasehold_lock_acquire_total Acquire and TryAcquire calls, by lock namespace and result (acquired, busy, timeout, error).
+# TYPE leasehold_lock_acquire_total counter
+`
+	notOwnedHead = `# HELP leasehold_lock_not_owned_total Releases and renewals refused because the key no longer held the lease (a timing symptom: pauses, network delay, work longer than the TTL), by namespace and op (release, renew).
+# TYPE leasehold_lock_not_owned_total counter
+`
+	waitHead = `# HELP leasehold_lock_wait_seconds Time from an acquire call to its answer (acquired, busy or timeout; store errors are not observed), by namespace.
+# TYPE leasehold_lock_wait_seconds histogram
+`
+	heldHead = `# HELP leasehold_lock_held_seconds Time a lease was held, from acquire to release or abandonment, by namespace.
+# TYPE leasehold_lock_held_seconds histogram
+`
+	renewFailuresHead = `# HELP leasehold_lock_renew_failures_total Renewals that failed (a timeout, a connection error) without the store saying the lease is gone, by namespace.
+# TYPE leasehold_lock_renew_failures_total counter
+`
+	abandonedHead = `# HELP leasehold_lock_abandoned_total Leases given up under the fence policy because renewal could not be trusted: the critical section was cancelled and no release sent, by namespace.
+# TYPE leasehold_lock_abandoned_total counter
+`
+	expiredHead = `# HELP leasehold_lock_expired_while_running_total Leases that expired while their critical section kept running (continue policy), by namespace.
+# TYPE leasehold_lock_expired_while_running_total counter
+`
+	releaseFailuresHead = `# HELP leasehold_lock_release_failures_total Releases the store could not answer (the key frees itself when its TTL runs out), by namespace.
+# TYPE leasehold_lock_release_failures_total counter
+`
+	fenceHead = `# HELP leasehold_fence_rejected_total Writes refused by fenced storage because their fence was stale (a stale owner stopped at the storage boundary), by store.
+# TYPE leasehold_fence_rejected_total counter
+`
+)
+
+// faultyStore wraps a memstore and injects faults into chosen calls, as a
+// broken network to the store would.
+type faultyStore struct {
+	*memstore.Store
+	mu         sync.Mutex
+	renewErr   error
+	releaseErr error
+	acquireErr error
+}
+
+var errDown = errors.New("store unreachable")
+
+func (s *faultyStore) fault(which *error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *which
+}
+
+func (s *faultyStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	if err := s.fault(&s.acquireErr); err != nil {
+		return 0, err
+	}
+	return s.Store.Acquire(ctx, key, token, ttl)
+}
+
+func (s *faultyStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := s.fault(&s.renewErr); err != nil {
+		return err
+	}
+	return s.Store.Renew(ctx, key, token, ttl)
+}
+
+func (s *faultyStore) Release(ctx context.Context, key, token string) error {
+	if err := s.fault(&s.releaseErr); err != nil {
+		return err
+	}
+	return s.Store.Release(ctx, key, token)
+}
+
+type fixture struct {
+	reg   *prometheus.Registry
+	o     *prom.Observer
+	mem   *memstore.Store
+	store *faultyStore
+}
+
+// newFixture registers an Observer with a fresh registry, over a memstore
+// that the fixture's clients share.
+func newFixture(t *testing.T, opts ...prom.Option) *fixture {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	o, err := prom.New(reg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memstore.New()
+	return &fixture{reg: reg, o: o, mem: mem, store: &faultyStore{Store: mem}}
+}
+
+// client is one replica: its own Client over the shared store, reporting to
+// the fixture's Observer.
+func (f *fixture) client(opts ...leasehold.Option) *leasehold.Client {
+	base := []leasehold.Option{leasehold.WithObserver(f.o), leasehold.WithLogger(slog.New(slog.DiscardHandler))}
+	return leasehold.New(f.store, append(base, opts...)...)
+}
+
+func (f *fixture) compare(t *testing.T, want string, names ...string) {
+	t.Helper()
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+}
+
+// A holder stalls past its TTL, another takes the key, and the first one's
+// late release is refused: one not_owned{op="release"}.
+func TestStaleReleaseCountsNotOwned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a, b := f.client(), f.client()
+		ctx, key := t.Context(), "cordum:scheduler:job:J1"
+
+		la, err := a.TryAcquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // A stalls (fake time)
+		lb, err := b.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := la.Release(ctx); !errors.Is(err, leasehold.ErrNotOwned) {
+			t.Fatalf("A's late release: %v, want ErrNotOwned", err)
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		f.compare(t, notOwnedHead+`
+leasehold_lock_not_owned_total{namespace="approval",op="release"} 0
+leasehold_lock_not_owned_total{namespace="approval",op="renew"} 0
+leasehold_lock_not_owned_total{namespace="leader",op="release"} 0
+leasehold_lock_not_owned_total{namespace="leader",op="renew"} 0
+leasehold_lock_not_owned_total{namespace="other",op="release"} 0
+leasehold_lock_not_owned_total{namespace="other",op="renew"} 0
+leasehold_lock_not_owned_total{namespace="reconciler",op="release"} 0
+leasehold_lock_not_owned_total{namespace="reconciler",op="renew"} 0
+leasehold_lock_not_owned_total{namespace="scheduler",op="release"} 1
+leasehold_lock_not_owned_total{namespace="scheduler",op="renew"} 0
+leasehold_lock_not_owned_total{namespace="workflow",op="release"} 0
+leasehold_lock_not_owned_total{namespace="workflow",op="renew"} 0
+`, "leasehold_lock_not_owned_total")
+		// Only B's release ended an ownership; A's lease was never released.
+		f.compare(t, heldHead+`
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.01"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.025"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.05"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.1"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.25"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.5"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="1"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="2"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="3"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="5"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="7.5"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="10"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="15"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="20"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="30"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="45"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="60"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="90"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="120"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="180"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="300"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="450"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="600"} 1
+leasehold_lock_held_seconds_bucket{namespace="scheduler",le="+Inf"} 1
+leasehold_lock_held_seconds_sum{namespace="scheduler"} 0
+leasehold_lock_held_seconds_count{namespace="scheduler"} 1
+`, "leasehold_lock_held_seconds")
+	})
+}
+
+// A Hold whose renewals all fail is given up at its local deadline (60 s TTL:
+// renewals fail at 20 s and 40 s, the deadline is 54 s): two renew failures,
+// one abandonment, and a hold of 54 s.
+func TestHoldAbandonedByFailingRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		c := f.client()
+		f.store.renewErr = errDown
+		err := c.Hold(t.Context(), "cordum:wf:run:lock:R1", time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
+			<-ctx.Done()
+			return nil
+		})
+		if !errors.Is(err, leasehold.ErrAbandoned) {
+			t.Fatalf("Hold returned %v, want ErrAbandoned", err)
+		}
+
+		f.compare(t, abandonedHead+`
+leasehold_lock_abandoned_total{namespace="approval"} 0
+leasehold_lock_abandoned_total{namespace="leader"} 0
+leasehold_lock_abandoned_total{namespace="other"} 0
+leasehold_lock_abandoned_total{namespace="reconciler"} 0
+leasehold_lock_abandoned_total{namespace="scheduler"} 0
+leasehold_lock_abandoned_total{namespace="workflow"} 1
+`+renewFailuresHead+`
+leasehold_lock_renew_failures_total{namespace="approval"} 0
+leasehold_lock_renew_failures_total{namespace="leader"} 0
+leasehold_lock_renew_failures_total{namespace="other"} 0
+leasehold_lock_renew_failures_total{namespace="reconciler"} 0
+leasehold_lock_renew_failures_total{namespace="scheduler"} 0
+leasehold_lock_renew_failures_total{namespace="workflow"} 2
+`, "leasehold_lock_abandoned_total", "leasehold_lock_renew_failures_total")
+		f.compare(t, heldHead+`
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.01"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.025"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.05"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.1"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.25"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.5"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="1"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="2"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="3"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="5"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="7.5"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="10"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="15"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="20"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="30"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="45"} 0
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="60"} 1
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="90"} 1
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="120"} 1
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="180"} 1
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="300"} 1
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="450"} 1
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="600"} 1
+leasehold_lock_held_seconds_bucket{namespace="workflow",le="+Inf"} 1
+leasehold_lock_held_seconds_sum{namespace="workflow"} 54
+leasehold_lock_held_seconds_count{namespace="workflow"} 1
+`, "leasehold_lock_held_seconds")
+	})
+}
+
+// Busy, acquired, timed out and failed acquires on one key, with their waits
+// in fake time: 0 s (acquired), 0 s (busy), 3 s (timeout), 1 s (acquired on
+// the release's wake-up). A store failure is counted but not observed as a
+// wait.
+func TestAcquireResultsAndWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a, b, c := f.client(), f.client(), f.client()
+		ctx, key := t.Context(), "approval:A7"
+
+		la, err := a.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.TryAcquire(ctx, key, time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("B's TryAcquire: %v, want ErrNotAcquired", err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = b.Acquire(tctx, key, time.Minute)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("B's Acquire: %v, want a timeout", err)
+		}
+
+		got := make(chan error, 1)
+		go func() {
+			lc, err := c.Acquire(ctx, key, time.Minute)
+			if err == nil {
+				err = lc.Release(ctx)
+			}
+			got <- err
+		}()
+		synctest.Wait() // C is waiting for the key
+		time.Sleep(time.Second)
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("C: %v", err)
+		}
+
+		f.store.mu.Lock()
+		f.store.acquireErr = errDown
+		f.store.mu.Unlock()
+		if _, err := c.TryAcquire(ctx, "cordum:leader:snapshot", time.Minute); !errors.Is(err, errDown) {
+			t.Fatalf("TryAcquire on a failing store: %v", err)
+		}
+
+		f.compare(t, acquireHead+`
+leasehold_lock_acquire_total{namespace="approval",result="acquired"} 2
+leasehold_lock_acquire_total{namespace="approval",result="busy"} 1
+leasehold_lock_acquire_total{namespace="approval",result="error"} 0
+leasehold_lock_acquire_total{namespace="approval",result="timeout"} 1
+leasehold_lock_acquire_total{namespace="leader",result="acquired"} 0
+leasehold_lock_acquire_total{namespace="leader",result="busy"} 0
+leasehold_lock_acquire_total{namespace="leader",result="error"} 1
+leasehold_lock_acquire_total{namespace="leader",result="timeout"} 0
+leasehold_lock_acquire_total{namespace="other",result="acquired"} 0
+leasehold_lock_acquire_total{namespace="other",result="busy"} 0
+leasehold_lock_acquire_total{namespace="other",result="error"} 0
+leasehold_lock_acquire_total{namespace="other",result="timeout"} 0
+leasehold_lock_acquire_total{namespace="reconciler",result="acquired"} 0
+leasehold_lock_acquire_total{namespace="reconciler",result="busy"} 0
+leasehold_lock_acquire_total{namespace="reconciler",result="error"} 0
+leasehold_lock_acquire_total{namespace="reconciler",result="timeout"} 0
+leasehold_lock_acquire_total{namespace="scheduler",result="acquired"} 0
+leasehold_lock_acquire_total{namespace="scheduler",result="busy"} 0
+leasehold_lock_acquire_total{namespace="scheduler",result="error"} 0
+leasehold_lock_acquire_total{namespace="scheduler",result="timeout"} 0
+leasehold_lock_acquire_total{namespace="workflow",result="acquired"} 0
+leasehold_lock_acquire_total{namespace="workflow",result="busy"} 0
+leasehold_lock_acquire_total{namespace="workflow",result="error"} 0
+leasehold_lock_acquire_total{namespace="workflow",result="timeout"} 0
+`+waitHead+`
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.001"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.0025"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.005"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.01"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.025"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.05"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.1"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.25"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.5"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="1"} 3
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="2"} 3
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="5"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="10"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="30"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="60"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="120"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="300"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approval",le="+Inf"} 4
+leasehold_lock_wait_seconds_sum{namespace="approval"} 4
+leasehold_lock_wait_seconds_count{namespace="approval"} 4
+`, "leasehold_lock_acquire_total", "leasehold_lock_wait_seconds")
+
+		// A held the key for the 4 s of B's and C's waits, C for no time.
+		if n := testutil.CollectAndCount(f.reg, "leasehold_lock_held_seconds"); n != 1 {
+			t.Errorf("%d held-time series, want 1 (approval)", n)
+		}
+		if err := testutil.GatherAndCompare(f.reg, strings.NewReader(heldHead+heldApproval), "leasehold_lock_held_seconds"); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+const heldApproval = `
+leasehold_lock_held_seconds_bucket{namespace="approval",le="0.01"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="0.025"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="0.05"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="0.1"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="0.25"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="0.5"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="1"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="2"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="3"} 1
+leasehold_lock_held_seconds_bucket{namespace="approval",le="5"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="7.5"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="10"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="15"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="20"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="30"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="45"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="60"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="90"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="120"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="180"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="300"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="450"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="600"} 2
+leasehold_lock_held_seconds_bucket{namespace="approval",le="+Inf"} 2
+leasehold_lock_held_seconds_sum{namespace="approval"} 4
+leasehold_lock_held_seconds_count{namespace="approval"} 2
+`
+
+// A Hold that runs 12 s and releases: one held observation of 12 s, in the
+// (10, 15] bucket.
+func TestHeldAfterHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		err := f.client().Hold(t.Context(), "cordum:leader:snapshot", time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
+			time.Sleep(12 * time.Second)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.compare(t, heldHead+`
+leasehold_lock_held_seconds_bucket{namespace="leader",le="0.01"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="0.025"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="0.05"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="0.1"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="0.25"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="0.5"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="1"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="2"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="3"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="5"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="7.5"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="10"} 0
+leasehold_lock_held_seconds_bucket{namespace="leader",le="15"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="20"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="30"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="45"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="60"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="90"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="120"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="180"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="300"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="450"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="600"} 1
+leasehold_lock_held_seconds_bucket{namespace="leader",le="+Inf"} 1
+leasehold_lock_held_seconds_sum{namespace="leader"} 12
+leasehold_lock_held_seconds_count{namespace="leader"} 1
+`, "leasehold_lock_held_seconds")
+	})
+}
+
+// The key is taken from under a KeepAlive (its token released at the store,
+// another owner acquires): the next renewal is refused, op="renew".
+func TestRenewOfALostLeaseCountsNotOwned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a, b := f.client(), f.client()
+		key := "cordum:reconciler:tick"
+		err := a.Hold(t.Context(), key, 30*time.Second, func(ctx context.Context, l *leasehold.Lease) error {
+			if err := f.mem.Release(ctx, key, l.Token()); err != nil {
+				return err
+			}
+			if _, err := b.TryAcquire(ctx, key, time.Minute); err != nil {
+				return err
+			}
+			<-ctx.Done() // the renewal at 10 s finds B's token
+			return nil
+		})
+		if !errors.Is(err, leasehold.ErrAbandoned) {
+			t.Fatalf("Hold returned %v, want ErrAbandoned", err)
+		}
+		if got := testutil.ToFloat64(f.o.NotOwnedCounter("reconciler", "renew")); got != 1 {
+			t.Errorf("not_owned{reconciler,renew} = %v, want 1", got)
+		}
+	})
+}
+
+// Under the continue policy a lease whose renewals fail expires under the
+// running work: one expired_while_running. A release the store cannot
+// answer: one release failure.
+func TestExpiredWhileRunningAndReleaseFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		c := f.client()
+		f.store.renewErr = errDown
+		err := c.Hold(t.Context(), "cordum:scheduler:job:batch", 30*time.Second, func(ctx context.Context, l *leasehold.Lease) error {
+			time.Sleep(time.Minute) // past the TTL, renewals failing
+			return nil
+		}, leasehold.ContinueOnRenewFailure())
+		if !errors.Is(err, leasehold.ErrNotOwned) {
+			t.Fatalf("Hold returned %v, want ErrNotOwned", err)
+		}
+
+		f.store.mu.Lock()
+		f.store.renewErr, f.store.releaseErr = nil, errDown
+		f.store.mu.Unlock()
+		if err := c.Hold(t.Context(), "approval:A8", 10*time.Second, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
+			t.Fatalf("a failed release is reported, not returned: %v", err)
+		}
+
+		f.compare(t, expiredHead+`
+leasehold_lock_expired_while_running_total{namespace="approval"} 0
+leasehold_lock_expired_while_running_total{namespace="leader"} 0
+leasehold_lock_expired_while_running_total{namespace="other"} 0
+leasehold_lock_expired_while_running_total{namespace="reconciler"} 0
+leasehold_lock_expired_while_running_total{namespace="scheduler"} 1
+leasehold_lock_expired_while_running_total{namespace="workflow"} 0
+`+releaseFailuresHead+`
+leasehold_lock_release_failures_total{namespace="approval"} 1
+leasehold_lock_release_failures_total{namespace="leader"} 0
+leasehold_lock_release_failures_total{namespace="other"} 0
+leasehold_lock_release_failures_total{namespace="reconciler"} 0
+leasehold_lock_release_failures_total{namespace="scheduler"} 0
+leasehold_lock_release_failures_total{namespace="workflow"} 0
+`, "leasehold_lock_expired_while_running_total", "leasehold_lock_release_failures_total")
+	})
+}
+
+// A holder pauses past its TTL, the next owner writes with its higher fence,
+// and the paused one's late write is refused by the fenced register. A
+// fenced store of the caller's own, with a name outside the known set, is
+// counted as "other".
+func TestFenceRejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a, b := f.client(), f.client()
+		reg := fence.NewMemRegister(fence.WithObserver(f.o))
+		ctx, key, job := t.Context(), "cordum:scheduler:job:J9", "jobs/J9"
+
+		la, err := a.TryAcquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		lb, err := b.TryAcquire(ctx, key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Write(ctx, job, lb.Fence(), []byte("B")); err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Write(ctx, job, la.Fence(), []byte("A")); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("A's late write: %v, want ErrStale", err)
+		}
+		own := fence.NewConfig(fence.WithObserver(f.o))
+		if err := own.Reject("cassandra", job, la.Fence(), lb.Fence()); !errors.Is(err, fence.ErrStale) {
+			t.Fatal(err)
+		}
+
+		f.compare(t, fenceHead+`
+leasehold_fence_rejected_total{store="etcd"} 0
+leasehold_fence_rejected_total{store="memory"} 1
+leasehold_fence_rejected_total{store="other"} 1
+leasehold_fence_rejected_total{store="postgres"} 0
+leasehold_fence_rejected_total{store="redis"} 0
+`, "leasehold_fence_rejected_total")
+	})
+}
+
+// WithStores adds a store name to the allowed set.
+func TestWithStores(t *testing.T) {
+	f := newFixture(t, prom.WithStores("cassandra"))
+	if err := fence.NewConfig(fence.WithObserver(f.o)).Reject("cassandra", "jobs/J1", 1, 2); !errors.Is(err, fence.ErrStale) {
+		t.Fatal(err)
+	}
+	f.compare(t, fenceHead+`
+leasehold_fence_rejected_total{store="cassandra"} 1
+leasehold_fence_rejected_total{store="etcd"} 0
+leasehold_fence_rejected_total{store="memory"} 0
+leasehold_fence_rejected_total{store="other"} 0
+leasehold_fence_rejected_total{store="postgres"} 0
+leasehold_fence_rejected_total{store="redis"} 0
+`, "leasehold_fence_rejected_total")
+}
+
+// A Client whose namespace function returns tenant names: every name outside
+// the allowed set is counted as "other", so tenants cannot blow up the
+// series count; one added with WithNamespaces gets its own series.
+func TestUnknownNamespaceIsOther(t *testing.T) {
+	f := newFixture(t, prom.WithNamespaces("billing"))
+	byTenant := leasehold.WithNamespace(func(key string) string { tenant, _, _ := strings.Cut(key, ":"); return tenant })
+	c := f.client(byTenant)
+	for _, key := range []string{"tenant-1:job", "tenant-2:job", "tenant-3:job", "billing:invoice:9"} {
+		l, err := c.TryAcquire(t.Context(), key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(acquired(f, "other")); got != 3 {
+		t.Errorf("acquired{namespace=other} = %v, want 3 (the tenants)", got)
+	}
+	if got := testutil.ToFloat64(acquired(f, "billing")); got != 1 {
+		t.Errorf("acquired{namespace=billing} = %v, want 1", got)
+	}
+	// 7 namespaces (6 default + billing) × 4 results, all pre-created: the
+	// tenants added none.
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_acquire_total"); n != 28 {
+		t.Errorf("%d acquire series, want 28", n)
+	}
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_held_seconds"); n != 2 {
+		t.Errorf("%d held-time series, want 2 (other, billing)", n)
+	}
+}
+
+// prom.WithNamespace overrides the Client's namespace from the key, and is
+// bounded the same way.
+func TestWithNamespaceOverridesTheEvent(t *testing.T) {
+	f := newFixture(t, prom.WithNamespace(func(key string) string {
+		if strings.HasPrefix(key, "ops/") {
+			return "leader"
+		}
+		return "nonsense-" + key
+	}))
+	c := f.client()
+	for _, key := range []string{"ops/snapshot", "cordum:wf:run:lock:R2"} {
+		if _, err := c.TryAcquire(t.Context(), key, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(acquired(f, "leader")); got != 1 {
+		t.Errorf("acquired{leader} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(acquired(f, "other")); got != 1 {
+		t.Errorf("acquired{other} = %v, want 1 (the function's answer is not allowed)", got)
+	}
+	if got := testutil.ToFloat64(acquired(f, "workflow")); got != 0 {
+		t.Errorf("acquired{workflow} = %v, want 0 (the Client's namespace is overridden)", got)
+	}
+}
+
+// Every value DefaultNamespace returns is in the default allowed set, so a
+// Client with the default namespace function never lands in "other" by
+// accident: of these keys only tenant-42's is counted as other.
+func TestDefaultNamespacesAreAllowed(t *testing.T) {
+	f := newFixture(t)
+	keys := []string{
+		"cordum:wf:run:lock:R1", "workflow:x", "run:x", "cordum:scheduler:job:J", "job:x",
+		"approval:A7", "cordum:reconciler:tick", "loop:x", "replayer:x", "cordum:leader:snapshot",
+		"snapshot:x", "tenant-42:anything",
+	}
+	c := f.client()
+	for _, key := range keys {
+		if _, err := c.TryAcquire(t.Context(), key, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if ns := leasehold.DefaultNamespace(key); testutil.ToFloat64(f.o.AcquireCounter(ns, "acquired")) == 0 {
+			t.Errorf("%q → %q: not counted under its own namespace", key, ns)
+		}
+	}
+	if got := testutil.ToFloat64(f.o.AcquireCounter("other", "acquired")); got != 1 {
+		t.Errorf("acquired{other} = %v, want 1 (tenant-42 only)", got)
+	}
+}
+
+// A second Observer on the same registry is an error, not a panic, and the
+// failed New leaves nothing of its own registered.
+func TestDuplicateRegistrationIsAnError(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := prom.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := prom.New(reg)
+	var are prometheus.AlreadyRegisteredError
+	if !errors.As(err, &are) {
+		t.Fatalf("second New: %v, want an AlreadyRegisteredError", err)
+	}
+
+	// A clash on a later metric: the ones registered before it are undone.
+	reg = prometheus.NewPedanticRegistry()
+	clash := prometheus.NewCounter(prometheus.CounterOpts{Name: "leasehold_fence_rejected_total", Help: "someone else's"})
+	reg.MustRegister(clash)
+	if _, err := prom.New(reg); err == nil {
+		t.Fatal("New over a clashing name succeeded")
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 1 {
+		t.Errorf("after a failed New the registry has %d series (%v), want only the clashing one", n, err)
+	}
+	if _, err := prom.New(reg, prom.WithStores()); err == nil {
+		t.Error("New succeeded over a clashing name on the second try")
+	}
+
+	// Wrapped with a constant label, a second Observer is its own set.
+	if _, err := prom.New(prometheus.WrapRegistererWith(prometheus.Labels{"client": "b"}, prometheus.NewRegistry())); err != nil {
+		t.Errorf("New on a wrapped registerer: %v", err)
+	}
+	if _, err := prom.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+func acquired(f *fixture, ns string) prometheus.Collector { return f.o.AcquireCounter(ns, "acquired") }
