@@ -1,0 +1,103 @@
+package drill
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Violation is one broken promise found in a drill's history.
+type Violation struct {
+	Check  string `json:"check"`
+	Detail string `json:"detail"`
+}
+
+// Check names.
+const (
+	CheckStaleWrite     = "stale-write-accepted"
+	CheckWrongOwner     = "wrong-owner-release-or-renew"
+	CheckDoubleTerminal = "job-terminal-twice"
+	CheckTakeover       = "takeover-over-slo"
+	CheckUnfinished     = "jobs-unfinished"
+)
+
+// checkStaleWrites: in the storage's own acceptance order, no job accepted a
+// write whose fence was older than one it had already accepted.
+func checkStaleWrites(writes []Write) []Violation {
+	var out []Violation
+	newest := make(map[string]int64)
+	for _, w := range writes {
+		if w.Fence < newest[w.Job] {
+			out = append(out, Violation{CheckStaleWrite, fmt.Sprintf(
+				"%s: worker %d's write %q with fence %d accepted after fence %d", w.Job, w.Worker, w.State, w.Fence, newest[w.Job])})
+		}
+		newest[w.Job] = max(newest[w.Job], w.Fence)
+	}
+	return out
+}
+
+// checkDoubleTerminal: no job was written into a terminal state once it was
+// in one.
+func checkDoubleTerminal(writes []Write) []Violation {
+	var out []Violation
+	state := make(map[string]string)
+	for _, w := range writes {
+		if w.State == "" { // a claim
+			continue
+		}
+		if terminal(state[w.Job]) && terminal(w.State) {
+			out = append(out, Violation{CheckDoubleTerminal, fmt.Sprintf(
+				"%s: %s again (worker %d, fence %d) after %s", w.Job, w.State, w.Worker, w.Fence, state[w.Job])})
+		}
+		state[w.Job] = w.State
+	}
+	return out
+}
+
+// checkWrongOwner: no release or renewal succeeded for a lease after a newer
+// lease on the same key had been acquired.
+func checkWrongOwner(ops []Op) []Violation {
+	acquired := make(map[string][]Op) // key → successful acquires
+	for _, o := range ops {
+		if o.Kind == "acquire" && o.OK {
+			acquired[o.Key] = append(acquired[o.Key], o)
+		}
+	}
+	var out []Violation
+	for _, o := range ops {
+		if (o.Kind != "release" && o.Kind != "renew") || !o.OK {
+			continue
+		}
+		for _, a := range acquired[o.Key] {
+			if a.Fence > o.Fence && a.Return.Before(o.Call) {
+				out = append(out, Violation{CheckWrongOwner, fmt.Sprintf(
+					"%s: worker %d's %s with fence %d succeeded after fence %d was acquired", o.Key, o.Worker, o.Kind, o.Fence, a.Fence)})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// takeovers measures, for each paused or killed holder, the time from the
+// fault to the next owner's acquire of the same key.
+func takeovers(events []Event, ops []Op) []time.Duration {
+	var out []time.Duration
+	for _, e := range events {
+		for _, o := range ops {
+			if o.Kind == "acquire" && o.OK && o.Key == e.Key && o.Fence > e.Fence {
+				out = append(out, o.Return.Sub(e.At))
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(p*float64(len(sorted)-1)+0.5)]
+}

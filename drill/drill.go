@@ -1,0 +1,389 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+// Config configures a drill. The zero value runs the default drill on an
+// in-process memstore.
+type Config struct {
+	// Store holds the job locks. Default: a new memstore.
+	Store leasehold.Store
+	// StoreName names it in the report. Default: "memory".
+	StoreName string
+	// Workers is the number of concurrent workers. Default: 8. At most half
+	// of them start new jobs at once: the rest is the headroom that takes
+	// over jobs whose owner was paused, killed or fenced, as soon as their
+	// lease is free, so that takeover time measures the lock, not a queue.
+	Workers int
+	// Jobs is the number of jobs, each moved from queued to done. Default:
+	// 100: with 4 new jobs at a time and critical sections of TTL/12 to
+	// 1.5 × TTL (0.8 TTL on average), about 12 seconds at the default time
+	// scale, long enough for some eighty faults.
+	Jobs int
+	// TimeScale compresses the production lock timings of DESIGN.md §5 (the
+	// scheduler job path: TTL 60 s, renewal every 20 s). Default: 1/100,
+	// so the TTL is 600 ms and a drill takes seconds.
+	TimeScale float64
+	// Faults are injected in turn, one every TTL/4, each healed a TTL
+	// later (so up to four are active at once). Default: DefaultFaults();
+	// an empty, non-nil slice injects none.
+	Faults []Fault
+	// UnsafeRelease is a negative control: releases delete the key whoever
+	// holds it. The checkers must report wrong-owner releases.
+	UnsafeRelease bool
+	// NoFencing is a negative control: the job storage accepts any fence.
+	// The checkers must report stale writes.
+	NoFencing bool
+	// Timeout bounds the whole drill. Default: 2 minutes.
+	Timeout time.Duration
+	// Progress, when set, receives a progress line every 250 ms.
+	Progress io.Writer
+}
+
+// run is one drill in progress.
+type run struct {
+	cfg     Config
+	ttl     time.Duration
+	work    time.Duration // the longest critical section's work; each draws from [work/18, work]
+	poll    time.Duration // a worker's pause when no job is free
+	jobKeys []string
+	jobs    *jobStore
+	rec     *recorder
+	knobs   *knobs
+
+	slots chan struct{} // the headroom: sections on new jobs at once
+
+	mu      sync.Mutex
+	workers []*worker
+	nextID  int
+	failing atomic.Pointer[worker]
+	wg      sync.WaitGroup
+
+	sections atomic.Int64
+	injected map[string]int
+}
+
+// Run runs a drill and returns its report; the report's Violations say
+// whether the lock and the fence held. The error is for a drill that could
+// not run at all.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Store == nil {
+		cfg.Store, cfg.StoreName = memstore.New(), "memory"
+	}
+	if cfg.StoreName == "" {
+		cfg.StoreName = "custom"
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 8
+	}
+	if cfg.Jobs == 0 {
+		cfg.Jobs = 100
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 0.01
+	}
+	if cfg.Faults == nil {
+		cfg.Faults = DefaultFaults()
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Minute
+	}
+	switch {
+	case cfg.Workers < 2:
+		return nil, &leasehold.ArgumentError{Arg: "workers", Reason: fmt.Sprintf("%d: a takeover needs at least 2", cfg.Workers)}
+	case cfg.Jobs < 1:
+		return nil, &leasehold.ArgumentError{Arg: "jobs", Reason: fmt.Sprintf("%d is not positive", cfg.Jobs)}
+	case cfg.TimeScale <= 0 || cfg.TimeScale > 1:
+		return nil, &leasehold.ArgumentError{Arg: "time scale", Reason: fmt.Sprintf("%v is not in (0, 1]", cfg.TimeScale)}
+	}
+	ttl := time.Duration(float64(60*time.Second) * cfg.TimeScale)
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return nil, fmt.Errorf("drill: time scale %v gives %w", cfg.TimeScale, err)
+	}
+	r := &run{
+		cfg:      cfg,
+		ttl:      ttl,
+		work:     ttl * 3 / 2,
+		poll:     ttl / 20,
+		rec:      &recorder{fences: make(map[string]int64), started: time.Now()},
+		knobs:    &knobs{unsafeRelease: cfg.UnsafeRelease},
+		injected: make(map[string]int),
+		slots:    make(chan struct{}, max(1, cfg.Workers/2)),
+	}
+	for i := range cfg.Jobs {
+		r.jobKeys = append(r.jobKeys, fmt.Sprintf("drill:scheduler:job:%d", i))
+	}
+	r.jobs = newJobStore(r.jobKeys, cfg.NoFencing)
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	for range cfg.Workers {
+		r.spawn(ctx)
+	}
+	r.injectFaults(ctx)
+	cancel()
+	r.wg.Wait()
+	return r.report(time.Since(start)), nil
+}
+
+// injectFaults injects the faults in turn, one every TTL/4, healing each a
+// TTL later, until every job is done or ctx ends; it prints progress.
+func (r *run) injectFaults(ctx context.Context) {
+	env := &Env{run: r}
+	var faults []Fault
+	for _, f := range r.cfg.Faults {
+		if f.Available(env) {
+			faults = append(faults, f)
+		}
+	}
+	type active struct {
+		f     Fault
+		since time.Time
+	}
+	var live []active
+	tick := time.NewTicker(r.ttl / 4)
+	defer tick.Stop()
+	lastProgress := time.Now()
+	for i := 0; r.jobs.remaining() > 0; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for len(live) > 0 && time.Since(live[0].since) >= r.ttl {
+			_ = live[0].f.Heal(ctx, env)
+			live = live[1:]
+		}
+		if len(faults) > 0 {
+			f := faults[i%len(faults)]
+			if err := f.Inject(ctx, env); err == nil {
+				r.injected[f.Name()]++
+				live = append(live, active{f, time.Now()})
+			}
+		}
+		if r.cfg.Progress != nil && time.Since(lastProgress) >= 250*time.Millisecond {
+			lastProgress = time.Now()
+			_, rejected := r.jobs.log()
+			fmt.Fprintf(r.cfg.Progress, "\rdrill: %d/%d jobs done, %d critical sections, %d faults, %d stale writes refused ",
+				r.cfg.Jobs-r.jobs.remaining(), r.cfg.Jobs, r.sections.Load(), sum(r.injected), rejected)
+		}
+	}
+	for _, a := range live {
+		_ = a.f.Heal(ctx, env)
+	}
+	if r.cfg.Progress != nil {
+		fmt.Fprintln(r.cfg.Progress)
+	}
+}
+
+func sum(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// spawn starts a new worker.
+func (r *run) spawn(ctx context.Context) {
+	r.mu.Lock()
+	id := r.nextID
+	r.nextID++
+	w := &worker{id: id, run: r, requests: make(chan faultKind, 1)}
+	w.store = &workerStore{Store: r.cfg.Store, worker: id, rec: r.rec, knobs: r.knobs}
+	w.client = leasehold.New(w.store, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	r.workers = append(r.workers, w)
+	r.mu.Unlock()
+	r.wg.Go(func() { w.loop(ctx) })
+}
+
+func (r *run) randomWorker() *worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	live := make([]*worker, 0, len(r.workers))
+	for _, w := range r.workers {
+		if !w.dead.Load() {
+			live = append(live, w)
+		}
+	}
+	return live[rand.IntN(len(live))]
+}
+
+type faultKind int
+
+const (
+	faultPause faultKind = iota + 1
+	faultKill
+)
+
+// worker is one control-plane worker: it takes job locks and moves jobs on.
+type worker struct {
+	id       int
+	run      *run
+	store    *workerStore
+	client   *leasehold.Client
+	requests chan faultKind // a fault to act out in the next critical section
+	dead     atomic.Bool
+}
+
+func (w *worker) request(f faultKind) {
+	select {
+	case w.requests <- f:
+	default: // one pending fault per worker is enough
+	}
+}
+
+// loop runs critical sections on random unfinished jobs until every job is
+// done, ctx ends, or the worker is killed.
+func (w *worker) loop(ctx context.Context) {
+	r := w.run
+	for ctx.Err() == nil && r.jobs.remaining() > 0 {
+		// Recovery first, as a control plane's reconciler does: an in-flight
+		// job whose lease is no longer held (its owner paused, killed or
+		// fenced) is taken over. New work only within the headroom.
+		result := sectionBusy
+		if key := r.orphan(ctx); key != "" {
+			result = w.section(ctx, key)
+		} else {
+			select {
+			case r.slots <- struct{}{}:
+				if key := r.jobs.pick(Queued); key != "" {
+					result = w.section(ctx, key)
+				}
+				<-r.slots
+			default:
+			}
+		}
+		switch result {
+		case sectionKilled:
+			w.dead.Store(true)
+			r.spawn(ctx) // a replacement keeps the workload going
+			return
+		case sectionBusy:
+			sleepFor(ctx, r.poll)
+		}
+	}
+}
+
+type sectionResult int
+
+const (
+	sectionRan sectionResult = iota
+	sectionBusy
+	sectionKilled
+)
+
+// section is one critical section: take the job's lock, claim the job at
+// the storage with the lease's fence, write running, work, write done,
+// release. Faults act between the work and the final write.
+func (w *worker) section(ctx context.Context, key string) sectionResult {
+	r := w.run
+	l, err := w.client.TryAcquire(ctx, key, r.ttl)
+	if err != nil {
+		return sectionBusy
+	}
+	r.sections.Add(1)
+	k, err := l.KeepAlive(ctx)
+	if err != nil {
+		_ = l.Release(context.WithoutCancel(ctx))
+		return sectionRan
+	}
+	release := func() {
+		k.Stop()
+		if k.Err() == nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
+			_ = l.Release(rctx)
+			cancel()
+		}
+	}
+	state, err := r.jobs.Claim(k.Context(), w.id, key, l.Fence())
+	if err != nil || terminal(state) {
+		release()
+		return sectionRan
+	}
+	if r.jobs.Write(w.id, key, l.Fence(), Running) != nil {
+		release()
+		return sectionRan
+	}
+	// Most sections end before the first renewal; the long ones live on
+	// their renewals, which renewal faults then cut.
+	select {
+	case <-time.After(r.work/18 + rand.N(r.work-r.work/18)):
+	case <-k.Context().Done(): // the fence policy gave the lease up: stop
+		if k.Err() != nil && w.store.failRenew.Load() {
+			r.rec.event(Event{Fault: "renew-failures", Worker: w.id, Key: key, Fence: l.Fence(), At: time.Now()})
+		}
+		release()
+		return sectionRan
+	}
+
+	select {
+	case f := <-w.requests:
+		switch f {
+		case faultKill:
+			k.Stop() // the process is gone: no renewal, no write, no release
+			r.rec.event(Event{Fault: "kill-holder", Worker: w.id, Key: key, Fence: l.Fence(), At: time.Now()})
+			return sectionKilled
+		case faultPause:
+			k.Stop() // a frozen process renews nothing
+			r.rec.event(Event{Fault: "pause-past-ttl", Worker: w.id, Key: key, Fence: l.Fence(), At: time.Now()})
+			w.frozenUntilTakenOver(ctx, key, l.Token())
+			// Awake, unaware: write and release as if nothing happened.
+			_ = r.jobs.Write(w.id, key, l.Fence(), Done)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
+			_ = l.Release(rctx)
+			cancel()
+			return sectionRan
+		}
+	default:
+	}
+	if k.Context().Err() == nil {
+		_ = r.jobs.Write(w.id, key, l.Fence(), Done)
+	}
+	release()
+	return sectionRan
+}
+
+// orphan returns an in-flight job whose lock nobody holds, or "".
+func (r *run) orphan(ctx context.Context) string {
+	for _, key := range r.jobs.inState(Running) {
+		if info, err := r.cfg.Store.Inspect(ctx, key); err == nil && !info.Held {
+			return key
+		}
+	}
+	return ""
+}
+
+// frozenUntilTakenOver stands for a pause past the TTL: the worker does
+// nothing until another worker holds its key (the worst moment to wake up:
+// its stale write and release meet a live owner), or three TTLs pass.
+func (w *worker) frozenUntilTakenOver(ctx context.Context, key, token string) {
+	r := w.run
+	deadline := time.Now().Add(3 * r.ttl)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if info, err := r.cfg.Store.Inspect(ctx, key); err == nil && info.Held && info.Token != token {
+			return
+		}
+		sleepFor(ctx, r.poll)
+	}
+}
+
+func sleepFor(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

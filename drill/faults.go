@@ -1,0 +1,92 @@
+package drill
+
+import (
+	"context"
+	"time"
+)
+
+// Fault is one kind of trouble the drill injects, in the shape of etcd's
+// robustness failpoints: Inject starts it, Heal ends it (a no-op for faults
+// that end by themselves), Available says whether it applies to this run.
+type Fault interface {
+	Name() string
+	Available(e *Env) bool
+	Inject(ctx context.Context, e *Env) error
+	Heal(ctx context.Context, e *Env) error
+}
+
+// Env is what faults act on: the running drill's workers and store knobs.
+type Env struct {
+	run *run
+}
+
+// TTL is the run's (scaled) lock TTL.
+func (e *Env) TTL() time.Duration { return e.run.ttl }
+
+// PauseWorker freezes a worker in its critical section for 1.5 × TTL, its
+// renewals included, as a GC pause or a stopped VM would; the worker then
+// wakes and carries on: it writes its result and releases, unaware that
+// another worker has taken the job over. The fence must refuse the writes
+// and the token check the release.
+type PauseWorker struct{}
+
+func (PauseWorker) Name() string                     { return "pause-past-ttl" }
+func (PauseWorker) Available(*Env) bool              { return true }
+func (PauseWorker) Heal(context.Context, *Env) error { return nil }
+func (PauseWorker) Inject(_ context.Context, e *Env) error {
+	e.run.randomWorker().request(faultPause)
+	return nil
+}
+
+// KillWorker kills a worker in its critical section: no more writes, no
+// release; a new worker takes its place. Its job is taken over when the
+// lease expires.
+type KillWorker struct{}
+
+func (KillWorker) Name() string                     { return "kill-holder" }
+func (KillWorker) Available(*Env) bool              { return true }
+func (KillWorker) Heal(context.Context, *Env) error { return nil }
+func (KillWorker) Inject(_ context.Context, e *Env) error {
+	e.run.randomWorker().request(faultKill)
+	return nil
+}
+
+// RenewFailures makes every renewal of one worker fail until healed: the
+// fence policy must cancel its critical section before its lease can
+// expire, and the worker stops writing.
+type RenewFailures struct{}
+
+func (RenewFailures) Name() string        { return "renew-failures" }
+func (RenewFailures) Available(*Env) bool { return true }
+func (RenewFailures) Inject(_ context.Context, e *Env) error {
+	w := e.run.randomWorker()
+	w.store.failRenew.Store(true)
+	e.run.failing.Store(w)
+	return nil
+}
+func (RenewFailures) Heal(_ context.Context, e *Env) error {
+	if w := e.run.failing.Swap(nil); w != nil {
+		w.store.failRenew.Store(false)
+	}
+	return nil
+}
+
+// StoreLatency slows every store call of every worker by TTL/20 until
+// healed: renewals get slower, none should be lost for it.
+type StoreLatency struct{}
+
+func (StoreLatency) Name() string        { return "store-latency" }
+func (StoreLatency) Available(*Env) bool { return true }
+func (StoreLatency) Inject(_ context.Context, e *Env) error {
+	e.run.knobs.latency.Store(int64(e.run.ttl / 20))
+	return nil
+}
+func (StoreLatency) Heal(_ context.Context, e *Env) error {
+	e.run.knobs.latency.Store(0)
+	return nil
+}
+
+// DefaultFaults are the in-process faults, injected in turn.
+func DefaultFaults() []Fault {
+	return []Fault{PauseWorker{}, RenewFailures{}, KillWorker{}, StoreLatency{}}
+}

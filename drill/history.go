@@ -1,0 +1,155 @@
+package drill
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Op is one lock operation a worker made, with its call and return times.
+type Op struct {
+	Kind         string // "acquire", "renew", "release"
+	Worker       int
+	Key          string
+	Fence        int64 // the lease's fence (for renew and release, looked up by token)
+	Call, Return time.Time
+	OK           bool
+	Err          string
+}
+
+// Event is a fault taking effect on a worker's critical section.
+type Event struct {
+	Fault  string
+	Worker int
+	Key    string
+	Fence  int64 // the fence of the lease the worker held
+	At     time.Time
+}
+
+// recorder keeps the history of a run.
+type recorder struct {
+	mu      sync.Mutex
+	ops     []Op
+	events  []Event
+	fences  map[string]int64 // token → fence
+	started time.Time
+}
+
+// op records o; token, for a successful acquire, maps the lease's later
+// renewals and releases to its fence.
+func (r *recorder) op(o Op, token string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o.Kind == "acquire" && o.OK {
+		r.fences[token] = o.Fence
+	}
+	r.ops = append(r.ops, o)
+}
+
+func (r *recorder) fenceOf(token string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fences[token]
+}
+
+func (r *recorder) event(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// workerStore is the store as one worker sees it: every call is recorded,
+// and the faults' knobs act on it.
+type workerStore struct {
+	leasehold.Store
+	worker    int
+	rec       *recorder
+	knobs     *knobs
+	failRenew atomic.Bool
+}
+
+// knobs are the faults that act on every worker's store at once.
+type knobs struct {
+	latency       atomic.Int64 // nanoseconds added to every store call
+	unsafeRelease bool         // negative control: delete the key whoever holds it
+}
+
+func (s *workerStore) delay(ctx context.Context) error {
+	d := time.Duration(s.knobs.latency.Load())
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (s *workerStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	call := time.Now()
+	if err := s.delay(ctx); err != nil {
+		return 0, err
+	}
+	f, err := s.Store.Acquire(ctx, key, token, ttl)
+	o := Op{Kind: "acquire", Worker: s.worker, Key: key, Fence: f, Call: call, Return: time.Now(), OK: err == nil}
+	if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) {
+		o.Err = err.Error()
+	}
+	s.rec.op(o, token)
+	return f, err
+}
+
+func (s *workerStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	call := time.Now()
+	err := s.delay(ctx)
+	if err == nil && s.failRenew.Load() {
+		err = errors.New("drill: renewal failed (injected)")
+	}
+	if err == nil {
+		err = s.Store.Renew(ctx, key, token, ttl)
+	}
+	s.rec.op(Op{Kind: "renew", Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
+	return err
+}
+
+func (s *workerStore) Release(ctx context.Context, key, token string) error {
+	call := time.Now()
+	err := s.delay(ctx)
+	if err == nil {
+		if s.knobs.unsafeRelease {
+			err = s.releaseByKey(ctx, key)
+		} else {
+			err = s.Store.Release(ctx, key, token)
+		}
+	}
+	s.rec.op(Op{Kind: "release", Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
+	return err
+}
+
+// releaseByKey is the bug the negative control plants: DEL key, whoever
+// holds it.
+func (s *workerStore) releaseByKey(ctx context.Context, key string) error {
+	info, err := s.Store.Inspect(ctx, key)
+	if err != nil {
+		return err
+	}
+	if !info.Held {
+		return leasehold.ErrNotOwned
+	}
+	return s.Store.Release(ctx, key, info.Token)
+}
