@@ -1,0 +1,44 @@
+package main_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// The default drill exits 0 with no violation; with a protection switched
+// off it exits 1 and names the violations; --json parses.
+func TestDrillCommand(t *testing.T) {
+	t.Parallel()
+	args := []string{"drill", "--time-scale", "1/200", "--jobs", "30", "--json"}
+	var rep struct {
+		CriticalSections int `json:"critical_sections"`
+		StaleRefused     int `json:"stale_writes_refused"`
+		Violations       []struct {
+			Check string `json:"check"`
+		} `json:"violations"`
+	}
+	decode(t, ok(t, args...), &rep)
+	if rep.CriticalSections == 0 || len(rep.Violations) != 0 {
+		t.Fatalf("default drill: %d critical sections, %d violations", rep.CriticalSections, len(rep.Violations))
+	}
+
+	r := run(t, "drill", "--time-scale", "1/200", "--jobs", "30", "--unsafe-release")
+	if r.code != 1 || !strings.Contains(r.stdout, "wrong-owner-release-or-renew") {
+		t.Fatalf("drill --unsafe-release: exit %d, want 1 with wrong-owner violations:\n%s", r.code, r.stdout)
+	}
+	if !strings.Contains(r.stderr, "leasehold: drill found") {
+		t.Errorf("drill --unsafe-release: stderr %q does not say it found violations", r.stderr)
+	}
+	var bad map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &bad); err == nil {
+		t.Error("the text report parsed as JSON")
+	}
+}
+
+func TestDrillBadFlags(t *testing.T) {
+	t.Parallel()
+	failsWith(t, 2, []string{"--time-scale"}, "drill", "--time-scale", "2")
+	failsWith(t, 2, []string{"--time-scale"}, "drill", "--time-scale", "1/0")
+	failsWith(t, 2, []string{"workers"}, "drill", "--workers", "1")
+}

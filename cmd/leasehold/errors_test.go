@@ -1,0 +1,144 @@
+package main_test
+
+import (
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestUsageErrors: a wrong command line is one line on stderr, nothing on
+// stdout, exit code 2, and no store is contacted (the Redis URL names a
+// closed port, which would otherwise fail with exit code 1).
+func TestUsageErrors(t *testing.T) {
+	closed := "redis://" + closedAddr(t) + "/0"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"inspect", "--bogus", "k"}, "unknown flag: --bogus"},
+		{[]string{"ls", "--redis", closed, "--etcd", "127.0.0.1:2379", "x"}, "choose one store: --redis and --etcd"},
+		{[]string{"inspect", "--redis", closed, "--postgres", "postgres://x@127.0.0.1/db", "k"}, "choose one store"},
+		{[]string{"--timeout", "abc", "inspect", "--redis", closed, "k"}, `invalid argument "abc" for "--timeout"`},
+		{[]string{"--timeout", "0s", "inspect", "--redis", closed, "k"}, "--timeout must be positive"},
+		{[]string{"inspect", "--redis", closed}, "inspect needs KEY"},
+		{[]string{"inspect", "--redis", closed, "a", "b"}, "inspect takes 1 argument"},
+		{[]string{"inspect", "k"}, "no store selected: pass --redis, --etcd or --postgres"},
+		{[]string{"ls", "x"}, "no store selected"},
+		{[]string{"ls", "--redis", closed}, "ls needs PATTERN"},
+		{[]string{"inspect", "--redis", closed, "bad\x07key"}, "invalid key: control character U+0007"},
+		{[]string{"inspect", "--redis", closed, ""}, "invalid key: empty"},
+		{[]string{"inspect", "--redis", "http://127.0.0.1:6379", "k"}, "--redis: not a Redis URL"},
+		{[]string{"inspect", "--redis", "redis://user:hunter2@127.0.0.1:bad/0", "k"}, "--redis: not a Redis URL"},
+		{[]string{"inspect", "--etcd", " , ", "k"}, "--etcd needs at least one endpoint"},
+		{[]string{"inspect", "--postgres", "postgres://x@127.0.0.1:notaport/db", "k"}, "--postgres"},
+		{[]string{"ls", "--redis", closed, "--limit", "0", "x"}, "--limit must be between 1 and"},
+		{[]string{"ls", "--redis", closed, "--page-size", "-1", "x"}, "--page-size must be between 1 and"},
+		{[]string{"ls", "--redis", closed, "--limit", "many", "x"}, `invalid argument "many" for "--limit"`},
+		{[]string{"nosuch"}, `unknown command "nosuch"`},
+		{[]string{"ttl", "--exec-p99", "soon", "--jitter", "1s", "--guard", "1s"}, `invalid argument "soon" for "--exec-p99"`},
+		{[]string{"ttl", "--jitter", "1s", "--guard", "1s"}, "ttl needs --exec-p99"},
+		{[]string{"ttl", "--exec-p99", "1s", "--guard", "1s"}, "ttl needs --jitter"},
+		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "1s"}, "ttl needs --guard"},
+		{[]string{"ttl", "--exec-p99", "1s", "--from", "http://127.0.0.1:1/metrics", "--namespace", "workflow", "--jitter", "1s", "--guard", "1s"}, "not both"},
+		{[]string{"ttl", "--from", "http://127.0.0.1:1/metrics", "--jitter", "1s", "--guard", "1s"}, "--from needs --namespace"},
+		{[]string{"ttl", "--from", "ftp://127.0.0.1/metrics", "--namespace", "workflow", "--jitter", "1s", "--guard", "1s"}, "--from needs an http:// or https:// URL"},
+		{[]string{"ttl", "--exec-p99", "20h", "--jitter", "5h", "--guard", "0s"}, "invalid ttl: 25h0m0s is longer than 24h0m0s"},
+		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "-1s", "--guard", "0s"}, "invalid jitter"},
+		{[]string{"ttl", "surplus", "--exec-p99", "1s", "--jitter", "1s", "--guard", "1s"}, "ttl takes no arguments"},
+	} {
+		r := failsWith(t, 2, []string{tc.want}, tc.args...)
+		if r.stdout != "" {
+			t.Errorf("leasehold %q printed on stdout: %q", tc.args, r.stdout)
+		}
+		if strings.Contains(r.stderr, "hunter2") {
+			t.Errorf("leasehold %q printed the password: %q", tc.args, r.stderr)
+		}
+	}
+}
+
+// closedAddr returns a loopback address on which nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// silentAddr returns a loopback address that accepts connections and never
+// answers: a store that hangs.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestUnreachableStore: a store that refuses connections, or accepts them
+// and never answers, is one line naming the store, exit code 1, within the
+// --timeout (plus the time to start the process).
+func TestUnreachableStore(t *testing.T) {
+	const timeout = 2 * time.Second
+	for _, where := range []struct {
+		name string
+		addr func(*testing.T) string
+		says string
+	}{{"refusing", closedAddr, "connection refused"}, {"silent", silentAddr, "did not answer within 2s"}} {
+		t.Run(where.name, func(t *testing.T) {
+			addr := where.addr(t)
+			for _, store := range []struct {
+				flag, value, name string
+			}{
+				{"--redis", "redis://" + addr + "/0", "redis at " + addr},
+				{"--etcd", addr, "etcd at " + addr},
+				{"--postgres", "postgres://ops:hunter2@" + addr + "/cordum?sslmode=disable", "postgres at " + addr},
+			} {
+				for _, cmd := range [][]string{{"inspect", "cordum:wf:run:lock:R1"}, {"ls", "cordum:*"}} {
+					args := append([]string{"--timeout", timeout.String(), store.flag, store.value}, cmd...)
+					t.Run(strings.TrimPrefix(store.flag, "--")+" "+cmd[0], func(t *testing.T) {
+						t.Parallel()
+						r := failsWith(t, 1, []string{store.name, where.says}, args...)
+						if r.elapsed > timeout+3*time.Second {
+							t.Errorf("leasehold %q took %v with --timeout %v", args, r.elapsed, timeout)
+						}
+						if strings.Contains(r.stderr, "hunter2") {
+							t.Errorf("leasehold %q printed the password: %q", args, r.stderr)
+						}
+					})
+				}
+			}
+		})
+	}
+}

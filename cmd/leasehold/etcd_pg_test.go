@@ -1,0 +1,150 @@
+package main_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/store/etcdstore"
+	"github.com/leasehold/leasehold/store/pgstore"
+)
+
+// checkInventory runs inspect and ls with storeArgs against a store in which
+// the test took held (in key order), released released, and took a key that
+// does not match cordum:*.
+func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, released *leasehold.Lease) {
+	t.Helper()
+	args := func(a ...string) []string { return append(slices.Clone(storeArgs), a...) }
+
+	for _, l := range held {
+		var got lockJSON
+		decode(t, ok(t, args("inspect", "--json", l.Key())...), &got)
+		ns := leasehold.DefaultNamespace(l.Key())
+		if got.Key != l.Key() || !got.Held || got.Owner != l.Token() || got.Fence != l.Fence() ||
+			got.Namespace != ns || got.TTLSeconds <= 0 || got.TTLSeconds > 60 {
+			t.Errorf("inspect --json %s = %+v, want held by %s with fence %d, namespace %s", l.Key(), got, l.Token(), l.Fence(), ns)
+		}
+	}
+	var free lockJSON
+	decode(t, ok(t, args("inspect", "--json", released.Key())...), &free)
+	if free.Held || free.Fence != released.Fence() {
+		t.Errorf("inspect --json of a released key = %+v, want free with fence %d", free, released.Fence())
+	}
+	if f := fields(t, ok(t, args("inspect", held[0].Key())...)); f["state"] != "held" || f["owner"] != held[0].Token() {
+		t.Errorf("inspect %s: %v", held[0].Key(), f)
+	}
+
+	var want []string
+	for _, l := range held {
+		want = append(want, l.Key())
+	}
+	if keys := tableKeys(t, ok(t, args("ls", "cordum:*")...)); !slices.Equal(keys, want) {
+		t.Errorf("ls 'cordum:*' listed %q, want %q", keys, want)
+	}
+	// One key per page: the paging must neither lose nor repeat a key.
+	var got []lockJSON
+	decode(t, ok(t, args("ls", "--json", "--page-size", "1", "cordum:*")...), &got)
+	var keys []string
+	for i, g := range got {
+		keys = append(keys, g.Key)
+		if g.Owner != held[i].Token() || g.Fence != held[i].Fence() || g.TTLSeconds <= 0 {
+			t.Errorf("ls --json [%d] = %+v, want owner %s fence %d", i, g, held[i].Token(), held[i].Fence())
+		}
+	}
+	if !slices.Equal(keys, want) {
+		t.Errorf("ls --json --page-size 1 'cordum:*' listed %q, want %q", keys, want)
+	}
+	// ? is one character; the literal prefix narrows the read.
+	if keys := tableKeys(t, ok(t, args("ls", "cordum:leader:snapsho?")...)); !slices.Equal(keys, []string{"cordum:leader:snapshot"}) {
+		t.Errorf("ls 'cordum:leader:snapsho?' listed %q", keys)
+	}
+	r := run(t, args("ls", "--json", "--limit", "1", "cordum:*")...)
+	decode(t, r.stdout, &got)
+	if r.code != 0 || !strings.Contains(r.stderr, "stopped at --limit 1") {
+		t.Errorf("ls --limit 1: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if len(got) != 1 {
+		t.Errorf("ls --limit 1 listed %d", len(got))
+	}
+}
+
+func TestEtcdInspectAndLs(t *testing.T) {
+	ctx := context.Background()
+	srv := testserver.StartEtcd(t)
+	ec, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := etcdstore.New(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = st.Close()
+		_ = ec.Close()
+	})
+	c := leasehold.New(st)
+	leader := acquire(t, c, "cordum:leader:snapshot", time.Minute)
+	run1 := acquire(t, c, "cordum:wf:run:lock:E1", time.Minute)
+	job := acquire(t, c, "cordum:scheduler:job:E2", time.Minute)
+	if err := job.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, c, "tenant-42:other", time.Minute)
+	// An application key beside the locks, outside the lock prefix.
+	if _, err := ec.Put(ctx, "cordum:config", "v"); err != nil {
+		t.Fatal(err)
+	}
+	checkInventory(t, []string{"--etcd", strings.Join(srv.Endpoints(), ",")}, []*leasehold.Lease{leader, run1}, job)
+}
+
+func TestPostgresInspectAndLs(t *testing.T) {
+	ctx := context.Background()
+	srv := testserver.StartPostgres(t)
+	pool, err := pgxpool.New(ctx, srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = st.Close()
+		pool.Close()
+	})
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := leasehold.New(st)
+	leader := acquire(t, c, "cordum:leader:snapshot", time.Minute)
+	loop := acquire(t, c, "cordum:reconciler:tick", time.Minute)
+	run1 := acquire(t, c, "cordum:wf:run:lock:P1", time.Minute)
+	job := acquire(t, c, "cordum:scheduler:job:P2", time.Minute)
+	if err := job.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, c, "cordum:approval:expired", 10*time.Millisecond)
+	acquire(t, c, "tenant-42:other", time.Minute)
+	// LIKE's own wildcards are literal in a glob: 'cordum_*' is not LIKE 'cordum_%'.
+	acquire(t, c, "cordum_x", time.Minute)
+	acquire(t, c, "cordumXx", time.Minute)
+	time.Sleep(30 * time.Millisecond)
+
+	checkInventory(t, []string{"--postgres", srv.DSN()}, []*leasehold.Lease{leader, loop, run1}, job)
+
+	if keys := tableKeys(t, ok(t, "ls", "--postgres", srv.DSN(), "cordum_*")); !slices.Equal(keys, []string{"cordum_x"}) {
+		t.Errorf("ls 'cordum_*' listed %q, want only cordum_x", keys)
+	}
+
+	failsWith(t, 1, []string{"postgres", `table "nope" does not exist`},
+		"ls", "--postgres", srv.DSN(), "--pg-table", "nope", "cordum:*")
+}

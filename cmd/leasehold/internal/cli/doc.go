@@ -1,0 +1,25 @@
+// Package cli implements the leasehold operator command: the lock inventory
+// (inspect, ls) on a live store and the TTL arithmetic (ttl) of
+// DESIGN.md §8. The main package only calls Main.
+//
+// # Conventions
+//
+//   - One store per run, chosen with --redis, --etcd or --postgres. Every
+//     call to it is bounded by --timeout (default DefaultTimeout).
+//   - Output is a table or key/value lines for people, --json for scripts.
+//     Errors are one line on stderr, prefixed "leasehold: ", and the exit
+//     code says what kind of failure it was: ExitOK, ExitFailure (the
+//     command ran and failed: a store unreachable or answering an error, an
+//     SLO that cannot be met, a metric missing), ExitUsage (the command line
+//     was wrong: an unknown command or flag, a bad value, a missing
+//     argument, no store or two stores, an invalid key).
+//   - The commands only read: nothing here writes to a store.
+//
+// # Lock class
+//
+// The class of a key comes from its namespace (leasehold.DefaultNamespace),
+// following the recipes of docs/lock-inventory.md: namespace "reconciler"
+// is a per-loop TTL hold (RunLoop), "leader" a leader lease (Lead), and
+// every other namespace a per-item lock with explicit release (Hold,
+// Envelope, LocalFirst). See ClassOf.
+package cli

@@ -1,0 +1,178 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/etcdstore"
+	"github.com/leasehold/leasehold/store/pgstore"
+)
+
+// Exit codes of the leasehold command.
+const (
+	// ExitOK: the command did what was asked. A free key (inspect) and a
+	// pattern that matches no held lock (ls) are answers, not failures.
+	ExitOK = 0
+
+	// ExitFailure: the command line was fine but the command failed: the
+	// store could not be reached, timed out or answered an error; the
+	// takeover SLO cannot be met with the TTL (ttl); the metrics endpoint
+	// could not be read or lacks the histogram (ttl --from).
+	ExitFailure = 1
+
+	// ExitUsage: the command line was wrong, and nothing was sent to a
+	// store: an unknown command or flag, a flag value that does not parse,
+	// a missing or extra argument, no store or more than one, an invalid
+	// key (the message is leasehold's own *ArgumentError).
+	ExitUsage = 2
+)
+
+// DefaultTimeout bounds every store call (connection included) and the fetch
+// of a metrics endpoint. A healthy store answers in milliseconds, so 5 s is
+// far above any real answer, and short enough that an operator looking at an
+// incident is not left waiting on a store that is down.
+const DefaultTimeout = 5 * time.Second
+
+// usageError marks an error as the command line's fault: ExitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns a usage error with a formatted message.
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// app holds what one run of the command shares between its subcommands.
+type app struct {
+	stdout, stderr io.Writer
+	global         globalFlags
+	// ran is set once a command's own code starts: an error before that
+	// (flag parsing, argument checks, an unknown command) is a usage error.
+	ran bool
+}
+
+// globalFlags are the flags every command accepts.
+type globalFlags struct {
+	redisURL      string
+	etcdEndpoints string
+	postgresDSN   string
+	etcdPrefix    string
+	pgTable       string
+	timeout       time.Duration
+}
+
+// Main runs the leasehold command with args (the command line without the
+// program's name), writing results to stdout and messages to stderr, and
+// returns the process's exit code: ExitOK, ExitFailure or ExitUsage. An
+// error is printed as one line on stderr, "leasehold: " and the reason.
+// ctx ends every store call when it is done (main cancels it on SIGINT and
+// SIGTERM).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := ExitFailure
+	var ue usageError
+	if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
+		code = ExitUsage
+	}
+	msg := oneLine(strings.TrimPrefix(err.Error(), "leasehold: "))
+	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
+		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
+	}
+	fmt.Fprintln(stderr, "leasehold: "+msg)
+	return code
+}
+
+// oneLine folds a message onto one line: cobra's suggestions and some
+// drivers' errors span several.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// rootCommand builds the command tree.
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "leasehold",
+		Short: "Inspect live leasehold locks and size their TTLs",
+		Long: `leasehold is the operator tool of the leasehold lock library.
+
+  drill            the game day: faults injected, and checkers that prove no stale write got through
+  inspect KEY      the live lease on KEY: owner, remaining TTL, fence, namespace, class
+  ls PATTERN       every held lock matching PATTERN: the lock inventory as it is now
+  ttl              the TTL a lock path needs, checked against a takeover SLO
+
+Pick the store with exactly one of --redis, --etcd or --postgres (inspect and
+ls need one; ttl does not; drill runs in-process without one). Errors are one line on stderr; exit code 0 means
+done, 1 that the command failed (store unreachable, SLO impossible, …),
+2 that the command line was wrong.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// A bare "leasehold" prints this help; cobra's default argument
+		// check answers "unknown command" (with suggestions) for anything
+		// else.
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
+	g := &a.global
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.redisURL, "redis", "", "Redis URL, redis://[user:password@]host:port/db or rediss:// for TLS (go-redis ParseURL; ContextTimeoutEnabled is forced on)")
+	pf.StringVar(&g.etcdEndpoints, "etcd", "", "etcd endpoints, comma-separated host:port or http://host:port")
+	pf.StringVar(&g.postgresDSN, "postgres", "", "PostgreSQL URL or key=value DSN, as pgx takes it")
+	pf.StringVar(&g.etcdPrefix, "etcd-prefix", etcdstore.DefaultPrefix, "with --etcd: the key prefix the applications' etcdstore uses (its WithPrefix; the default is etcdstore.DefaultPrefix)")
+	pf.StringVar(&g.pgTable, "pg-table", pgstore.DefaultTable, "with --postgres: the lease table the applications' pgstore uses (its WithTable; the default is pgstore.DefaultTable)")
+	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call, connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
+
+	root.AddCommand(a.drillCommand(), a.inspectCommand(), a.lsCommand(), a.ttlCommand(), a.versionCommand())
+	return root
+}
+
+// run wraps a command's body: it marks the run as started (so its errors are
+// not taken for usage errors unless they say so) and checks --timeout.
+func (a *app) run(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a.ran = true
+		if a.global.timeout <= 0 {
+			return usagef("--timeout must be positive, not %v", a.global.timeout)
+		}
+		return f(cmd, args)
+	}
+}
+
+// exactArgs is cobra.ExactArgs with a message that names the arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == len(names) {
+			return nil
+		}
+		if len(names) == 0 {
+			return fmt.Errorf("%s takes no arguments; got %q", cmd.Name(), args)
+		}
+		if len(args) < len(names) {
+			return fmt.Errorf("%s needs %s", cmd.Name(), strings.Join(names[len(args):], " "))
+		}
+		return fmt.Errorf("%s takes %d argument(s), %s; got %d: %q", cmd.Name(), len(names), strings.Join(names, " "), len(args), args)
+	}
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(fs *pflag.FlagSet, name string) bool {
+	f := fs.Lookup(name)
+	return f != nil && f.Changed
+}

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
+)
+
+// errNoStore is the answer of a command that needs a store when none was
+// named. The CLI has no default store: guessing one (a local Redis) could
+// show an empty inventory of the wrong system in the middle of an incident.
+var errNoStore = usageError{errors.New("no store selected: pass --redis, --etcd or --postgres")}
+
+// backend is the store a command runs against, with what it needs beyond
+// leasehold.Store: a way to list held locks, and names for messages.
+type backend struct {
+	kind    string // "redis", "etcd" or "postgres"
+	where   string // the address, for messages and output; never a password
+	timeout time.Duration
+	store   leasehold.Store
+
+	// list calls emit with every lock held now whose key matches pattern
+	// (a Redis glob on Redis; see compileGlob for the others), reading
+	// pageSize keys per store call, until emit returns false or the keys
+	// run out. Each store call is bounded by timeout.
+	list func(ctx context.Context, pattern string, pageSize int, emit func(leasehold.Info) bool) error
+
+	close func()
+
+	// probe, when set, is asked why the store did not answer in time: a
+	// client that hides its connection errors behind the deadline (etcd's
+	// gRPC waits for a connection until then) says what failed this way.
+	probe func() error
+}
+
+// String names the store in messages: "redis at 127.0.0.1:6379".
+func (b *backend) String() string { return b.kind + " at " + b.where }
+
+// call runs f with a context bounded by the timeout, and names the store in
+// the error it returns.
+func (b *backend) call(ctx context.Context, f func(ctx context.Context) error) error {
+	cctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	err := f(cctx)
+	switch {
+	case err == nil, errors.Is(err, leasehold.ErrInvalidArgument):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: interrupted: %w", b, err)
+	case cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+		if b.probe != nil {
+			if perr := b.probe(); perr != nil {
+				return fmt.Errorf("%s did not answer within %v (--timeout): %w (%v)", b, b.timeout, err, perr)
+			}
+		}
+		return fmt.Errorf("%s did not answer within %v (--timeout): %w", b, b.timeout, err)
+	}
+	return fmt.Errorf("%s: %w", b, err)
+}
+
+// inspect is the store's Inspect, bounded by the timeout.
+func (b *backend) inspect(ctx context.Context, key string) (leasehold.Info, error) {
+	var info leasehold.Info
+	err := b.call(ctx, func(ctx context.Context) error {
+		var err error
+		info, err = b.store.Inspect(ctx, key)
+		return err
+	})
+	return info, err
+}
+
+// openBackend connects to the one store named on cmd's command line. It
+// returns errNoStore when none was named and a usage error when more than
+// one was, or when the store's address does not parse. Connecting is lazy
+// in all three clients: an unreachable store shows in the first call.
+func (a *app) openBackend(ctx context.Context, cmd *cobra.Command) (*backend, error) {
+	g := &a.global
+	var given []string
+	for _, name := range []string{"redis", "etcd", "postgres"} {
+		if flagSet(cmd.Flags(), name) {
+			given = append(given, "--"+name)
+		}
+	}
+	switch {
+	case len(given) == 0:
+		return nil, errNoStore
+	case len(given) > 1:
+		return nil, usagef("choose one store: %s were given", strings.Join(given, " and "))
+	}
+	switch {
+	case flagSet(cmd.Flags(), "redis"):
+		return openRedis(g.redisURL, g.timeout)
+	case flagSet(cmd.Flags(), "etcd"):
+		return openEtcd(ctx, g.etcdEndpoints, g.etcdPrefix, g.timeout)
+	default:
+		return openPostgres(ctx, g.postgresDSN, g.pgTable, g.timeout)
+	}
+}

@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/leasehold/leasehold"
+)
+
+// Lock classes, the recipe a lock path follows (docs/lock-inventory.md).
+const (
+	// ClassPerItem: a lock per job, run or approval, released when the work
+	// is done (Client.Hold, Envelope, LocalFirst).
+	ClassPerItem = "per-item"
+	// ClassPerLoop: a reconciler's or replayer's per-loop TTL hold, never
+	// released; expiry rotates ownership (Client.RunLoop).
+	ClassPerLoop = "per-loop"
+	// ClassLeader: a leader lease, one writer at a time (Client.Lead).
+	ClassLeader = "leader"
+)
+
+// ClassOf returns the lock class of a namespace, as DefaultNamespace names
+// them: "reconciler" (reconciler, loop and replayer keys) is per-loop,
+// "leader" (leader and snapshot keys) is leader, and every other namespace
+// (workflow, scheduler, approval, other) is per-item, the plain lock with an
+// explicit release, which is also the safe reading of an unknown key.
+func ClassOf(namespace string) string {
+	switch namespace {
+	case "reconciler":
+		return ClassPerLoop
+	case "leader":
+		return ClassLeader
+	}
+	return ClassPerItem
+}
+
+// lockView is one lock as the CLI shows it, and the JSON object of inspect
+// and of each element of ls --json.
+type lockView struct {
+	Key  string `json:"key"`
+	Held bool   `json:"held"`
+	// Owner is the owner's whole token; empty when the key is free.
+	Owner string `json:"owner"`
+	// TTLSeconds is the remaining lease time; 0 when free.
+	TTLSeconds float64 `json:"ttl_seconds"`
+	// Fence is the last fence issued for the key (held or not); 0 if never.
+	Fence     int64  `json:"fence"`
+	Namespace string `json:"namespace"`
+	Class     string `json:"class"`
+	// Store names the store and its address, "redis 127.0.0.1:6379/0".
+	Store string `json:"store"`
+}
+
+// newLockView describes info, read from b.
+func newLockView(info leasehold.Info, b *backend) lockView {
+	ns := leasehold.DefaultNamespace(info.Key)
+	v := lockView{
+		Key: info.Key, Held: info.Held, Fence: info.Fence,
+		Namespace: ns, Class: ClassOf(ns), Store: b.kind + " " + b.where,
+	}
+	if info.Held {
+		v.Owner, v.TTLSeconds = info.Token, seconds(info.TTL.Round(time.Millisecond))
+	}
+	return v
+}
+
+// ttl is the remaining time, to the millisecond.
+func (v lockView) ttl() time.Duration {
+	return time.Duration(v.TTLSeconds * float64(time.Second)).Round(time.Millisecond)
+}
+
+// seconds is d in seconds, without the binary noise of d.Seconds() on
+// whole milliseconds (29.952, not 29.951999999999998).
+func seconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1e6 }
+
+// ownerWidth is how much of an owner token a table shows. The Client's
+// tokens are 26 characters; 10 tell two owners apart at a glance and keep
+// the table within a terminal. --json shows the whole token.
+const ownerWidth = 10
+
+// printable makes s safe for one table cell: control characters, which
+// could redraw an operator's terminal, and blanks, which would shift the
+// columns, make it quoted Go syntax.
+func printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// shortOwner is the owner column of ls: the token's first ownerWidth
+// characters and an ellipsis when it is longer.
+func shortOwner(tok string) string {
+	tok = printable(tok)
+	if r := []rune(tok); len(r) > ownerWidth {
+		return string(r[:ownerWidth]) + "…"
+	}
+	return tok
+}
+
+// writeJSON writes v as indented JSON and a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("writing JSON: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+// Command leasehold is the operator tool of the leasehold lock library: it
+// shows the live locks of a Redis, etcd or PostgreSQL store (inspect, ls)
+// and sizes lock TTLs against a takeover SLO (ttl). Run "leasehold --help".
+//
+// Exit codes: 0 done, 1 the command failed (a store unreachable or
+// answering an error, an SLO that cannot be met), 2 the command line was
+// wrong. Errors are one line on stderr, prefixed "leasehold: ".
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/leasehold/leasehold/cmd/leasehold/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
