@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -21,6 +23,10 @@ type Config struct {
 	Store leasehold.Store
 	// StoreName names it in the report. Default: "memory".
 	StoreName string
+	// Storage holds the jobs' states, fenced. Default: NewMemStorage().
+	Storage Storage
+	// StorageName names it in the report. Default: "memory".
+	StorageName string
 	// Workers is the number of concurrent workers. Default: 8. At most half
 	// of them start new jobs at once: the rest is the headroom that takes
 	// over jobs whose owner was paused, killed or fenced, as soon as their
@@ -58,7 +64,8 @@ type run struct {
 	work    time.Duration // the longest critical section's work; each draws from [work/18, work]
 	poll    time.Duration // a worker's pause when no job is free
 	jobKeys []string
-	jobs    *jobStore
+	jobs    Storage
+	refused atomic.Int64 // stale claims and writes refused
 	rec     *recorder
 	knobs   *knobs
 
@@ -99,6 +106,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Minute
 	}
+	if cfg.Storage == nil {
+		cfg.Storage, cfg.StorageName = NewMemStorage(), "memory"
+	}
+	if cfg.StorageName == "" {
+		cfg.StorageName = "custom"
+	}
 	switch {
 	case cfg.Workers < 2:
 		return nil, &leasehold.ArgumentError{Arg: "workers", Reason: fmt.Sprintf("%d: a takeover needs at least 2", cfg.Workers)}
@@ -124,7 +137,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range cfg.Jobs {
 		r.jobKeys = append(r.jobKeys, fmt.Sprintf("drill:scheduler:job:%d", i))
 	}
-	r.jobs = newJobStore(r.jobKeys, cfg.NoFencing)
+	r.jobs = cfg.Storage
+	if err := r.jobs.Init(ctx, r.jobKeys, cfg.NoFencing); err != nil {
+		return nil, fmt.Errorf("drill: job storage: %w", err)
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -156,7 +172,7 @@ func (r *run) injectFaults(ctx context.Context) {
 	tick := time.NewTicker(r.ttl / 4)
 	defer tick.Stop()
 	lastProgress := time.Now()
-	for i := 0; r.jobs.remaining() > 0; i++ {
+	for i := 0; r.remaining(ctx) > 0; i++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -175,9 +191,8 @@ func (r *run) injectFaults(ctx context.Context) {
 		}
 		if r.cfg.Progress != nil && time.Since(lastProgress) >= 250*time.Millisecond {
 			lastProgress = time.Now()
-			_, rejected := r.jobs.log()
 			fmt.Fprintf(r.cfg.Progress, "\rdrill: %d/%d jobs done, %d critical sections, %d faults, %d stale writes refused ",
-				r.cfg.Jobs-r.jobs.remaining(), r.cfg.Jobs, r.sections.Load(), sum(r.injected), rejected)
+				r.cfg.Jobs-r.remaining(ctx), r.cfg.Jobs, r.sections.Load(), sum(r.injected), r.refused.Load())
 		}
 	}
 	for _, a := range live {
@@ -248,7 +263,7 @@ func (w *worker) request(f faultKind) {
 // done, ctx ends, or the worker is killed.
 func (w *worker) loop(ctx context.Context) {
 	r := w.run
-	for ctx.Err() == nil && r.jobs.remaining() > 0 {
+	for ctx.Err() == nil && r.remaining(ctx) > 0 {
 		// Recovery first, as a control plane's reconciler does: an in-flight
 		// job whose lease is no longer held (its owner paused, killed or
 		// fenced) is taken over. New work only within the headroom.
@@ -258,7 +273,7 @@ func (w *worker) loop(ctx context.Context) {
 		} else {
 			select {
 			case r.slots <- struct{}{}:
-				if key := r.jobs.pick(Queued); key != "" {
+				if key, _ := r.jobs.Pick(ctx, Queued); key != "" {
 					result = w.section(ctx, key)
 				}
 				<-r.slots
@@ -308,11 +323,12 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 		}
 	}
 	state, err := r.jobs.Claim(k.Context(), w.id, key, l.Fence())
+	r.countRefused(err)
 	if err != nil || terminal(state) {
 		release()
 		return sectionRan
 	}
-	if r.jobs.Write(w.id, key, l.Fence(), Running) != nil {
+	if r.write(ctx, w.id, key, l.Fence(), Running) != nil {
 		release()
 		return sectionRan
 	}
@@ -340,7 +356,7 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 			r.rec.event(Event{Fault: "pause-past-ttl", Worker: w.id, Key: key, Fence: l.Fence(), At: time.Now()})
 			w.frozenUntilTakenOver(ctx, key, l.Token())
 			// Awake, unaware: write and release as if nothing happened.
-			_ = r.jobs.Write(w.id, key, l.Fence(), Done)
+			_ = r.write(ctx, w.id, key, l.Fence(), Done)
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
 			_ = l.Release(rctx)
 			cancel()
@@ -349,15 +365,38 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 	default:
 	}
 	if k.Context().Err() == nil {
-		_ = r.jobs.Write(w.id, key, l.Fence(), Done)
+		_ = r.write(ctx, w.id, key, l.Fence(), Done)
 	}
 	release()
 	return sectionRan
 }
 
+// remaining counts unfinished jobs; a storage error counts as "some".
+func (r *run) remaining(ctx context.Context) int {
+	n, err := r.jobs.Remaining(ctx)
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// write is a job write, with stale refusals counted.
+func (r *run) write(ctx context.Context, worker int, key string, f int64, state string) error {
+	err := r.jobs.Write(context.WithoutCancel(ctx), worker, key, f, state)
+	r.countRefused(err)
+	return err
+}
+
+func (r *run) countRefused(err error) {
+	if errors.Is(err, fence.ErrStale) {
+		r.refused.Add(1)
+	}
+}
+
 // orphan returns an in-flight job whose lock nobody holds, or "".
 func (r *run) orphan(ctx context.Context) string {
-	for _, key := range r.jobs.inState(Running) {
+	running, _ := r.jobs.InState(ctx, Running)
+	for _, key := range running {
 		if info, err := r.cfg.Store.Inspect(ctx, key); err == nil && !info.Held {
 			return key
 		}

@@ -19,6 +19,24 @@ const (
 
 func terminal(state string) bool { return state == Done || state == Failed }
 
+// Storage is the fenced storage the drill's jobs live in. Claim raises the
+// job's fence to the lease's atomically with reading its state, so a
+// superseded owner cannot slip a write in between the new owner's acquire
+// and its first write; Write sets the state under the fence, accepting the
+// same fence again (fence.SameHolder). Both return a *fence.StaleError when
+// the fence is refused. Pick, InState and Remaining are the scheduler's view,
+// read outside any lock. Log returns every accepted claim and write in the
+// storage's order for each job, for the checkers.
+type Storage interface {
+	Init(ctx context.Context, jobs []string, noFencing bool) error
+	Claim(ctx context.Context, worker int, job string, fence int64) (string, error)
+	Write(ctx context.Context, worker int, job string, fence int64, state string) error
+	Pick(ctx context.Context, state string) (string, error)
+	InState(ctx context.Context, state string) ([]string, error)
+	Remaining(ctx context.Context) (int, error)
+	Log(ctx context.Context) ([]Write, error)
+}
+
 // Write is one write the job storage accepted, in the storage's own order.
 type Write struct {
 	Seq    int64 // acceptance order across all jobs
@@ -28,45 +46,46 @@ type Write struct {
 	State  string // "" for a claim
 }
 
-// jobStore is the fenced storage of the drill's jobs: a job's state and the
-// newest fence that claimed or wrote it. Claim raises the fence atomically
-// with the read, so a superseded owner cannot slip a write in between the
-// new owner's acquire and its first write (pgfence.Table.InTx does the same
-// with SELECT … FOR UPDATE). Writes accept the same fence again: the owner
-// writes a job's states one after the other (fence.SameHolder).
-type jobStore struct {
+// memStorage is the in-process Storage: a job's state and the newest fence
+// that claimed or wrote it, under one mutex, so the acceptance order is the
+// storage's own.
+type memStorage struct {
 	noFencing bool // the negative control: accept any fence
 
 	mu       sync.Mutex
 	jobs     map[string]*jobRecord
 	accepted []Write
-	rejected int
 }
+
+// NewMemStorage returns the in-process job storage, the default.
+func NewMemStorage() Storage { return &memStorage{} }
 
 type jobRecord struct {
 	state string
 	fence int64
 }
 
-func newJobStore(jobs []string, noFencing bool) *jobStore {
-	s := &jobStore{noFencing: noFencing, jobs: make(map[string]*jobRecord, len(jobs))}
+// Init implements Storage.
+func (s *memStorage) Init(_ context.Context, jobs []string, noFencing bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noFencing, s.jobs, s.accepted = noFencing, make(map[string]*jobRecord, len(jobs)), nil
 	for _, j := range jobs {
 		s.jobs[j] = &jobRecord{state: Queued}
 	}
-	return s
+	return nil
 }
 
 // check returns a *fence.StaleError when f may not write rec. s.mu is held.
-func (s *jobStore) check(job string, rec *jobRecord, f int64) error {
+func (s *memStorage) check(job string, rec *jobRecord, f int64) error {
 	if s.noFencing || fence.SameHolder.Accepts(f, rec.fence) {
 		return nil
 	}
-	s.rejected++
 	return &fence.StaleError{Resource: job, Presented: f, Current: rec.fence}
 }
 
-// Claim raises job's fence to f and returns its state.
-func (s *jobStore) Claim(ctx context.Context, worker int, job string, f int64) (string, error) {
+// Claim implements Storage.
+func (s *memStorage) Claim(ctx context.Context, worker int, job string, f int64) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
@@ -84,8 +103,8 @@ func (s *jobStore) Claim(ctx context.Context, worker int, job string, f int64) (
 	return rec.state, nil
 }
 
-// Write sets job's state under fence f.
-func (s *jobStore) Write(worker int, job string, f int64, state string) error {
+// Write implements Storage.
+func (s *memStorage) Write(_ context.Context, worker int, job string, f int64, state string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec := s.jobs[job]
@@ -97,10 +116,10 @@ func (s *jobStore) Write(worker int, job string, f int64, state string) error {
 	return nil
 }
 
-// pick returns a random job in state, or "" when there is none. It reads
+// Pick implements Storage: a random job in state, or "" when there is none. It reads
 // the storage's view directly: the drill's workers scan for work as a
 // scheduler would, outside any lock.
-func (s *jobStore) pick(state string) string {
+func (s *memStorage) Pick(_ context.Context, state string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := 0
@@ -114,11 +133,11 @@ func (s *jobStore) pick(state string) string {
 			chosen = job
 		}
 	}
-	return chosen
+	return chosen, nil
 }
 
-// inState lists the jobs in state.
-func (s *jobStore) inState(state string) []string {
+// InState implements Storage.
+func (s *memStorage) InState(_ context.Context, state string) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
@@ -127,11 +146,11 @@ func (s *jobStore) inState(state string) []string {
 			out = append(out, job)
 		}
 	}
-	return out
+	return out, nil
 }
 
-// remaining counts the jobs not yet in a terminal state.
-func (s *jobStore) remaining() int {
+// Remaining implements Storage: the jobs not yet in a terminal state.
+func (s *memStorage) Remaining(context.Context) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -140,11 +159,12 @@ func (s *jobStore) remaining() int {
 			n++
 		}
 	}
-	return n
+	return n, nil
 }
 
-func (s *jobStore) log() ([]Write, int) {
+// Log implements Storage.
+func (s *memStorage) Log(context.Context) ([]Write, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Write(nil), s.accepted...), s.rejected
+	return append([]Write(nil), s.accepted...), nil
 }

@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 // Report is what a drill found.
 type Report struct {
 	Store            string         `json:"store"`
+	Storage          string         `json:"storage"`
 	Workers          int            `json:"workers"`
 	Jobs             int            `json:"jobs"`
 	TTL              time.Duration  `json:"ttl_ns"`
@@ -35,13 +37,14 @@ type Report struct {
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
 func (r *run) report(elapsed time.Duration) *Report {
-	writes, refused := r.jobs.log()
+	writes, logErr := r.jobs.Log(context.Background())
+	refused := int(r.refused.Load())
 	r.rec.mu.Lock()
 	ops, events := slices.Clone(r.rec.ops), slices.Clone(r.rec.events)
 	r.rec.mu.Unlock()
 
 	rep := &Report{
-		Store: r.cfg.StoreName, Workers: r.cfg.Workers, Jobs: r.cfg.Jobs, TTL: r.ttl, Duration: elapsed,
+		Store: r.cfg.StoreName, Storage: r.cfg.StorageName, Workers: r.cfg.Workers, Jobs: r.cfg.Jobs, TTL: r.ttl, Duration: elapsed,
 		CriticalSections: r.sections.Load(), Ops: make(map[string]int), Faults: maps.Clone(r.injected),
 		Effects: make(map[string]int), WritesAccepted: len(writes), StaleRefused: refused,
 		TakeoverSLO: r.ttl + r.ttl/3, UnsafeRelease: r.cfg.UnsafeRelease, NoFencing: r.cfg.NoFencing,
@@ -71,7 +74,10 @@ func (r *run) report(elapsed time.Duration) *Report {
 		rep.Violations = append(rep.Violations, Violation{CheckTakeover, fmt.Sprintf(
 			"takeover p99 %v over the SLO of TTL + one renewal interval (%v)", rep.TakeoverP99, rep.TakeoverSLO)})
 	}
-	if n := r.jobs.remaining(); n > 0 {
+	if logErr != nil {
+		rep.Violations = append(rep.Violations, Violation{"history-unreadable", logErr.Error()})
+	}
+	if n := r.remaining(context.Background()); n > 0 {
 		rep.Violations = append(rep.Violations, Violation{CheckUnfinished, fmt.Sprintf("%d of %d jobs not done when the drill ended", n, r.cfg.Jobs)})
 	}
 	return rep
@@ -80,7 +86,8 @@ func (r *run) report(elapsed time.Duration) *Report {
 // WriteText writes the summary table.
 func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "store\t%s (TTL %v, %d workers, %d jobs)\n", r.Store, r.TTL, r.Workers, r.Jobs)
+	fmt.Fprintf(tw, "locks\t%s (TTL %v, %d workers, %d jobs)\n", r.Store, r.TTL, r.Workers, r.Jobs)
+	fmt.Fprintf(tw, "job storage\t%s\n", r.Storage)
 	if r.UnsafeRelease || r.NoFencing {
 		fmt.Fprintf(tw, "negative control\tunsafe release %v, no fencing %v\n", r.UnsafeRelease, r.NoFencing)
 	}
