@@ -86,6 +86,20 @@ func (StoreLatency) Heal(_ context.Context, e *Env) error {
 	return nil
 }
 
+// StoreRestart restarts the lock store without persistence: every lock is
+// gone at once, and the holders learn it at their next renewal. Available
+// when the run has a way to restart its store (tests: testserver's
+// Restart); the next fences must still beat every fence the job storage
+// has accepted.
+type StoreRestart struct {
+	Restart func() error
+}
+
+func (StoreRestart) Name() string                         { return "store-restart" }
+func (f StoreRestart) Available(*Env) bool                { return f.Restart != nil }
+func (StoreRestart) Heal(context.Context, *Env) error     { return nil }
+func (f StoreRestart) Inject(context.Context, *Env) error { return f.Restart() }
+
 // DefaultFaults are the in-process faults, injected in turn.
 func DefaultFaults() []Fault {
 	return []Fault{PauseWorker{}, RenewFailures{}, KillWorker{}, StoreLatency{}}

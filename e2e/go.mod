@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/leasehold/leasehold v0.0.0
+	github.com/leasehold/leasehold/drill v0.0.0
 	github.com/leasehold/leasehold/fence/pgfence v0.0.0
 	github.com/leasehold/leasehold/prom v0.0.0
 	github.com/leasehold/leasehold/store/redisstore v0.0.0
@@ -32,6 +33,7 @@ require (
 
 replace (
 	github.com/leasehold/leasehold => ../
+	github.com/leasehold/leasehold/drill => ../drill
 	github.com/leasehold/leasehold/fence/pgfence => ../fence/pgfence
 	github.com/leasehold/leasehold/prom => ../prom
 	github.com/leasehold/leasehold/store/redisstore => ../store/redisstore
