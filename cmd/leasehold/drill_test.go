@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // The default drill exits 0 with no violation; with a protection switched
@@ -52,4 +54,29 @@ func TestDrillBadFlags(t *testing.T) {
 	failsWith(t, 2, []string{"--time-scale"}, "drill", "--time-scale", "2")
 	failsWith(t, 2, []string{"--time-scale"}, "drill", "--time-scale", "1/0")
 	failsWith(t, 2, []string{"workers"}, "drill", "--workers", "1")
+}
+
+// The drill against real servers from the command line: locks in Redis,
+// jobs fenced in PostgreSQL.
+func TestDrillOnRealServers(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	pg := testserver.StartPostgres(t)
+	res := run(t, "drill", "--redis", "redis://"+r.Addr()+"/0", "--jobs-postgres", pg.DSN(), "--time-scale", "1/200", "--jobs", "20", "--json")
+	var rep struct {
+		Store, Storage   string
+		CriticalSections int `json:"critical_sections"`
+		Violations       []struct {
+			Check string `json:"check"`
+		} `json:"violations"`
+	}
+	decode(t, res.stdout, &rep)
+	if !strings.HasPrefix(rep.Store, "redis") || rep.Storage != "postgres" || rep.CriticalSections == 0 {
+		t.Fatalf("drill on real servers: %+v", rep)
+	}
+	for _, v := range rep.Violations {
+		if v.Check != "takeover-over-slo" {
+			t.Errorf("safety violation %s", v.Check)
+		}
+	}
 }

@@ -19,6 +19,8 @@ require (
 	go.uber.org/zap v1.27.0
 )
 
+require github.com/leasehold/leasehold/fence/pgfence v0.0.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -51,6 +53,7 @@ require (
 replace (
 	github.com/leasehold/leasehold => ../..
 	github.com/leasehold/leasehold/drill => ../../drill
+	github.com/leasehold/leasehold/fence/pgfence => ../../fence/pgfence
 	github.com/leasehold/leasehold/prom => ../../prom
 	github.com/leasehold/leasehold/store/etcdstore => ../../store/etcdstore
 	github.com/leasehold/leasehold/store/pgstore => ../../store/pgstore

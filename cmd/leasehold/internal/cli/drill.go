@@ -9,7 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/drill/pgjobs"
 )
 
 // drillCommand is the game day: see package drill.
@@ -18,6 +21,7 @@ func (a *app) drillCommand() *cobra.Command {
 		cfg       drill.Config
 		timeScale string
 		jsonOut   bool
+		jobsPG    string
 	)
 	cmd := &cobra.Command{
 		Use:   "drill",
@@ -29,7 +33,9 @@ no stale write accepted, no release or renewal by a superseded owner, no job
 terminal twice, takeover within TTL + one renewal interval, every job done.
 
 It runs on an in-process memory store unless a store is given with --redis,
---etcd or --postgres; the jobs' fenced storage is in-process for now. Lock
+--etcd or --postgres for the locks; the jobs' fenced storage is in-process
+unless --jobs-postgres names a PostgreSQL (tables drill_jobs and
+drill_jobs_writes are dropped and created there). Lock
 timings are the scheduler path's (TTL 60 s, renew 20 s), scaled by
 --time-scale. --unsafe-release and --no-fencing switch a protection off: the
 drill must then report violations, which proves it can fail.
@@ -49,6 +55,17 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				}
 				defer b.close()
 				cfg.Store, cfg.StoreName = b.store, b.String()
+			}
+			if jobsPG != "" {
+				pool, err := pgxpool.New(cmd.Context(), jobsPG)
+				if err != nil {
+					return usagef("--jobs-postgres: %v", err)
+				}
+				defer pool.Close()
+				if cfg.Storage, err = pgjobs.New(pool, "drill_jobs"); err != nil {
+					return err
+				}
+				cfg.StorageName = "postgres"
 			}
 			if !jsonOut {
 				cfg.Progress = a.stderr
@@ -80,6 +97,7 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 	f.BoolVar(&cfg.NoFencing, "no-fencing", false, "negative control: the job storage accepts any fence; the drill must report violations")
 	f.DurationVar(&cfg.Timeout, "drill-timeout", 2*time.Minute, "bound on the whole drill")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (no progress line)")
+	f.StringVar(&jobsPG, "jobs-postgres", "", "keep the jobs fenced in this PostgreSQL (URL or DSN) instead of in-process")
 	return cmd
 }
 
