@@ -7,18 +7,20 @@ import (
 	"github.com/leasehold/leasehold/drill"
 )
 
-// The default drill, every in-process fault: no violation.
+// The default drill, every in-process fault: no safety violation, and
+// takeover within the SLO give or take a scheduling allowance.
 func TestDefaultDrillFindsNoViolation(t *testing.T) {
-	rep, err := drill.Run(t.Context(), drill.Config{TimeScale: 0.005})
+	rep, err := drill.Run(t.Context(), drill.Config{Jobs: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
 	_ = rep.WriteText(&out)
 	t.Log("\n" + out.String())
-	if !rep.OK() {
-		t.Fatalf("violations in a default drill:\n%s", out.String())
+	if !rep.Safe() {
+		t.Fatalf("safety violations in a default drill:\n%s", out.String())
 	}
+	checkTakeover(t, rep)
 	for _, f := range drill.DefaultFaults() {
 		if rep.Faults[f.Name()] == 0 {
 			t.Errorf("fault %s was never injected", f.Name())
@@ -60,5 +62,21 @@ func TestNegativeControlsFail(t *testing.T) {
 				t.Fatalf("%s: no %s violation found; the drill cannot fail", name, want)
 			}
 		})
+	}
+}
+
+// checkTakeover holds the takeover p99 to the SLO (TTL + one renewal
+// interval) plus TTL/4: a takeover is the lease's expiry plus a detection
+// poll and an acquire, but on a shared 2-core machine under the race
+// detector a starved scheduler can add a hundred milliseconds or so to the
+// slowest of a few dozen. The drill itself (and its exit code) applies the
+// SLO without allowance.
+func checkTakeover(t *testing.T, rep *drill.Report) {
+	t.Helper()
+	if rep.Takeovers == 0 {
+		t.Fatal("no takeover was measured")
+	}
+	if limit := rep.TakeoverSLO + rep.TTL/4; rep.TakeoverP99 > limit {
+		t.Fatalf("takeover p99 %v over the SLO %v + allowance (%v)", rep.TakeoverP99, rep.TakeoverSLO, limit)
 	}
 }

@@ -36,6 +36,17 @@ type Report struct {
 // OK reports whether the drill found no violation.
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
+// Safe reports whether every safety check passed: no violation but, at
+// most, the takeover-time check, which depends on the machine's scheduling.
+func (r *Report) Safe() bool {
+	for _, v := range r.Violations {
+		if v.Check != CheckTakeover {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *run) report(elapsed time.Duration) *Report {
 	writes, logErr := r.jobs.Log(context.Background())
 	refused := int(r.refused.Load())
