@@ -1,0 +1,210 @@
+package lockbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/redisstore"
+)
+
+// lockTTL is the lease time of every lock taken by the run: redsync's
+// default expiry, given to the other libraries too. No critical section of
+// the run comes near it.
+const lockTTL = 8 * time.Second
+
+// redislockBackoff is the retry interval of redislock's waiting Obtain in the
+// contended runs: its LinearBackoff, at a value typical of its users.
+const redislockBackoff = 25 * time.Millisecond
+
+// errNotObtained is what a handle's acquire returns when the lock was not
+// obtained: the key was held and the library stopped trying, or the context
+// ended first. Any other error is a failure of the run.
+var errNotObtained = errors.New("lockbench: not obtained")
+
+// handle is one worker's lock on one key, through one library.
+type handle interface {
+	acquire(ctx context.Context) error
+	release(ctx context.Context) error
+	renew(ctx context.Context) error
+}
+
+// library is one go-redis client with its round-trip counter; each library
+// under test gets its own, made with the same options.
+type library struct {
+	name   string
+	client *redis.Client
+	hook   *counter
+}
+
+func newLibrary(name string, opts *redis.Options) *library {
+	o := *opts
+	l := &library{name: name, client: redis.NewClient(&o), hook: &counter{}}
+	l.client.AddHook(l.hook)
+	return l
+}
+
+// contender is one library in one configuration.
+type contender struct {
+	id        string // short, for keys and progress lines
+	label     string // for the report
+	lib       *library
+	newHandle func(key string) handle
+}
+
+// contenders are the configurations of one run.
+type contenders struct {
+	raw, lh, rs, rl *library
+	store           *redisstore.Store
+
+	// uncontended: one attempt, no waiting.
+	cycle []*contender
+	// contended: waiting acquires with each library's own waiting.
+	handoff []*contender
+}
+
+func newContenders(opts *redis.Options) (*contenders, error) {
+	c := &contenders{
+		raw: newLibrary("go-redis", opts),
+		lh:  newLibrary("leasehold", opts),
+		rs:  newLibrary("redsync", opts),
+		rl:  newLibrary("redislock", opts),
+	}
+	store, err := redisstore.New(c.lh.client)
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	c.store = store
+
+	lhClient := leasehold.New(store)
+	lhPolling := leasehold.New(store, leasehold.WithoutWakeups())
+	rsync := redsync.New(goredis.NewPool(c.rs.client))
+	rlock := redislock.New(c.rl.client)
+
+	c.cycle = []*contender{
+		{id: "leasehold", label: "leasehold", lib: c.lh, newHandle: func(key string) handle {
+			return &leaseholdHandle{c: lhClient, key: key, try: true}
+		}},
+		{id: "redsync", label: "redsync", lib: c.rs, newHandle: func(key string) handle {
+			return &redsyncHandle{m: rsync.NewMutex(key, redsync.WithTries(1))}
+		}},
+		{id: "redislock", label: "redislock", lib: c.rl, newHandle: func(key string) handle {
+			return &redislockHandle{c: rlock, key: key}
+		}},
+	}
+	c.handoff = []*contender{
+		{id: "leasehold", label: "leasehold", lib: c.lh, newHandle: func(key string) handle {
+			return &leaseholdHandle{c: lhClient, key: key}
+		}},
+		{id: "leasehold-nowake", label: "leasehold, WithoutWakeups", lib: c.lh, newHandle: func(key string) handle {
+			return &leaseholdHandle{c: lhPolling, key: key}
+		}},
+		{id: "redsync", label: "redsync, default retry", lib: c.rs, newHandle: func(key string) handle {
+			return &redsyncHandle{m: rsync.NewMutex(key)}
+		}},
+		{id: "redislock", label: "redislock, LinearBackoff(25ms)", lib: c.rl, newHandle: func(key string) handle {
+			return &redislockHandle{c: rlock, key: key, opt: &redislock.Options{
+				RetryStrategy: redislock.LinearBackoff(redislockBackoff),
+			}}
+		}},
+	}
+	return c, nil
+}
+
+func (c *contenders) libraries() []*library { return []*library{c.raw, c.lh, c.rs, c.rl} }
+
+func (c *contenders) close() {
+	if c.store != nil {
+		_ = c.store.Close()
+	}
+	for _, l := range c.libraries() {
+		_ = l.client.Close()
+	}
+}
+
+// notObtained turns err into errNotObtained when it means "not obtained"
+// (by busy, the library's own sentinel, or ctx done) and leaves it alone
+// otherwise.
+func notObtained(ctx context.Context, err error, busy bool) error {
+	if busy || ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", errNotObtained, err)
+	}
+	return err
+}
+
+type leaseholdHandle struct {
+	c   *leasehold.Client
+	key string
+	try bool // TryAcquire instead of Acquire
+	l   *leasehold.Lease
+}
+
+func (h *leaseholdHandle) acquire(ctx context.Context) (err error) {
+	if h.try {
+		h.l, err = h.c.TryAcquire(ctx, h.key, lockTTL)
+	} else {
+		h.l, err = h.c.Acquire(ctx, h.key, lockTTL)
+	}
+	if err != nil {
+		return notObtained(ctx, err, errors.Is(err, leasehold.ErrNotAcquired))
+	}
+	return nil
+}
+
+func (h *leaseholdHandle) release(ctx context.Context) error { return h.l.Release(ctx) }
+
+func (h *leaseholdHandle) renew(ctx context.Context) error { return h.l.Renew(ctx, lockTTL) }
+
+type redsyncHandle struct{ m *redsync.Mutex }
+
+func (h *redsyncHandle) acquire(ctx context.Context) error {
+	err := h.m.LockContext(ctx)
+	if err != nil {
+		var taken *redsync.ErrTaken
+		return notObtained(ctx, err, errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken))
+	}
+	return nil
+}
+
+func (h *redsyncHandle) release(ctx context.Context) error {
+	ok, err := h.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock reported false")
+	}
+	return err
+}
+
+func (h *redsyncHandle) renew(ctx context.Context) error {
+	ok, err := h.m.ExtendContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: extend reported false")
+	}
+	return err
+}
+
+type redislockHandle struct {
+	c   *redislock.Client
+	key string
+	opt *redislock.Options // nil: redislock's default, no retry
+	l   *redislock.Lock
+}
+
+func (h *redislockHandle) acquire(ctx context.Context) (err error) {
+	h.l, err = h.c.Obtain(ctx, h.key, lockTTL, h.opt)
+	if err != nil {
+		return notObtained(ctx, err, errors.Is(err, redislock.ErrNotObtained))
+	}
+	return nil
+}
+
+func (h *redislockHandle) release(ctx context.Context) error { return h.l.Release(ctx) }
+
+func (h *redislockHandle) renew(ctx context.Context) error { return h.l.Refresh(ctx, lockTTL, nil) }

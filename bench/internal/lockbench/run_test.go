@@ -1,0 +1,138 @@
+package lockbench
+
+import (
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunTiny runs the whole benchmark in its smallest configuration against
+// a redis-server of its own (about 5 s) and checks that every section of the
+// report is there with figures in it.
+func TestRunTiny(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Duration, cfg.HandoffDuration, cfg.Rounds, cfg.Warmup = 100*time.Millisecond, 400*time.Millisecond, 1, 0
+	cfg.Concurrency, cfg.Workers = []int{1}, []int{4}
+	cfg.Command = "go test"
+	res, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Summarize()
+
+	positive := func(what string, v float64) {
+		t.Helper()
+		if !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s = %v, want a positive number", what, v)
+		}
+	}
+	if len(s.Raw) != 1 || len(s.Cycles) != 3 || len(s.Handoff) != 4 || len(s.Ops) != 3 {
+		t.Fatalf("summary has %d raw, %d cycle, %d hand-off, %d op rows; want 1, 3, 4, 3",
+			len(s.Raw), len(s.Cycles), len(s.Handoff), len(s.Ops))
+	}
+	positive("PING/s", s.Raw[0].Ping.Median)
+	positive("EVALSHA/s", s.Raw[0].EvalSha.Median)
+	for _, c := range s.Cycles {
+		positive(c.ID+" cycles/s", c.Rate.Median)
+		positive(c.ID+" cycles vs raw", c.VsRaw)
+		positive("leasehold vs "+c.ID, c.VsLeasehold)
+	}
+	for _, h := range s.Handoff {
+		positive(h.ID+" transfers/s", h.Transfers.Median)
+		positive(h.ID+" hand-offs", float64(h.N))
+		positive(h.ID+" hand-off p50", float64(h.P50))
+		positive(h.ID+" round trips per transfer", h.TripsPerTransfer)
+		if h.P99 < h.P50 || h.Max < h.P99 {
+			t.Errorf("%s: p50 %v, p99 %v, max %v out of order", h.ID, h.P50, h.P99, h.Max)
+		}
+	}
+	for _, o := range s.Ops {
+		for name, v := range map[string]float64{"acquire": o.Acquire, "release": o.Release, "renew": o.Renew, "failed attempt": o.Busy} {
+			positive(o.ID+" "+name+" round trips", v)
+		}
+		if o.ID == "leasehold" && (o.Acquire != 1 || o.Release != 1 || o.Renew != 1) {
+			t.Errorf("leasehold round trips acquire/release/renew = %v/%v/%v, want 1/1/1 (DESIGN.md §9)", o.Acquire, o.Release, o.Renew)
+		}
+	}
+
+	md := Markdown(res, s, "handoff.svg")
+	for _, want := range []string{
+		"## Targets (DESIGN.md §9)", "## 1. Raw round trips", "## 2. Uncontended acquire+release",
+		"## 3. Contended hand-off", "## 4. Round trips per operation", "## Reading the figures",
+		"## Method", "## Not measured yet", "100 000 leases", "(handoff.svg)",
+		"runtime.NumCPU", res.Env.GoVersion, "Redis | " + res.Env.Redis, "go test",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "NaN") {
+		t.Errorf("report has NaN:\n%s", md)
+	}
+
+	svg := Chart(s, res.Env, cfg)
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	for range 100_000 {
+		_, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+	}
+	for _, h := range s.Handoff {
+		if !strings.Contains(svg, xmlText.Replace(h.Label)) {
+			t.Errorf("chart lacks %q", h.Label)
+		}
+	}
+}
+
+func TestPercentileAndMedian(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		out := make([]time.Duration, len(ns))
+		for i, n := range ns {
+			out[i] = time.Duration(n) * time.Millisecond
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{nil, 0.5, 0},
+		{ms(7), 0.99, 7 * time.Millisecond},
+		{ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.99, 10 * time.Millisecond},
+		{ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.9, 9 * time.Millisecond},
+	} {
+		if got := percentile(tc.sorted, tc.p); got != tc.want {
+			t.Errorf("percentile(%v, %v) = %v, want %v", tc.sorted, tc.p, got, tc.want)
+		}
+	}
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("median(3,1,2) = %v", got)
+	}
+	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("median(4,1,3,2) = %v", got)
+	}
+	if got := spread([]float64{90, 100, 110}); math.Abs(got-0.1) > 1e-9 {
+		t.Errorf("spread(90,100,110) = %v, want 0.1", got)
+	}
+}
+
+func TestCheckLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:6379": true, "127.8.9.1:1": true, "[::1]:6379": true, "localhost:6379": true,
+		"10.0.0.1:6379": false, "192.168.1.2:6379": false, "example.com:6379": false, "8.8.8.8:6379": false,
+	} {
+		if err := checkLoopback(addr); (err == nil) != ok {
+			t.Errorf("checkLoopback(%q) = %v, want ok=%v", addr, err, ok)
+		}
+	}
+}
