@@ -100,6 +100,10 @@ func (f StoreRestart) Available(*Env) bool                { return f.Restart != 
 func (StoreRestart) Heal(context.Context, *Env) error     { return nil }
 func (f StoreRestart) Inject(context.Context, *Env) error { return f.Restart() }
 
+// storeWide names the faults that act on the store rather than on one
+// worker's critical section: the report counts no hits for them.
+var storeWide = map[string]bool{StoreLatency{}.Name(): true, StoreRestart{}.Name(): true}
+
 // DefaultFaults are the in-process faults, injected in turn.
 func DefaultFaults() []Fault {
 	return []Fault{PauseWorker{}, RenewFailures{}, KillWorker{}, StoreLatency{}}

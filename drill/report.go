@@ -109,7 +109,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "faults injected\t%d\n", sum(r.Faults))
 	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
-		fmt.Fprintf(tw, "  %s\t%d (hit a critical section: %d)\n", k, r.Faults[k], r.Effects[k])
+		if storeWide[k] {
+			fmt.Fprintf(tw, "  %s\t%d (store-wide)\n", k, r.Faults[k])
+		} else {
+			fmt.Fprintf(tw, "  %s\t%d (hit a critical section: %d)\n", k, r.Faults[k], r.Effects[k])
+		}
 	}
 	fmt.Fprintf(tw, "writes accepted\t%d\n", r.WritesAccepted)
 	fmt.Fprintf(tw, "stale writes refused\t%d\n", r.StaleRefused)
