@@ -80,19 +80,39 @@ func checkWrongOwner(ops []Op) []Violation {
 }
 
 // takeovers measures, for each paused or killed holder, the time from the
-// fault to the next owner's acquire of the same key.
-func takeovers(events []Event, ops []Op) []time.Duration {
-	var out []time.Duration
+// fault to the next owner's acquire of the same key. (A holder fenced by
+// renewal failures is left out: its event is stamped when it notices, which
+// can be after the takeover.) A takeover
+// whose span overlaps an outage of the store for every worker (a partition)
+// is counted in excluded instead: nobody can take over then, and the SLO is
+// about a working network.
+func takeovers(events []Event, ops []Op, outages []window) (times []time.Duration, excluded int) {
 	for _, e := range events {
+		if e.Fault != (PauseWorker{}).Name() && e.Fault != (KillWorker{}).Name() {
+			continue
+		}
 		for _, o := range ops {
 			if o.Kind == "acquire" && o.OK && o.Key == e.Key && o.Fence > e.Fence {
-				out = append(out, o.Return.Sub(e.At))
+				if overlaps(e.At, o.Return, outages) {
+					excluded++
+				} else {
+					times = append(times, o.Return.Sub(e.At))
+				}
 				break
 			}
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(times)
+	return times, excluded
+}
+
+func overlaps(from, to time.Time, ws []window) bool {
+	for _, w := range ws {
+		if from.Before(w.to) && w.from.Before(to) {
+			return true
+		}
+	}
+	return false
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {

@@ -79,6 +79,7 @@ type run struct {
 
 	sections atomic.Int64
 	injected map[string]int
+	outages  []window // store-wide faults that cut every worker off (partitions)
 }
 
 // Run runs a drill and returns its report; the report's Violations say
@@ -179,7 +180,7 @@ func (r *run) injectFaults(ctx context.Context) {
 		case <-tick.C:
 		}
 		for len(live) > 0 && time.Since(live[0].since) >= r.ttl {
-			_ = live[0].f.Heal(ctx, env)
+			r.heal(ctx, env, live[0].f, live[0].since)
 			live = live[1:]
 		}
 		if len(faults) > 0 {
@@ -196,10 +197,22 @@ func (r *run) injectFaults(ctx context.Context) {
 		}
 	}
 	for _, a := range live {
-		_ = a.f.Heal(ctx, env)
+		r.heal(ctx, env, a.f, a.since)
 	}
 	if r.cfg.Progress != nil {
 		fmt.Fprintln(r.cfg.Progress)
+	}
+}
+
+// window is a span of time.
+type window struct{ from, to time.Time }
+
+// heal ends fault f, injected at since; a partition's span is kept, since no
+// takeover can happen while every worker is cut off from the store.
+func (r *run) heal(ctx context.Context, env *Env, f Fault, since time.Time) {
+	_ = f.Heal(ctx, env)
+	if _, ok := f.(Partition); ok {
+		r.outages = append(r.outages, window{since, time.Now()})
 	}
 }
 

@@ -100,9 +100,23 @@ func (f StoreRestart) Available(*Env) bool                { return f.Restart != 
 func (StoreRestart) Heal(context.Context, *Env) error     { return nil }
 func (f StoreRestart) Inject(context.Context, *Env) error { return f.Restart() }
 
+// Partition freezes the network between the workers and the lock store:
+// requests and replies are held, nothing is closed, so only timeouts notice
+// (a silent partition). Healed a TTL later, when the held traffic flows
+// again, late. Available when the run reaches its store through something
+// that can freeze it (tests: testserver.Proxy's Freeze and Thaw).
+type Partition struct {
+	Freeze, Thaw func()
+}
+
+func (Partition) Name() string                         { return "silent-partition" }
+func (f Partition) Available(*Env) bool                { return f.Freeze != nil && f.Thaw != nil }
+func (f Partition) Inject(context.Context, *Env) error { f.Freeze(); return nil }
+func (f Partition) Heal(context.Context, *Env) error   { f.Thaw(); return nil }
+
 // storeWide names the faults that act on the store rather than on one
 // worker's critical section: the report counts no hits for them.
-var storeWide = map[string]bool{StoreLatency{}.Name(): true, StoreRestart{}.Name(): true}
+var storeWide = map[string]bool{StoreLatency{}.Name(): true, StoreRestart{}.Name(): true, Partition{}.Name(): true}
 
 // DefaultFaults are the in-process faults, injected in turn.
 func DefaultFaults() []Fault {

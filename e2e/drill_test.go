@@ -13,27 +13,33 @@ import (
 )
 
 // The drill on real servers: locks in a Redis that is restarted without
-// persistence during the run, jobs fenced in PostgreSQL, every fault type.
-// No stale write may get through, even with fences issued after Redis lost
-// its data.
+// persistence during the run and reached through a proxy that freezes
+// (a silent partition), jobs fenced in PostgreSQL, every fault type. No
+// stale write may get through, even with fences issued after Redis lost its
+// data.
 func TestDrillOnRedisAndPostgres(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	proxy := testserver.StartProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
 	store, err := redisstore.New(client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = store.Close(); _ = client.Close() })
+	t.Cleanup(func() { proxy.Thaw(); _ = store.Close(); _ = client.Close() })
 	jobs, err := pgjobs.New(pool, unique("drill_jobs_"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	faults := append(drill.DefaultFaults(), drill.StoreRestart{Restart: srv.Restart})
+	// Every fault type, the worker faults three times as often: a partition
+	// cuts every worker off, and too many of them would leave no takeover
+	// to measure.
+	faults := append(append(append(drill.DefaultFaults(), drill.DefaultFaults()...), drill.DefaultFaults()...),
+		drill.StoreRestart{Restart: srv.Restart},
+		drill.Partition{Freeze: proxy.Freeze, Thaw: proxy.Thaw})
 	rep, err := drill.Run(t.Context(), drill.Config{
-		Store: store, StoreName: "redis " + srv.Addr(),
+		Store: store, StoreName: "redis via proxy " + proxy.Addr(),
 		Storage: jobs, StorageName: "postgres",
 		Jobs: 50, Faults: faults, // the default time scale: TTL 600 ms, 200 ms of SLO slack
-
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -48,8 +54,9 @@ func TestDrillOnRedisAndPostgres(t *testing.T) {
 	if limit := rep.TakeoverSLO + rep.TTL/4; rep.TakeoverP99 > limit {
 		t.Fatalf("takeover p99 %v over the SLO %v + allowance (%v)", rep.TakeoverP99, rep.TakeoverSLO, limit)
 	}
-	if rep.Faults["store-restart"] == 0 || rep.StaleRefused == 0 {
-		t.Fatalf("the drill proved little: %d restarts, %d stale writes refused", rep.Faults["store-restart"], rep.StaleRefused)
+	if rep.Faults["store-restart"] == 0 || rep.Faults["silent-partition"] == 0 || rep.StaleRefused == 0 {
+		t.Fatalf("the drill proved little: %d restarts, %d partitions, %d stale writes refused",
+			rep.Faults["store-restart"], rep.Faults["silent-partition"], rep.StaleRefused)
 	}
 }
 
