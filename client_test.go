@@ -13,36 +13,11 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/memstore"
+	"github.com/leasehold/leasehold/storetest"
 )
 
 // bareStore hides a store's optional abilities (release notifications).
 type bareStore struct{ leasehold.Store }
-
-// signalStore reports every acquire attempt that found the key busy.
-type signalStore struct {
-	*memstore.Store
-	busy chan struct{}
-}
-
-func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	f, err := s.Store.Acquire(ctx, key, token, ttl)
-	if errors.Is(err, leasehold.ErrNotAcquired) {
-		s.busy <- struct{}{} // never dropped: the test counts them
-	}
-	return f, err
-}
-
-// waitBusy waits for n busy attempts, failing the test after 10 s.
-func waitBusy(t *testing.T, busy <-chan struct{}, n int) {
-	t.Helper()
-	for i := range n {
-		select {
-		case <-busy:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("saw %d busy attempts in 10 s, want %d", i, n)
-		}
-	}
-}
 
 // lostReplyStore applies an acquire and then fails, like a store whose reply
 // was lost on the way back.
@@ -86,7 +61,7 @@ func TestTryAcquireBusyReportsHolder(t *testing.T) {
 // With a backoff of an hour, only the store's release notification can wake
 // the waiter within the test's deadline.
 func TestAcquireIsWokenByRelease(t *testing.T) {
-	store := signalStore{Store: memstore.New(), busy: make(chan struct{}, 16)}
+	store := storetest.NewBusySignal(memstore.New())
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	a, err := c.TryAcquire(t.Context(), "k", time.Hour)
 	if err != nil {
@@ -104,7 +79,7 @@ func TestAcquireIsWokenByRelease(t *testing.T) {
 	}()
 	// The waiter's first attempt fails, it subscribes, its second fails:
 	// only then is it certainly waiting.
-	waitBusy(t, store.busy, 2)
+	store.WaitBusy(t, 2)
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -212,20 +212,6 @@ func TestBusyReportsHolderTTL(t *testing.T) {
 	}
 }
 
-// signalStore reports each acquire attempt that found the key busy.
-type signalStore struct {
-	*etcdstore.Store
-	busy chan struct{}
-}
-
-func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	f, err := s.Store.Acquire(ctx, key, token, ttl)
-	if errors.Is(err, leasehold.ErrNotAcquired) {
-		s.busy <- struct{}{}
-	}
-	return f, err
-}
-
 // With a backoff of an hour, only the release notification can hand the lock
 // to the waiter in time. Each hand-off is timed from the start of the
 // holder's Release to the return of the waiter's Acquire.
@@ -234,7 +220,7 @@ func TestWaiterIsWokenByRelease(t *testing.T) {
 		handOffs = 100
 		bound    = 50 * time.Millisecond
 	)
-	store := signalStore{Store: newStore(t, newClient(t, shared.Endpoints())), busy: make(chan struct{}, 16)}
+	store := storetest.NewBusySignal(newStore(t, newClient(t, shared.Endpoints())))
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	key := storetest.Key(t)
 	holder, err := c.TryAcquire(t.Context(), key, time.Hour)
@@ -254,15 +240,7 @@ func TestWaiterIsWokenByRelease(t *testing.T) {
 			l, err := c.Acquire(ctx, key, time.Hour)
 			got <- result{l, err, time.Now()}
 		}()
-		// The first attempt, and the second after the watch was established.
-		for n := range 2 {
-			select {
-			case <-store.busy:
-			case <-time.After(10 * time.Second):
-				cancel()
-				t.Fatalf("hand-off %d: saw %d busy attempts in 10 s, want 2", i, n)
-			}
-		}
+		store.WaitBusy(t, 2) // the first attempt, and the second after the watch was established
 		start := time.Now()
 		if err := holder.Release(t.Context()); err != nil {
 			cancel()

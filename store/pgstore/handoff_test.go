@@ -2,30 +2,13 @@ package pgstore_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest"
 )
-
-// signalStore reports each acquire attempt that found the key busy. It
-// embeds the Store, so the Client still finds its WatchReleases.
-type signalStore struct {
-	*pgstore.Store
-	busy chan struct{}
-}
-
-func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	f, err := s.Store.Acquire(ctx, key, token, ttl)
-	if errors.Is(err, leasehold.ErrNotAcquired) {
-		s.busy <- struct{}{}
-	}
-	return f, err
-}
 
 // handOffBound is how soon after the holder's release a waiter holds the
 // lock, at the median: a release round trip, the notification, an acquire
@@ -38,7 +21,7 @@ const handOffBound = 50 * time.Millisecond
 // to a waiter. Each waiter becomes the next holder, 100 times over.
 func TestReleaseHandsOffWithoutPolling(t *testing.T) {
 	const rounds = 100
-	store := signalStore{Store: newStore(t, pool), busy: make(chan struct{}, 16)}
+	store := storetest.NewBusySignal(newStore(t, pool))
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	key := storetest.Key(t)
 	holder, err := c.TryAcquire(t.Context(), key, time.Hour)
@@ -63,13 +46,7 @@ func TestReleaseHandsOffWithoutPolling(t *testing.T) {
 		}()
 		// The first attempt, and the second after the watch was in place:
 		// the waiter now waits for a wake-up (or an hour).
-		for i := range 2 {
-			select {
-			case <-store.busy:
-			case <-ctx.Done():
-				t.Fatalf("round %d: saw %d busy attempts in 10 s, want 2", round, i)
-			}
-		}
+		store.WaitBusy(t, 2)
 		start := time.Now()
 		if err := holder.Release(t.Context()); err != nil {
 			t.Fatalf("round %d: Release: %v", round, err)

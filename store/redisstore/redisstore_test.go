@@ -132,25 +132,11 @@ func TestWaiterIsWokenByRelease(t *testing.T) {
 	assertWokenByRelease(t, newStore(t, singleClient(shared.Addr())), storetest.Key(t))
 }
 
-// signalStore reports each acquire attempt that found the key busy.
-type signalStore struct {
-	*redisstore.Store
-	busy chan struct{}
-}
-
-func (s signalStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	f, err := s.Store.Acquire(ctx, key, token, ttl)
-	if errors.Is(err, leasehold.ErrNotAcquired) {
-		s.busy <- struct{}{}
-	}
-	return f, err
-}
-
 // assertWokenByRelease: with a backoff of an hour, only the release
 // notification can hand the lock to the waiter before the deadline.
 func assertWokenByRelease(t *testing.T, s *redisstore.Store, key string) {
 	t.Helper()
-	store := signalStore{Store: s, busy: make(chan struct{}, 16)}
+	store := storetest.NewBusySignal(s)
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	a, err := c.TryAcquire(t.Context(), key, time.Hour)
 	if err != nil {
@@ -163,14 +149,7 @@ func assertWokenByRelease(t *testing.T, s *redisstore.Store, key string) {
 		_, err := c.Acquire(ctx, key, time.Hour)
 		got <- err
 	}()
-	// The first attempt, and the second after the subscription was confirmed.
-	for i := range 2 {
-		select {
-		case <-store.busy:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("saw %d busy attempts in 10 s, want 2", i)
-		}
-	}
+	store.WaitBusy(t, 2) // the first attempt, and the second after the subscription was confirmed
 	if err := a.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +417,7 @@ func TestOddKeysAreValid(t *testing.T) {
 // 100 chained hand-offs with an hour of backoff: only the release
 // notification can wake each waiter. Reports the median the README quotes.
 func TestHandOffLatency(t *testing.T) {
-	store := signalStore{Store: newStore(t, singleClient(shared.Addr())), busy: make(chan struct{}, 16)}
+	store := storetest.NewBusySignal(newStore(t, singleClient(shared.Addr())))
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	key := storetest.Key(t)
 	holder, err := c.TryAcquire(t.Context(), key, time.Hour)
@@ -459,13 +438,7 @@ func TestHandOffLatency(t *testing.T) {
 		// The waiter is waiting after its second busy attempt (the one after
 		// its subscription was confirmed); with the hour-long backoff, only a
 		// wake-up can hand it the lock.
-		for i := range 2 {
-			select {
-			case <-store.busy:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("saw %d busy attempts in 10 s, want 2", i)
-			}
-		}
+		store.WaitBusy(t, 2)
 		start := time.Now()
 		if err := holder.Release(t.Context()); err != nil {
 			t.Fatal(err)
