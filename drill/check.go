@@ -59,13 +59,13 @@ func checkDoubleTerminal(writes []Write) []Violation {
 func checkWrongOwner(ops []Op) []Violation {
 	acquired := make(map[string][]Op) // key → successful acquires
 	for _, o := range ops {
-		if o.Kind == "acquire" && o.OK {
+		if o.Kind == OpAcquire && o.OK {
 			acquired[o.Key] = append(acquired[o.Key], o)
 		}
 	}
 	var out []Violation
 	for _, o := range ops {
-		if (o.Kind != "release" && o.Kind != "renew") || !o.OK {
+		if (o.Kind != OpRelease && o.Kind != OpRenew) || !o.OK {
 			continue
 		}
 		for _, a := range acquired[o.Key] {
@@ -86,13 +86,13 @@ func checkWrongOwner(ops []Op) []Violation {
 // whose span overlaps an outage of the store for every worker (a partition)
 // is counted in excluded instead: nobody can take over then, and the SLO is
 // about a working network.
-func takeovers(events []Event, ops []Op, outages []window) (times []time.Duration, excluded int) {
+func takeovers(events []Event, ops []Op, outages []Window) (times []time.Duration, excluded int) {
 	for _, e := range events {
 		if e.Fault != (PauseWorker{}).Name() && e.Fault != (KillWorker{}).Name() {
 			continue
 		}
 		for _, o := range ops {
-			if o.Kind == "acquire" && o.OK && o.Key == e.Key && o.Fence > e.Fence {
+			if o.Kind == OpAcquire && o.OK && o.Key == e.Key && o.Fence > e.Fence {
 				if overlaps(e.At, o.Return, outages) {
 					excluded++
 				} else {
@@ -106,9 +106,9 @@ func takeovers(events []Event, ops []Op, outages []window) (times []time.Duratio
 	return times, excluded
 }
 
-func overlaps(from, to time.Time, ws []window) bool {
+func overlaps(from, to time.Time, ws []Window) bool {
 	for _, w := range ws {
-		if from.Before(w.to) && w.from.Before(to) {
+		if from.Before(w.To) && w.From.Before(to) {
 			return true
 		}
 	}

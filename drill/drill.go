@@ -79,7 +79,7 @@ type run struct {
 
 	sections atomic.Int64
 	injected map[string]int
-	outages  []window // store-wide faults that cut every worker off (partitions)
+	outages  []Window // store-wide faults that cut every worker off (partitions)
 }
 
 // Run runs a drill and returns its report; the report's Violations say
@@ -204,15 +204,15 @@ func (r *run) injectFaults(ctx context.Context) {
 	}
 }
 
-// window is a span of time.
-type window struct{ from, to time.Time }
+// Window is a span of time.
+type Window struct{ From, To time.Time }
 
 // heal ends fault f, injected at since; a partition's span is kept, since no
 // takeover can happen while every worker is cut off from the store.
 func (r *run) heal(ctx context.Context, env *Env, f Fault, since time.Time) {
 	_ = f.Heal(ctx, env)
 	if _, ok := f.(Partition); ok {
-		r.outages = append(r.outages, window{since, time.Now()})
+		r.outages = append(r.outages, Window{since, time.Now()})
 	}
 }
 
@@ -335,8 +335,7 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 			cancel()
 		}
 	}
-	state, err := r.jobs.Claim(k.Context(), w.id, key, l.Fence())
-	r.countRefused(err)
+	state, err := r.claim(k.Context(), w.id, key, l.Fence())
 	if err != nil || terminal(state) {
 		release()
 		return sectionRan
@@ -393,11 +392,27 @@ func (r *run) remaining(ctx context.Context) int {
 	return n
 }
 
-// write is a job write, with stale refusals counted.
+// claim is a job claim, recorded, with stale refusals counted.
+func (r *run) claim(ctx context.Context, worker int, key string, f int64) (string, error) {
+	call := time.Now()
+	state, err := r.jobs.Claim(ctx, worker, key, f)
+	r.storageOp(Op{Kind: OpClaim, Worker: worker, Key: key, Fence: f, State: state, Call: call}, err)
+	return state, err
+}
+
+// write is a job write, recorded, with stale refusals counted.
 func (r *run) write(ctx context.Context, worker int, key string, f int64, state string) error {
+	call := time.Now()
 	err := r.jobs.Write(context.WithoutCancel(ctx), worker, key, f, state)
-	r.countRefused(err)
+	r.storageOp(Op{Kind: OpWrite, Worker: worker, Key: key, Fence: f, State: state, Call: call}, err)
 	return err
+}
+
+func (r *run) storageOp(o Op, err error) {
+	o.Return, o.OK, o.Err = time.Now(), err == nil, errString(err)
+	o.Stale = errors.Is(err, fence.ErrStale)
+	r.rec.op(o, "")
+	r.countRefused(err)
 }
 
 func (r *run) countRefused(err error) {

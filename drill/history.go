@@ -10,24 +10,38 @@ import (
 	"github.com/leasehold/leasehold"
 )
 
-// Op is one lock operation a worker made, with its call and return times.
+// Op is one operation a worker made, with its call and return times: on the
+// lock store ("acquire", "renew", "release") or on the job storage
+// ("claim", "write").
 type Op struct {
-	Kind         string // "acquire", "renew", "release"
-	Worker       int
-	Key          string
-	Fence        int64 // the lease's fence (for renew and release, looked up by token)
-	Call, Return time.Time
-	OK           bool
-	Err          string
+	Kind   string    `json:"kind"`
+	Worker int       `json:"worker"`
+	Key    string    `json:"key"`
+	Fence  int64     `json:"fence"`           // the lease's fence (for renew and release, looked up by token)
+	State  string    `json:"state,omitempty"` // for a write: the state written; for a claim: the state read
+	Call   time.Time `json:"call"`
+	Return time.Time `json:"return"`
+	OK     bool      `json:"ok"`
+	Stale  bool      `json:"stale,omitempty"` // the storage refused the fence
+	Err    string    `json:"err,omitempty"`
 }
+
+// Lock and storage operation kinds.
+const (
+	OpAcquire = "acquire"
+	OpRenew   = "renew"
+	OpRelease = "release"
+	OpClaim   = "claim"
+	OpWrite   = "write"
+)
 
 // Event is a fault taking effect on a worker's critical section.
 type Event struct {
-	Fault  string
-	Worker int
-	Key    string
-	Fence  int64 // the fence of the lease the worker held
-	At     time.Time
+	Fault  string    `json:"fault"`
+	Worker int       `json:"worker"`
+	Key    string    `json:"key"`
+	Fence  int64     `json:"fence"` // the fence of the lease the worker held
+	At     time.Time `json:"at"`
 }
 
 // recorder keeps the history of a run.
@@ -44,7 +58,7 @@ type recorder struct {
 func (r *recorder) op(o Op, token string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if o.Kind == "acquire" && o.OK {
+	if o.Kind == OpAcquire && o.OK {
 		r.fences[token] = o.Fence
 	}
 	r.ops = append(r.ops, o)
@@ -106,7 +120,7 @@ func (s *workerStore) Acquire(ctx context.Context, key, token string, ttl time.D
 		return 0, err
 	}
 	f, err := s.Store.Acquire(ctx, key, token, ttl)
-	o := Op{Kind: "acquire", Worker: s.worker, Key: key, Fence: f, Call: call, Return: time.Now(), OK: err == nil}
+	o := Op{Kind: OpAcquire, Worker: s.worker, Key: key, Fence: f, Call: call, Return: time.Now(), OK: err == nil}
 	if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) {
 		o.Err = err.Error()
 	}
@@ -123,7 +137,7 @@ func (s *workerStore) Renew(ctx context.Context, key, token string, ttl time.Dur
 	if err == nil {
 		err = s.Store.Renew(ctx, key, token, ttl)
 	}
-	s.rec.op(Op{Kind: "renew", Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
+	s.rec.op(Op{Kind: OpRenew, Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
 	return err
 }
 
@@ -137,7 +151,7 @@ func (s *workerStore) Release(ctx context.Context, key, token string) error {
 			err = s.Store.Release(ctx, key, token)
 		}
 	}
-	s.rec.op(Op{Kind: "release", Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
+	s.rec.op(Op{Kind: OpRelease, Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
 	return err
 }
 

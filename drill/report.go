@@ -34,6 +34,19 @@ type Report struct {
 	UnsafeRelease     bool        `json:"unsafe_release"`
 	NoFencing         bool        `json:"no_fencing"`
 	Violations        []Violation `json:"violations"`
+
+	// History is the run's record, for the HTML report and the
+	// linearizability check: every lock and storage operation with its
+	// call and return times, the faults as they hit, and the partitions.
+	History History `json:"-"`
+}
+
+// History is a drill's record.
+type History struct {
+	Started time.Time
+	Ops     []Op     // lock and storage operations, in the order they returned
+	Events  []Event  // faults taking effect on a critical section
+	Outages []Window // partitions: spans when no worker could reach the store
 }
 
 // OK reports whether the drill found no violation.
@@ -62,12 +75,15 @@ func (r *run) report(elapsed time.Duration) *Report {
 		CriticalSections: r.sections.Load(), Ops: make(map[string]int), Faults: maps.Clone(r.injected),
 		Effects: make(map[string]int), WritesAccepted: len(writes), StaleRefused: refused,
 		TakeoverSLO: r.ttl + r.ttl/3, UnsafeRelease: r.cfg.UnsafeRelease, NoFencing: r.cfg.NoFencing,
+		History: History{Started: r.rec.started, Ops: ops, Events: events, Outages: slices.Clone(r.outages)},
 	}
 	for _, o := range ops {
 		result := "ok"
 		switch {
 		case o.OK:
-		case o.Err == "" && o.Kind == "acquire":
+		case o.Stale:
+			result = "stale refused"
+		case o.Err == "" && o.Kind == OpAcquire:
 			result = "busy"
 		case o.Err == "leasehold: not owned":
 			result = "not owned"
