@@ -14,11 +14,12 @@
 // whoever holds it) or NoFencing (the storage accepts any fence) the same
 // workload must produce violations.
 //
-// This first version runs in-process on any leasehold.Store (memstore by
-// default) with in-process faults: a worker paused past its TTL (renewals
-// stop, then it wakes and carries on), renewal failures, a killed worker,
-// and store latency. Not yet built: real-store job storage (pgfence and
-// redisfence already provide the primitives), multi-process workers with
-// SIGSTOP/SIGKILL, a store restart, the linearizability check with
-// porcupine, and the HTML report.
+// Workers run as goroutines on any leasehold.Store (memstore by default),
+// where a pause stops a worker's renewals and a kill ends its goroutine; or,
+// with Config.Processes, as separate OS processes on shared servers (Redis,
+// etcd or PostgreSQL locks; PostgreSQL jobs, package pgjobs), where a pause
+// is SIGSTOP … SIGCONT and a kill SIGKILL, and the workers report their
+// operations to the drill over a pipe (see ServeWorker). Store-wide faults:
+// latency, a silent partition and a restart without persistence, the last
+// two when the caller can freeze or restart its store.
 package drill

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,19 @@ type Config struct {
 	Timeout time.Duration
 	// Progress, when set, receives a progress line every 250 ms.
 	Progress io.Writer
+
+	// Processes, when positive, runs the workers as this many separate OS
+	// processes (instead of Workers goroutines), so that a pause is a real
+	// SIGSTOP and a kill a real SIGKILL. The lock store and the job
+	// storage must then be shared servers (not memstore, not the
+	// in-process storage), and StartWorker must be set.
+	Processes int
+	// StartWorker returns the command that runs one worker process: a
+	// program that calls ServeWorker with WorkerSpecFromEnv and the same
+	// store and storage as this drill (leasehold's CLI runs itself as
+	// "leasehold drill-worker"). The drill adds the spec to the command's
+	// environment and takes its standard input and output.
+	StartWorker func() *exec.Cmd
 }
 
 // run is one drill in progress.
@@ -76,6 +90,9 @@ type run struct {
 	nextID  int
 	failing atomic.Pointer[worker]
 	wg      sync.WaitGroup
+
+	procs       *procs // the worker processes; nil when the workers are goroutines
+	failingProc atomic.Pointer[proc]
 
 	sections atomic.Int64
 	injected map[string]int
@@ -113,7 +130,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.StorageName == "" {
 		cfg.StorageName = "custom"
 	}
+	if cfg.Processes > 0 {
+		cfg.Workers = cfg.Processes
+	}
 	switch {
+	case cfg.Processes > 0 && cfg.StartWorker == nil:
+		return nil, &leasehold.ArgumentError{Arg: "processes", Reason: "needs StartWorker, the command that runs a worker process"}
+	case cfg.Processes > 0 && isMemory(cfg.Store, cfg.Storage):
+		return nil, &leasehold.ArgumentError{Arg: "processes", Reason: "worker processes cannot share the in-process memory store or job storage; give a Redis, etcd or PostgreSQL store and a PostgreSQL job storage"}
 	case cfg.Workers < 2:
 		return nil, &leasehold.ArgumentError{Arg: "workers", Reason: fmt.Sprintf("%d: a takeover needs at least 2", cfg.Workers)}
 	case cfg.Jobs < 1:
@@ -121,10 +145,51 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case cfg.TimeScale <= 0 || cfg.TimeScale > 1:
 		return nil, &leasehold.ArgumentError{Arg: "time scale", Reason: fmt.Sprintf("%v is not in (0, 1]", cfg.TimeScale)}
 	}
-	ttl := time.Duration(float64(60*time.Second) * cfg.TimeScale)
-	if err := leasehold.ValidateTTL(ttl); err != nil {
-		return nil, fmt.Errorf("drill: time scale %v gives %w", cfg.TimeScale, err)
+	ttl, err := scaledTTL(cfg.TimeScale)
+	if err != nil {
+		return nil, err
 	}
+	r := newRun(cfg, ttl)
+	r.slots = make(chan struct{}, max(1, cfg.Workers/2))
+	if err := r.jobs.Init(ctx, r.jobKeys, cfg.NoFencing); err != nil {
+		return nil, fmt.Errorf("drill: job storage: %w", err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	if cfg.Processes > 0 {
+		if err := r.startProcs(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		for range cfg.Workers {
+			r.spawn(ctx)
+		}
+	}
+	r.injectFaults(ctx)
+	if r.procs != nil {
+		r.procs.stopAll()
+	}
+	cancel()
+	r.wg.Wait()
+	return r.report(time.Since(start)), nil
+}
+
+// scaledTTL is the scheduler path's 60 s TTL (DESIGN.md §5) at scale.
+func scaledTTL(scale float64) (time.Duration, error) {
+	if scale <= 0 || scale > 1 {
+		return 0, &leasehold.ArgumentError{Arg: "time scale", Reason: fmt.Sprintf("%v is not in (0, 1]", scale)}
+	}
+	ttl := time.Duration(float64(60*time.Second) * scale)
+	if err := leasehold.ValidateTTL(ttl); err != nil {
+		return 0, fmt.Errorf("drill: time scale %v gives %w", scale, err)
+	}
+	return ttl, nil
+}
+
+// newRun returns a run of cfg, defaults applied, before its workers start.
+func newRun(cfg Config, ttl time.Duration) *run {
 	r := &run{
 		cfg:      cfg,
 		ttl:      ttl,
@@ -133,26 +198,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rec:      &recorder{fences: make(map[string]int64), started: time.Now()},
 		knobs:    &knobs{unsafeRelease: cfg.UnsafeRelease},
 		injected: make(map[string]int),
-		slots:    make(chan struct{}, max(1, cfg.Workers/2)),
+		jobs:     cfg.Storage,
 	}
 	for i := range cfg.Jobs {
 		r.jobKeys = append(r.jobKeys, fmt.Sprintf("drill:scheduler:job:%d", i))
 	}
-	r.jobs = cfg.Storage
-	if err := r.jobs.Init(ctx, r.jobKeys, cfg.NoFencing); err != nil {
-		return nil, fmt.Errorf("drill: job storage: %w", err)
-	}
+	return r
+}
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	start := time.Now()
-	for range cfg.Workers {
-		r.spawn(ctx)
-	}
-	r.injectFaults(ctx)
-	cancel()
-	r.wg.Wait()
-	return r.report(time.Since(start)), nil
+// isMemory reports whether the store or the storage lives in this process.
+func isMemory(s leasehold.Store, st Storage) bool {
+	_, memStore := s.(*memstore.Store)
+	_, memJobs := st.(*memStorage)
+	return memStore || memJobs
 }
 
 // injectFaults injects the faults in turn, one every TTL/4, healing each a
@@ -223,17 +281,22 @@ func sum(m map[string]int) (n int) {
 	return n
 }
 
-// spawn starts a new worker.
+// spawn starts a new worker goroutine.
 func (r *run) spawn(ctx context.Context) {
 	r.mu.Lock()
 	id := r.nextID
 	r.nextID++
-	w := &worker{id: id, run: r, requests: make(chan faultKind, 1)}
-	w.store = &workerStore{Store: r.cfg.Store, worker: id, rec: r.rec, knobs: r.knobs}
-	w.client = leasehold.New(w.store, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	w := r.newWorker(id)
 	r.workers = append(r.workers, w)
 	r.mu.Unlock()
 	r.wg.Go(func() { w.loop(ctx) })
+}
+
+func (r *run) newWorker(id int) *worker {
+	w := &worker{id: id, run: r, requests: make(chan faultKind, 1)}
+	w.store = &workerStore{Store: r.cfg.Store, worker: id, rec: r.rec, knobs: r.knobs}
+	w.client = leasehold.New(w.store, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	return w
 }
 
 func (r *run) randomWorker() *worker {
@@ -263,6 +326,11 @@ type worker struct {
 	client   *leasehold.Client
 	requests chan faultKind // a fault to act out in the next critical section
 	dead     atomic.Bool
+	// In a worker process: starter says whether it starts new jobs (the
+	// goroutine workers share run.slots instead); careless, that it writes
+	// its result and releases whatever its lease says, so that a SIGSTOP
+	// past the TTL meets the fence and the token check, not a context.
+	starter, careless bool
 }
 
 func (w *worker) request(f faultKind) {
@@ -283,6 +351,12 @@ func (w *worker) loop(ctx context.Context) {
 		result := sectionBusy
 		if key := r.orphan(ctx); key != "" {
 			result = w.section(ctx, key)
+		} else if r.slots == nil { // a worker process
+			if w.starter {
+				if key, _ := r.jobs.Pick(ctx, Queued); key != "" {
+					result = w.section(ctx, key)
+				}
+			}
 		} else {
 			select {
 			case r.slots <- struct{}{}:
@@ -322,6 +396,7 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 		return sectionBusy
 	}
 	r.sections.Add(1)
+	r.status(line{T: lineSection})
 	k, err := l.KeepAlive(ctx)
 	if err != nil {
 		_ = l.Release(context.WithoutCancel(ctx))
@@ -342,6 +417,10 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 	}
 	if r.write(ctx, w.id, key, l.Fence(), Running) != nil {
 		release()
+		return sectionRan
+	}
+	if w.careless {
+		w.carelessWork(ctx, k, l)
 		return sectionRan
 	}
 	// Most sections end before the first renewal; the long ones live on
@@ -383,6 +462,33 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 	return sectionRan
 }
 
+// carelessWork is a worker process's critical section after its claim: it
+// works, writes done and releases, never looking at its lease's context. A
+// SIGSTOP during the work makes it wake past its TTL, write with its old
+// fence and release a key it no longer holds: the fence and the token
+// check alone must refuse both.
+func (w *worker) carelessWork(ctx context.Context, k *leasehold.KeepAlive, l *leasehold.Lease) {
+	r := w.run
+	r.status(line{T: lineWorking, Key: l.Key(), Fence: l.Fence()})
+	defer r.status(line{T: lineIdle})
+	sleepFor(ctx, r.work/18+rand.N(r.work-r.work/18))
+	if k.Err() != nil && w.store.failRenew.Load() {
+		r.rec.event(Event{Fault: "renew-failures", Worker: w.id, Key: l.Key(), Fence: l.Fence(), At: time.Now()})
+	}
+	_ = r.write(ctx, w.id, l.Key(), l.Fence(), Done)
+	k.Stop()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
+	_ = l.Release(rctx)
+	cancel()
+}
+
+// status tells the parent of a worker process what the worker is doing.
+func (r *run) status(l line) {
+	if r.rec.out != nil {
+		r.rec.out.send(l)
+	}
+}
+
 // remaining counts unfinished jobs; a storage error counts as "some".
 func (r *run) remaining(ctx context.Context) int {
 	n, err := r.jobs.Remaining(ctx)
@@ -394,24 +500,27 @@ func (r *run) remaining(ctx context.Context) int {
 
 // claim is a job claim, recorded, with stale refusals counted.
 func (r *run) claim(ctx context.Context, worker int, key string, f int64) (string, error) {
-	call := time.Now()
+	o := Op{Kind: OpClaim, Worker: worker, Key: key, Fence: f, Call: time.Now()}
+	seq := r.rec.begin(o)
 	state, err := r.jobs.Claim(ctx, worker, key, f)
-	r.storageOp(Op{Kind: OpClaim, Worker: worker, Key: key, Fence: f, State: state, Call: call}, err)
+	o.State = state
+	r.storageOp(seq, o, err)
 	return state, err
 }
 
 // write is a job write, recorded, with stale refusals counted.
 func (r *run) write(ctx context.Context, worker int, key string, f int64, state string) error {
-	call := time.Now()
+	o := Op{Kind: OpWrite, Worker: worker, Key: key, Fence: f, State: state, Call: time.Now()}
+	seq := r.rec.begin(o)
 	err := r.jobs.Write(context.WithoutCancel(ctx), worker, key, f, state)
-	r.storageOp(Op{Kind: OpWrite, Worker: worker, Key: key, Fence: f, State: state, Call: call}, err)
+	r.storageOp(seq, o, err)
 	return err
 }
 
-func (r *run) storageOp(o Op, err error) {
+func (r *run) storageOp(seq int64, o Op, err error) {
 	o.Return, o.OK, o.Err = time.Now(), err == nil, errString(err)
 	o.Stale = errors.Is(err, fence.ErrStale)
-	r.rec.op(o, "")
+	r.rec.op(seq, o, "")
 	r.countRefused(err)
 }
 

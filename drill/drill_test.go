@@ -1,9 +1,12 @@
 package drill_test
 
 import (
+	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/drill"
 )
 
@@ -78,5 +81,22 @@ func checkTakeover(t *testing.T, rep *drill.Report) {
 	}
 	if limit := rep.TakeoverSLO + rep.TTL/4; rep.TakeoverP99 > limit {
 		t.Fatalf("takeover p99 %v over the SLO %v + allowance (%v)", rep.TakeoverP99, rep.TakeoverSLO, limit)
+	}
+}
+
+// Worker processes need a way to start them and stores they can share;
+// the errors name the argument and nothing runs.
+func TestProcessesNeedSharedStores(t *testing.T) {
+	for name, cfg := range map[string]drill.Config{
+		"no StartWorker": {Processes: 2},
+		"memstore":       {Processes: 2, StartWorker: func() *exec.Cmd { return exec.Command("false") }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep, err := drill.Run(t.Context(), cfg)
+			var ae *leasehold.ArgumentError
+			if !errors.As(err, &ae) || ae.Arg != "processes" || rep != nil {
+				t.Fatalf("Run(%s) = %v, %v; want an ArgumentError naming processes", name, rep, err)
+			}
+		})
 	}
 }

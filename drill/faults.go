@@ -23,6 +23,15 @@ type Env struct {
 // TTL is the run's (scaled) lock TTL.
 func (e *Env) TTL() time.Duration { return e.run.ttl }
 
+// setLatency sets the store latency every worker sees.
+func (r *run) setLatency(d time.Duration) {
+	if r.procs != nil {
+		r.procs.latency(d)
+		return
+	}
+	r.knobs.latency.Store(int64(d))
+}
+
 // PauseWorker freezes a worker in its critical section for 1.5 × TTL, its
 // renewals included, as a GC pause or a stopped VM would; the worker then
 // wakes and carries on: it writes its result and releases, unaware that
@@ -33,7 +42,10 @@ type PauseWorker struct{}
 func (PauseWorker) Name() string                     { return "pause-past-ttl" }
 func (PauseWorker) Available(*Env) bool              { return true }
 func (PauseWorker) Heal(context.Context, *Env) error { return nil }
-func (PauseWorker) Inject(_ context.Context, e *Env) error {
+func (PauseWorker) Inject(ctx context.Context, e *Env) error {
+	if e.run.procs != nil {
+		return e.run.procs.pause(ctx)
+	}
 	e.run.randomWorker().request(faultPause)
 	return nil
 }
@@ -46,7 +58,10 @@ type KillWorker struct{}
 func (KillWorker) Name() string                     { return "kill-holder" }
 func (KillWorker) Available(*Env) bool              { return true }
 func (KillWorker) Heal(context.Context, *Env) error { return nil }
-func (KillWorker) Inject(_ context.Context, e *Env) error {
+func (KillWorker) Inject(ctx context.Context, e *Env) error {
+	if e.run.procs != nil {
+		return e.run.procs.kill(ctx)
+	}
 	e.run.randomWorker().request(faultKill)
 	return nil
 }
@@ -59,12 +74,20 @@ type RenewFailures struct{}
 func (RenewFailures) Name() string        { return "renew-failures" }
 func (RenewFailures) Available(*Env) bool { return true }
 func (RenewFailures) Inject(_ context.Context, e *Env) error {
+	if e.run.procs != nil {
+		e.run.procs.failRenew(true)
+		return nil
+	}
 	w := e.run.randomWorker()
 	w.store.failRenew.Store(true)
 	e.run.failing.Store(w)
 	return nil
 }
 func (RenewFailures) Heal(_ context.Context, e *Env) error {
+	if e.run.procs != nil {
+		e.run.procs.failRenew(false)
+		return nil
+	}
 	if w := e.run.failing.Swap(nil); w != nil {
 		w.store.failRenew.Store(false)
 	}
@@ -78,11 +101,11 @@ type StoreLatency struct{}
 func (StoreLatency) Name() string        { return "store-latency" }
 func (StoreLatency) Available(*Env) bool { return true }
 func (StoreLatency) Inject(_ context.Context, e *Env) error {
-	e.run.knobs.latency.Store(int64(e.run.ttl / 20))
+	e.run.setLatency(e.run.ttl / 20)
 	return nil
 }
 func (StoreLatency) Heal(_ context.Context, e *Env) error {
-	e.run.knobs.latency.Store(0)
+	e.run.setLatency(0)
 	return nil
 }
 

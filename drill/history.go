@@ -44,23 +44,51 @@ type Event struct {
 	At     time.Time `json:"at"`
 }
 
-// recorder keeps the history of a run.
+// recorder keeps the history of a run. In a worker process it keeps
+// nothing but streams every call, return and event to the drill's parent
+// (out), which records them.
 type recorder struct {
 	mu      sync.Mutex
 	ops     []Op
 	events  []Event
 	fences  map[string]int64 // token → fence
 	started time.Time
+	out     *lineWriter // set in a worker process
+	seq     int64       // the last call's sequence number, for out
 }
 
-// op records o; token, for a successful acquire, maps the lease's later
-// renewals and releases to its fence.
-func (r *recorder) op(o Op, token string) {
+// begin notes the call of o and returns its sequence number for op. In a
+// worker process the parent learns of the call at once, so that the call
+// is in the history even if the process is killed before it returns.
+func (r *recorder) begin(o Op) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	if r.out != nil {
+		r.out.send(line{T: lineCall, Seq: r.seq, Op: &o})
+	}
+	return r.seq
+}
+
+// op records o, the return of call seq; token, for a successful acquire,
+// maps the lease's later renewals and releases to its fence.
+func (r *recorder) op(seq int64, o Op, token string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if o.Kind == OpAcquire && o.OK {
 		r.fences[token] = o.Fence
 	}
+	if r.out != nil {
+		r.out.send(line{T: lineReturn, Seq: seq, Op: &o})
+		return
+	}
+	r.ops = append(r.ops, o)
+}
+
+// add records o, reported by a worker process.
+func (r *recorder) add(o Op) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.ops = append(r.ops, o)
 }
 
@@ -73,6 +101,10 @@ func (r *recorder) fenceOf(token string) int64 {
 func (r *recorder) event(e Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.out != nil {
+		r.out.send(line{T: lineEvent, Event: &e})
+		return
+	}
 	r.events = append(r.events, e)
 }
 
@@ -85,6 +117,10 @@ type workerStore struct {
 	knobs     *knobs
 	failRenew atomic.Bool
 }
+
+// errInjectedRenewFailure is the renew-failures fault: the renewal never
+// reaches the store.
+var errInjectedRenewFailure = errors.New("drill: renewal failed (injected)")
 
 // knobs are the faults that act on every worker's store at once.
 type knobs struct {
@@ -115,34 +151,38 @@ func errString(err error) string {
 }
 
 func (s *workerStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	call := time.Now()
-	if err := s.delay(ctx); err != nil {
-		return 0, err
+	o := Op{Kind: OpAcquire, Worker: s.worker, Key: key, Call: time.Now()}
+	seq := s.rec.begin(o)
+	err := s.delay(ctx)
+	if err == nil {
+		o.Fence, err = s.Store.Acquire(ctx, key, token, ttl)
 	}
-	f, err := s.Store.Acquire(ctx, key, token, ttl)
-	o := Op{Kind: OpAcquire, Worker: s.worker, Key: key, Fence: f, Call: call, Return: time.Now(), OK: err == nil}
+	o.Return, o.OK = time.Now(), err == nil
 	if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) {
 		o.Err = err.Error()
 	}
-	s.rec.op(o, token)
-	return f, err
+	s.rec.op(seq, o, token)
+	return o.Fence, err
 }
 
 func (s *workerStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	call := time.Now()
+	o := Op{Kind: OpRenew, Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: time.Now()}
+	seq := s.rec.begin(o)
 	err := s.delay(ctx)
 	if err == nil && s.failRenew.Load() {
-		err = errors.New("drill: renewal failed (injected)")
+		err = errInjectedRenewFailure
 	}
 	if err == nil {
 		err = s.Store.Renew(ctx, key, token, ttl)
 	}
-	s.rec.op(Op{Kind: OpRenew, Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
+	o.Return, o.OK, o.Err = time.Now(), err == nil, errString(err)
+	s.rec.op(seq, o, "")
 	return err
 }
 
 func (s *workerStore) Release(ctx context.Context, key, token string) error {
-	call := time.Now()
+	o := Op{Kind: OpRelease, Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: time.Now()}
+	seq := s.rec.begin(o)
 	err := s.delay(ctx)
 	if err == nil {
 		if s.knobs.unsafeRelease {
@@ -151,7 +191,8 @@ func (s *workerStore) Release(ctx context.Context, key, token string) error {
 			err = s.Store.Release(ctx, key, token)
 		}
 	}
-	s.rec.op(Op{Kind: OpRelease, Worker: s.worker, Key: key, Fence: s.rec.fenceOf(token), Call: call, Return: time.Now(), OK: err == nil, Err: errString(err)}, "")
+	o.Return, o.OK, o.Err = time.Now(), err == nil, errString(err)
+	s.rec.op(seq, o, "")
 	return err
 }
 

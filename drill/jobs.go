@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -29,6 +30,9 @@ func terminal(state string) bool { return state == Done || state == Failed }
 // storage's order for each job, for the checkers.
 type Storage interface {
 	Init(ctx context.Context, jobs []string, noFencing bool) error
+	// Attach joins a storage another process has initialised: the worker
+	// processes of a multi-process drill call it instead of Init.
+	Attach(ctx context.Context, noFencing bool) error
 	Claim(ctx context.Context, worker int, job string, fence int64) (string, error)
 	Write(ctx context.Context, worker int, job string, fence int64, state string) error
 	Pick(ctx context.Context, state string) (string, error)
@@ -74,6 +78,12 @@ func (s *memStorage) Init(_ context.Context, jobs []string, noFencing bool) erro
 		s.jobs[j] = &jobRecord{state: Queued}
 	}
 	return nil
+}
+
+// Attach implements Storage: in-process storage cannot be shared with
+// another process.
+func (s *memStorage) Attach(context.Context, bool) error {
+	return errors.New("drill: the in-process job storage cannot be shared with worker processes; use a PostgreSQL job storage")
 }
 
 // check returns a *fence.StaleError when f may not write rec. s.mu is held.

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/pgfence"
 	"github.com/leasehold/leasehold/internal/testserver"
@@ -32,6 +33,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if spec, ok, err := drill.WorkerSpecFromEnv(); ok { // a drill's worker process
+		os.Exit(serveDrillWorker(spec, err))
+	}
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

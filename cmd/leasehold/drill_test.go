@@ -54,6 +54,8 @@ func TestDrillBadFlags(t *testing.T) {
 	failsWith(t, 2, []string{"--time-scale"}, "drill", "--time-scale", "2")
 	failsWith(t, 2, []string{"--time-scale"}, "drill", "--time-scale", "1/0")
 	failsWith(t, 2, []string{"workers"}, "drill", "--workers", "1")
+	failsWith(t, 2, []string{"--processes", "--jobs-postgres"}, "drill", "--processes", "2")
+	failsWith(t, 2, []string{"drill-worker", "drill --processes"}, "drill-worker")
 }
 
 // The drill against real servers from the command line: locks in Redis,
@@ -73,6 +75,36 @@ func TestDrillOnRealServers(t *testing.T) {
 	decode(t, res.stdout, &rep)
 	if !strings.HasPrefix(rep.Store, "redis") || rep.Storage != "postgres" || rep.CriticalSections == 0 {
 		t.Fatalf("drill on real servers: %+v", rep)
+	}
+	for _, v := range rep.Violations {
+		if v.Check != "takeover-over-slo" { // timing: see the drill package's test
+			t.Errorf("safety violation %s", v.Check)
+		}
+	}
+}
+
+// drill --processes: the workers are separate processes of this binary
+// (drill-worker), on a real Redis and PostgreSQL.
+func TestDrillWorkerProcesses(t *testing.T) {
+	t.Parallel()
+	r := testserver.StartRedis(t)
+	pg := testserver.StartPostgres(t)
+	res := run(t, "drill", "--processes", "4", "--redis", "redis://"+r.Addr()+"/0", "--jobs-postgres", pg.DSN(),
+		"--time-scale", "1/200", "--jobs", "20", "--json")
+	var rep struct {
+		Workers          int            `json:"workers"`
+		CriticalSections int            `json:"critical_sections"`
+		Effects          map[string]int `json:"effects"`
+		Violations       []struct {
+			Check string `json:"check"`
+		} `json:"violations"`
+	}
+	decode(t, res.stdout, &rep)
+	if rep.Workers != 4 || rep.CriticalSections == 0 {
+		t.Fatalf("drill --processes 4: %+v\nstderr: %s", rep, res.stderr)
+	}
+	if rep.Effects["pause-past-ttl"]+rep.Effects["kill-holder"] == 0 {
+		t.Errorf("no worker process was stopped or killed: %+v", rep.Effects)
 	}
 	for _, v := range rep.Violations {
 		if v.Check != "takeover-over-slo" { // timing: see the drill package's test

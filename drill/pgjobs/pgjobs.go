@@ -62,6 +62,17 @@ CREATE TABLE %[2]s (seq bigserial PRIMARY KEY, job text NOT NULL, fence bigint N
 	return nil
 }
 
+// Attach implements drill.Storage: the tables exist (another process ran
+// Init); this process only needs to know the negative control's setting.
+func (s *Storage) Attach(ctx context.Context, noFencing bool) error {
+	s.noFencing = noFencing
+	var n int
+	if err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, s.name)).Scan(&n); err != nil {
+		return fmt.Errorf("pgjobs: attach to %s: %w", s.name, err)
+	}
+	return nil
+}
+
 // inTx runs fn on job's locked row with the fence checked and raised, or,
 // under the NoFencing control, with the row locked and no check.
 func (s *Storage) inTx(ctx context.Context, job string, f int64, fn func(ctx context.Context, tx pgx.Tx) error) error {

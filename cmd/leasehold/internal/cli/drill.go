@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ func (a *app) drillCommand() *cobra.Command {
 		jsonOut   bool
 		jobsPG    string
 	)
+	const jobsTable = "drill_jobs"
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Run the game day: workers, faults, and checkers that prove no stale write got through",
@@ -62,10 +65,21 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 					return usagef("--jobs-postgres: %v", err)
 				}
 				defer pool.Close()
-				if cfg.Storage, err = pgjobs.New(pool, "drill_jobs"); err != nil {
+				if cfg.Storage, err = pgjobs.New(pool, jobsTable); err != nil {
 					return err
 				}
 				cfg.StorageName = "postgres"
+			}
+			if cfg.Processes > 0 {
+				if !anyStoreFlag(cmd) || jobsPG == "" {
+					return usagef("--processes needs a shared lock store (--redis, --etcd or --postgres) and --jobs-postgres: worker processes cannot share in-process ones")
+				}
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--processes: cannot find this program to start workers: %w", err)
+				}
+				args := append([]string{"drill-worker", "--jobs-postgres", jobsPG, "--jobs-table", jobsTable}, storeArgs(cmd)...)
+				cfg.StartWorker = func() *exec.Cmd { return exec.Command(exe, args...) }
 			}
 			if !jsonOut {
 				cfg.Progress = a.stderr
@@ -98,6 +112,59 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 	f.DurationVar(&cfg.Timeout, "drill-timeout", 2*time.Minute, "bound on the whole drill")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (no progress line)")
 	f.StringVar(&jobsPG, "jobs-postgres", "", "keep the jobs fenced in this PostgreSQL (URL or DSN) instead of in-process")
+	f.IntVar(&cfg.Processes, "processes", 0, "run the workers as this many separate OS processes (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers")
+	return cmd
+}
+
+// storeArgs are the store flags given on cmd's command line, for a worker
+// process to open the same store.
+func storeArgs(cmd *cobra.Command) []string {
+	var args []string
+	for _, name := range []string{"redis", "etcd", "postgres", "etcd-prefix", "pg-table", "timeout"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			args = append(args, "--"+name+"="+f.Value.String())
+		}
+	}
+	return args
+}
+
+// drillWorkerCommand is one worker process of "drill --processes": started
+// by the drill, never by hand, it serves the drill on its standard input
+// and output (see drill.ServeWorker).
+func (a *app) drillWorkerCommand() *cobra.Command {
+	var jobsPG, jobsTable string
+	cmd := &cobra.Command{
+		Use:    "drill-worker",
+		Short:  "One worker process of drill --processes (started by the drill)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
+			spec, ok, err := drill.WorkerSpecFromEnv()
+			switch {
+			case err != nil:
+				return err
+			case !ok:
+				return usagef("drill-worker is started by drill --processes, which sets %s", drill.WorkerEnv)
+			}
+			b, err := a.openBackend(cmd.Context(), cmd)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			pool, err := pgxpool.New(cmd.Context(), jobsPG)
+			if err != nil {
+				return usagef("--jobs-postgres: %v", err)
+			}
+			defer pool.Close()
+			jobs, err := pgjobs.New(pool, jobsTable)
+			if err != nil {
+				return err
+			}
+			return drill.ServeWorker(cmd.Context(), spec, b.store, jobs, os.Stdin, a.stdout)
+		}),
+	}
+	cmd.Flags().StringVar(&jobsPG, "jobs-postgres", "", "the drill's job storage")
+	cmd.Flags().StringVar(&jobsTable, "jobs-table", "drill_jobs", "the drill's job table")
 	return cmd
 }
 

@@ -139,7 +139,7 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 	pf.StringVar(&g.pgTable, "pg-table", pgstore.DefaultTable, "with --postgres: the lease table the applications' pgstore uses (its WithTable; the default is pgstore.DefaultTable)")
 	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call, connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
-	root.AddCommand(a.drillCommand(), a.inspectCommand(), a.lsCommand(), a.ttlCommand(), a.versionCommand())
+	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lsCommand(), a.ttlCommand(), a.versionCommand())
 	return root
 }
 
