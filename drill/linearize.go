@@ -34,10 +34,12 @@ const (
 )
 
 // DefaultLinearizeTimeout bounds the linearizability check when
-// Config.LinearizeTimeout is zero. The default drill's history checks in
-// milliseconds and a 2,000-section one well under a second; 30 s leaves two
-// orders of magnitude for a slow, shared CI machine and histories full of
-// unknown outcomes, and is still short against the drill's own two-minute
+// Config.LinearizeTimeout is zero. Measured on a shared 2-core machine, the
+// default drill's history (about 1,000 operations) checks in a few
+// milliseconds and a 2,000-section one (14,000 operations) in 30 to 60 ms,
+// also with a fifth of its operations turned into unknown outcomes; 30 s
+// leaves more than two orders of magnitude for a slower machine and
+// unluckier histories, and is still short against the drill's own two-minute
 // Timeout, so a history the checker cannot decide ends as a reported
 // "unknown" instead of a hung run.
 const DefaultLinearizeTimeout = 30 * time.Second
@@ -69,13 +71,15 @@ const DefaultLinearizeTimeout = 30 * time.Second
 //
 // Leases are named by their fence, which a store never issues twice for a
 // key. An acquire whose outcome is unknown has no fence: if it took effect,
-// it issued one above the highest so far but nobody learnt which. Such an
-// acquire is given a lease of its own (an "unknown-fence lease"), and the
-// release the client sends with the same token right after (recorded with
-// fence 0, since the recorder maps only successful acquires' tokens to
-// fences) is attributed to it: the most recent unknown-outcome acquire by
-// the same worker on the same key. A fence-0 release with no such acquire is
-// given a lease nobody ever held, so it can only be refused.
+// it issued one above the highest so far but nobody learnt which (so the
+// lower bound rises by one). Such an acquire is given a lease of its own (an
+// "unknown-fence lease"), and the release the client sends with the same
+// token right after (recorded with fence 0, since the recorder maps only
+// successful acquires' tokens to fences) is attributed to it: the most
+// recent unknown-outcome acquire by the same worker on the same key. A
+// fence-0 release or renewal with no such acquire (an acquire that failed
+// before it reached the store is not recorded) is given a lease nobody ever
+// held, so it can only be refused.
 //
 // The fenced-storage model. A job's state is its fence and its state, from
 // (0, queued) (Storage.Init's contract). A claim or write with fence f is
@@ -90,7 +94,9 @@ const DefaultLinearizeTimeout = 30 * time.Second
 // so porcupine may linearize it anywhere after its call, and the model lets
 // it take effect or not. For an unknown release or renewal "not" covers
 // both, since a held key subsumes a free one (above); an unknown acquire,
-// claim or write branches. Renewals the drill failed itself ("renew-failures"
+// claim or write branches. (With the return at infinity, "not at all" is
+// also covered by "after everything else"; the branch keeps each step right
+// on its own.) Renewals the drill failed itself ("renew-failures"
 // fault) never reached the store and are left out.
 
 // injectedRenewFailure is the error of a renewal the drill failed before it
