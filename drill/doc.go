@@ -8,7 +8,14 @@
 //  2. no release or renewal by a superseded owner succeeded;
 //  3. no job reached a terminal state twice;
 //  4. after a worker was paused or killed, another owner took its job over
-//     within the SLO (TTL + one renewal interval).
+//     within the SLO (TTL + one renewal interval);
+//  5. the history is linearizable: porcupine finds, for every key, an order
+//     of its lock operations that a fenced lock allows and an order of its
+//     job's storage operations that fenced storage allows, consistent with
+//     their real times (see linearize.go for the models, and how expiry and
+//     unknown outcomes are treated). A check that times out is reported,
+//     never passed; when the check fails the report carries porcupine's
+//     HTML visualization.
 //
 // The drill proves it can fail: with UnsafeRelease (releases delete the key
 // whoever holds it) or NoFencing (the storage accepts any fence) the same

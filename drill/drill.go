@@ -52,6 +52,9 @@ type Config struct {
 	// NoFencing is a negative control: the job storage accepts any fence.
 	// The checkers must report stale writes.
 	NoFencing bool
+	// LinearizeTimeout bounds the linearizability check of the history.
+	// Default: DefaultLinearizeTimeout (30 s), which documents its reason.
+	LinearizeTimeout time.Duration
 	// Timeout bounds the whole drill. Default: 2 minutes.
 	Timeout time.Duration
 	// Progress, when set, receives a progress line every 250 ms.
@@ -120,6 +123,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Faults == nil {
 		cfg.Faults = DefaultFaults()
+	}
+	if cfg.LinearizeTimeout == 0 {
+		cfg.LinearizeTimeout = DefaultLinearizeTimeout
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Minute

@@ -24,6 +24,10 @@ func TestDefaultDrillFindsNoViolation(t *testing.T) {
 		t.Fatalf("safety violations in a default drill:\n%s", out.String())
 	}
 	checkTakeover(t, rep)
+	if rep.Linearizable != drill.LinearizableOK || rep.LinearizeOps == 0 || rep.Visualization != nil {
+		t.Errorf("linearizable %q on %d ops with a %d-byte visualization; want ok on the whole history, no page",
+			rep.Linearizable, rep.LinearizeOps, len(rep.Visualization))
+	}
 	for _, f := range drill.DefaultFaults() {
 		if rep.Faults[f.Name()] == 0 {
 			t.Errorf("fault %s was never injected", f.Name())
@@ -57,12 +61,18 @@ func TestNegativeControlsFail(t *testing.T) {
 			if cfg.NoFencing {
 				want = drill.CheckStaleWrite
 			}
-			found := false
-			for _, v := range rep.Violations {
-				found = found || v.Check == want
+			for _, check := range []string{want, drill.CheckLinearizable} {
+				found := false
+				for _, v := range rep.Violations {
+					found = found || v.Check == check
+				}
+				if !found {
+					t.Errorf("%s: no %s violation found; the drill cannot fail", name, check)
+				}
 			}
-			if !found {
-				t.Fatalf("%s: no %s violation found; the drill cannot fail", name, want)
+			if rep.Linearizable != drill.LinearizableIllegal || !strings.Contains(string(rep.Visualization), "<html") {
+				t.Errorf("%s: linearizable %q with a %d-byte visualization; want illegal and porcupine's page",
+					name, rep.Linearizable, len(rep.Visualization))
 			}
 		})
 	}

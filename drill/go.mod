@@ -3,6 +3,7 @@ module github.com/leasehold/leasehold/drill
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/leasehold/leasehold v0.0.0
 	github.com/leasehold/leasehold/fence/pgfence v0.0.0

@@ -35,6 +35,18 @@ type Report struct {
 	NoFencing         bool        `json:"no_fencing"`
 	Violations        []Violation `json:"violations"`
 
+	// Linearizable is the linearizability check's result: LinearizableOK,
+	// LinearizableIllegal or LinearizableUnknown (a timeout, reported as a
+	// violation: never a pass).
+	Linearizable string `json:"linearizable"`
+	// LinearizeOps is the number of operations checked.
+	LinearizeOps int `json:"linearize_ops"`
+	// LinearizeTime is how long the check took.
+	LinearizeTime time.Duration `json:"linearize_ns"`
+	// Visualization is porcupine's HTML page of the history and its
+	// (partial) linearizations, when Linearizable is not ok.
+	Visualization []byte `json:"-"`
+
 	// History is the run's record, for the HTML report and the
 	// linearizability check: every lock and storage operation with its
 	// call and return times, the faults as they hit, and the partitions.
@@ -98,6 +110,7 @@ func (r *run) report(elapsed time.Duration) *Report {
 	rep.Violations = append(rep.Violations, checkStaleWrites(writes)...)
 	rep.Violations = append(rep.Violations, checkWrongOwner(ops)...)
 	rep.Violations = append(rep.Violations, checkDoubleTerminal(writes)...)
+	rep.linearize(r.cfg.LinearizeTimeout)
 	times, excluded := takeovers(events, ops, r.outages)
 	rep.Takeovers, rep.TakeoverP50, rep.TakeoverP99 = len(times), percentile(times, 0.5), percentile(times, 0.99)
 	rep.TakeoversExcluded = excluded
@@ -143,6 +156,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "; %d more during partitions, not counted", r.TakeoversExcluded)
 	}
 	fmt.Fprintln(tw, ")")
+	fmt.Fprintf(tw, "linearizable\t%s (%d ops, checked in %d ms)\n", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds())
 	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
 	if err := tw.Flush(); err != nil {
 		return err

@@ -19,7 +19,10 @@ require (
 	go.uber.org/zap v1.27.0
 )
 
-require github.com/leasehold/leasehold/fence/pgfence v0.0.0 // indirect
+require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
+	github.com/leasehold/leasehold/fence/pgfence v0.0.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
