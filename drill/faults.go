@@ -17,7 +17,16 @@ type Fault interface {
 
 // Env is what faults act on: the running drill's workers and store knobs.
 type Env struct {
-	run *run
+	run    *run
+	target int // the worker the fault being injected picked; -1 for none
+}
+
+// pick picks a live worker at random as the target of the fault being
+// injected, and remembers it for the fault's span in the report.
+func (e *Env) pick() *worker {
+	w := e.run.randomWorker()
+	e.target = w.id
+	return w
 }
 
 // TTL is the run's (scaled) lock TTL.
@@ -34,7 +43,7 @@ func (PauseWorker) Name() string                     { return "pause-past-ttl" }
 func (PauseWorker) Available(*Env) bool              { return true }
 func (PauseWorker) Heal(context.Context, *Env) error { return nil }
 func (PauseWorker) Inject(_ context.Context, e *Env) error {
-	e.run.randomWorker().request(faultPause)
+	e.pick().request(faultPause)
 	return nil
 }
 
@@ -47,7 +56,7 @@ func (KillWorker) Name() string                     { return "kill-holder" }
 func (KillWorker) Available(*Env) bool              { return true }
 func (KillWorker) Heal(context.Context, *Env) error { return nil }
 func (KillWorker) Inject(_ context.Context, e *Env) error {
-	e.run.randomWorker().request(faultKill)
+	e.pick().request(faultKill)
 	return nil
 }
 
@@ -59,7 +68,7 @@ type RenewFailures struct{}
 func (RenewFailures) Name() string        { return "renew-failures" }
 func (RenewFailures) Available(*Env) bool { return true }
 func (RenewFailures) Inject(_ context.Context, e *Env) error {
-	w := e.run.randomWorker()
+	w := e.pick()
 	w.store.failRenew.Store(true)
 	e.run.failing.Store(w)
 	return nil

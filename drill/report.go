@@ -39,6 +39,10 @@ type Report struct {
 	// linearizability check: every lock and storage operation with its
 	// call and return times, the faults as they hit, and the partitions.
 	History History `json:"-"`
+
+	// Visualization is porcupine's HTML page of the history when the
+	// linearizability check failed; empty otherwise. WriteHTML embeds it.
+	Visualization []byte `json:"-"`
 }
 
 // History is a drill's record.
@@ -47,6 +51,9 @@ type History struct {
 	Ops     []Op     // lock and storage operations, in the order they returned
 	Events  []Event  // faults taking effect on a critical section
 	Outages []Window // partitions: spans when no worker could reach the store
+
+	// Faults are the faults injected, each from injection to heal.
+	Faults []FaultSpan
 }
 
 // OK reports whether the drill found no violation.
@@ -77,6 +84,7 @@ func (r *run) report(elapsed time.Duration) *Report {
 		TakeoverSLO: r.ttl + r.ttl/3, UnsafeRelease: r.cfg.UnsafeRelease, NoFencing: r.cfg.NoFencing,
 		History: History{Started: r.rec.started, Ops: ops, Events: events, Outages: slices.Clone(r.outages)},
 	}
+	rep.History.Faults = slices.Clone(r.faultSpans)
 	for _, o := range ops {
 		result := "ok"
 		switch {
