@@ -55,7 +55,7 @@ const (
 	ttlWidth   = 48.0   // the width of one TTL, when the plot allows
 	minPlot    = 1200.0 // the plot's width bounds
 	maxPlot    = 16000.0
-	labelWidth = 40.0 // the narrowest bar that carries a label
+	charWidth  = 6.0 // a label's character, at most, at 10 px: a bar carries its label only if it fits
 	tickStep   = 100.0
 	maxDetails = 10 // violations listed per check
 	maxSwatch  = 24 // jobs named in the legend at most
@@ -341,8 +341,8 @@ func (r *Report) timeline() timeline {
 			hd.After, hd.AX, hd.AW = true, round(x(until)), round(max(x(ls.lastReturn)-x(until), 1))
 			hd.Title += fmt.Sprintf("\nthe worker carried on without the lease until %s", at(ls.lastReturn))
 		}
-		if float64(hd.W) >= labelWidth {
-			hd.Label = fmt.Sprintf("%s f%d", hd.Key, ls.fence)
+		if label := fmt.Sprintf("%s f%d", hd.Key, ls.fence); float64(len(label))*charWidth+6 <= float64(hd.W) {
+			hd.Label = label
 			hd.LX, hd.LY = round(float64(hd.X)+3), barTop+barHeight-3
 		}
 		l := laneOf(ls.worker)
