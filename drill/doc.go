@@ -19,6 +19,6 @@
 // stop, then it wakes and carries on), renewal failures, a killed worker,
 // and store latency. Not yet built: real-store job storage (pgfence and
 // redisfence already provide the primitives), multi-process workers with
-// SIGSTOP/SIGKILL, a store restart, the linearizability check with
-// porcupine, and the HTML report.
+// SIGSTOP/SIGKILL, a store restart, and the linearizability check with
+// porcupine. Report.WriteHTML draws a run as one self-contained HTML page.
 package drill
