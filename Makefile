@@ -14,4 +14,4 @@ test: deps
 	promtool test rules deploy/prometheus/alerts_test.yml
 
 deps:
-	@scripts/ensure-deps.sh redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus
+	@scripts/ensure-deps.sh redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus chromium=chromium

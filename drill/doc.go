@@ -29,4 +29,7 @@
 // operations to the drill over a pipe (see ServeWorker). Store-wide faults:
 // latency, a silent partition and a restart without persistence, the last
 // two when the caller can freeze or restart its store.
+//
+// Report.WriteHTML draws a run as one self-contained HTML page: a timeline
+// of lock ownership per worker, fences, faults and refused writes.
 package drill

@@ -100,6 +100,9 @@ type run struct {
 	sections atomic.Int64
 	injected map[string]int
 	outages  []Window // store-wide faults that cut every worker off (partitions)
+	// faultSpans are the faults injected, each from injection to heal;
+	// written by injectFaults only, read by report after it returned.
+	faultSpans []FaultSpan
 }
 
 // Run runs a drill and returns its report; the report's Violations say
@@ -230,8 +233,9 @@ func (r *run) injectFaults(ctx context.Context) {
 		}
 	}
 	type active struct {
-		f     Fault
-		since time.Time
+		f      Fault
+		worker int
+		since  time.Time
 	}
 	var live []active
 	tick := time.NewTicker(r.ttl / 4)
@@ -244,14 +248,15 @@ func (r *run) injectFaults(ctx context.Context) {
 		case <-tick.C:
 		}
 		for len(live) > 0 && time.Since(live[0].since) >= r.ttl {
-			r.heal(ctx, env, live[0].f, live[0].since)
+			r.heal(ctx, env, live[0].f, live[0].worker, live[0].since)
 			live = live[1:]
 		}
 		if len(faults) > 0 {
 			f := faults[i%len(faults)]
+			env.target = -1
 			if err := f.Inject(ctx, env); err == nil {
 				r.injected[f.Name()]++
-				live = append(live, active{f, time.Now()})
+				live = append(live, active{f, env.target, time.Now()})
 			}
 		}
 		if r.cfg.Progress != nil && time.Since(lastProgress) >= 250*time.Millisecond {
@@ -261,7 +266,7 @@ func (r *run) injectFaults(ctx context.Context) {
 		}
 	}
 	for _, a := range live {
-		r.heal(ctx, env, a.f, a.since)
+		r.heal(ctx, env, a.f, a.worker, a.since)
 	}
 	if r.cfg.Progress != nil {
 		fmt.Fprintln(r.cfg.Progress)
@@ -271,12 +276,16 @@ func (r *run) injectFaults(ctx context.Context) {
 // Window is a span of time.
 type Window struct{ From, To time.Time }
 
-// heal ends fault f, injected at since; a partition's span is kept, since no
-// takeover can happen while every worker is cut off from the store.
-func (r *run) heal(ctx context.Context, env *Env, f Fault, since time.Time) {
+// heal ends fault f, injected at since on worker (-1: store-wide), and
+// records its span for the report; a partition's span is also kept as an
+// outage, since no takeover can happen while every worker is cut off from
+// the store.
+func (r *run) heal(ctx context.Context, env *Env, f Fault, worker int, since time.Time) {
 	_ = f.Heal(ctx, env)
+	now := time.Now()
+	r.faultSpans = append(r.faultSpans, FaultSpan{Name: f.Name(), Worker: worker, From: since, To: now})
 	if _, ok := f.(Partition); ok {
-		r.outages = append(r.outages, Window{since, time.Now()})
+		r.outages = append(r.outages, Window{since, now})
 	}
 }
 

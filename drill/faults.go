@@ -17,7 +17,16 @@ type Fault interface {
 
 // Env is what faults act on: the running drill's workers and store knobs.
 type Env struct {
-	run *run
+	run    *run
+	target int // the worker the fault being injected picked; -1 for none
+}
+
+// pick picks a live worker at random as the target of the fault being
+// injected, and remembers it for the fault's span in the report.
+func (e *Env) pick() *worker {
+	w := e.run.randomWorker()
+	e.target = w.id
+	return w
 }
 
 // TTL is the run's (scaled) lock TTL.
@@ -44,9 +53,9 @@ func (PauseWorker) Available(*Env) bool              { return true }
 func (PauseWorker) Heal(context.Context, *Env) error { return nil }
 func (PauseWorker) Inject(ctx context.Context, e *Env) error {
 	if e.run.procs != nil {
-		return e.run.procs.pause(ctx)
+		return e.run.procs.pause(ctx, e)
 	}
-	e.run.randomWorker().request(faultPause)
+	e.pick().request(faultPause)
 	return nil
 }
 
@@ -60,9 +69,9 @@ func (KillWorker) Available(*Env) bool              { return true }
 func (KillWorker) Heal(context.Context, *Env) error { return nil }
 func (KillWorker) Inject(ctx context.Context, e *Env) error {
 	if e.run.procs != nil {
-		return e.run.procs.kill(ctx)
+		return e.run.procs.kill(ctx, e)
 	}
-	e.run.randomWorker().request(faultKill)
+	e.pick().request(faultKill)
 	return nil
 }
 
@@ -75,17 +84,17 @@ func (RenewFailures) Name() string        { return "renew-failures" }
 func (RenewFailures) Available(*Env) bool { return true }
 func (RenewFailures) Inject(_ context.Context, e *Env) error {
 	if e.run.procs != nil {
-		e.run.procs.failRenew(true)
+		e.run.procs.failRenew(true, e)
 		return nil
 	}
-	w := e.run.randomWorker()
+	w := e.pick()
 	w.store.failRenew.Store(true)
 	e.run.failing.Store(w)
 	return nil
 }
 func (RenewFailures) Heal(_ context.Context, e *Env) error {
 	if e.run.procs != nil {
-		e.run.procs.failRenew(false)
+		e.run.procs.failRenew(false, e)
 		return nil
 	}
 	if w := e.run.failing.Swap(nil); w != nil {

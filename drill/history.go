@@ -44,6 +44,16 @@ type Event struct {
 	At     time.Time `json:"at"`
 }
 
+// FaultSpan is one fault injection: from its injection to its heal (for a
+// fault that ends by itself, such as a pause or a kill, the heal is when
+// the drill stopped counting it as active).
+type FaultSpan struct {
+	Name   string    `json:"name"`
+	Worker int       `json:"worker"` // the worker it targeted; -1 for a store-wide fault
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+}
+
 // recorder keeps the history of a run. In a worker process it keeps
 // nothing but streams every call, return and event to the drill's parent
 // (out), which records them.

@@ -320,11 +320,12 @@ var errNoWorkerWorking = errors.New("drill: no worker process is in a critical s
 // pause SIGSTOPs a worker in its critical section and SIGCONTs it once
 // another worker holds its key (or after three TTLs): it wakes to write
 // and release on a lease that is gone.
-func (ps *procs) pause(ctx context.Context) error {
+func (ps *procs) pause(ctx context.Context, e *Env) error {
 	p, key, f := ps.working()
 	if p == nil {
 		return errNoWorkerWorking
 	}
+	e.target = p.spec.ID
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
@@ -352,11 +353,12 @@ func (ps *procs) pause(ctx context.Context) error {
 }
 
 // kill SIGKILLs a worker in its critical section and starts a replacement.
-func (ps *procs) kill(ctx context.Context) error {
+func (ps *procs) kill(ctx context.Context, e *Env) error {
 	p, key, f := ps.working()
 	if p == nil {
 		return errNoWorkerWorking
 	}
+	e.target = p.spec.ID
 	p.mu.Lock()
 	p.killed = true
 	p.mu.Unlock()
@@ -371,7 +373,7 @@ func (ps *procs) kill(ctx context.Context) error {
 
 // failRenew turns the renew-failures fault on for one random worker, or
 // off for the one it was on for.
-func (ps *procs) failRenew(on bool) {
+func (ps *procs) failRenew(on bool, e *Env) {
 	if !on {
 		if p := ps.run.failingProc.Swap(nil); p != nil {
 			p.command("fail-renew off")
@@ -380,6 +382,7 @@ func (ps *procs) failRenew(on bool) {
 	}
 	if live := ps.live(); len(live) > 0 {
 		p := live[rand.IntN(len(live))]
+		e.target = p.spec.ID
 		ps.run.failingProc.Store(p)
 		p.command("fail-renew on")
 	}

@@ -44,7 +44,8 @@ type Report struct {
 	// LinearizeTime is how long the check took.
 	LinearizeTime time.Duration `json:"linearize_ns"`
 	// Visualization is porcupine's HTML page of the history and its
-	// (partial) linearizations, when Linearizable is not ok.
+	// (partial) linearizations, when Linearizable is not ok; WriteHTML
+	// embeds it.
 	Visualization []byte `json:"-"`
 
 	// History is the run's record, for the HTML report and the
@@ -59,6 +60,9 @@ type History struct {
 	Ops     []Op     // lock and storage operations, in the order they returned
 	Events  []Event  // faults taking effect on a critical section
 	Outages []Window // partitions: spans when no worker could reach the store
+
+	// Faults are the faults injected, each from injection to heal.
+	Faults []FaultSpan
 }
 
 // OK reports whether the drill found no violation.
@@ -89,6 +93,7 @@ func (r *run) report(elapsed time.Duration) *Report {
 		TakeoverSLO: r.ttl + r.ttl/3, UnsafeRelease: r.cfg.UnsafeRelease, NoFencing: r.cfg.NoFencing,
 		History: History{Started: r.rec.started, Ops: ops, Events: events, Outages: slices.Clone(r.outages)},
 	}
+	rep.History.Faults = slices.Clone(r.faultSpans)
 	for _, o := range ops {
 		result := "ok"
 		switch {

@@ -2,6 +2,10 @@ package main_test
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -110,5 +114,37 @@ func TestDrillWorkerProcesses(t *testing.T) {
 		if v.Check != "takeover-over-slo" { // timing: see the drill package's test
 			t.Errorf("safety violation %s", v.Check)
 		}
+	}
+}
+
+// --report writes the HTML page after the drill, also when it found
+// violations; a path that cannot be created is a usage error before
+// anything runs.
+func TestDrillHTMLReport(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "drill.html")
+	r := run(t, "drill", "--time-scale", "1/200", "--jobs", "20", "--no-fencing", "--report", path)
+	if r.code != 1 {
+		t.Fatalf("drill --no-fencing --report: exit %d, want 1 (violations); stderr:\n%s", r.code, r.stderr)
+	}
+	page, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<svg id="timeline"`, `class="lane"`, `class="hold"`, `id="violations"`, "stale-write-accepted</strong>"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the %d-byte page lacks %q", len(page), want)
+		}
+	}
+
+	for _, bad := range []string{filepath.Join(dir, "missing", "drill.html"), dir} {
+		res := failsWith(t, 2, []string{"--report"}, "drill", "--jobs", "1000", "--report", bad)
+		if res.stdout != "" {
+			t.Errorf("drill --report %s: the drill ran, stdout:\n%s", bad, res.stdout)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a bad --report path left something behind: %v", err)
 	}
 }

@@ -24,6 +24,7 @@ func (a *app) drillCommand() *cobra.Command {
 		timeScale string
 		jsonOut   bool
 		jobsPG    string
+		htmlPath  string
 	)
 	const jobsTable = "drill_jobs"
 	cmd := &cobra.Command{
@@ -41,7 +42,9 @@ unless --jobs-postgres names a PostgreSQL (tables drill_jobs and
 drill_jobs_writes are dropped and created there). Lock
 timings are the scheduler path's (TTL 60 s, renew 20 s), scaled by
 --time-scale. --unsafe-release and --no-fencing switch a protection off: the
-drill must then report violations, which proves it can fail.
+drill must then report violations, which proves it can fail. --report writes
+the report as one self-contained HTML page as well: a timeline of the leases
+per worker, the faults and the refused writes.
 
 Exit code 0: no violation; 1: violations (or the drill could not run).`,
 		Args: cobra.NoArgs,
@@ -51,6 +54,20 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				return usageError{err}
 			}
 			cfg.TimeScale = scale
+			var html *os.File
+			if htmlPath != "" {
+				// Created before the drill runs: a path that cannot be
+				// written fails at once, not after the drill.
+				if html, err = os.Create(htmlPath); err != nil {
+					return usagef("--report: %v", err)
+				}
+				defer func() {
+					if html != nil { // never written: leave no empty page
+						_ = html.Close()
+						_ = os.Remove(htmlPath)
+					}
+				}()
+			}
 			if anyStoreFlag(cmd) {
 				b, err := a.openBackend(cmd.Context(), cmd)
 				if err != nil {
@@ -97,6 +114,14 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 			} else if err := rep.WriteText(a.stdout); err != nil {
 				return err
 			}
+			if html != nil {
+				f := html
+				html = nil
+				if err := writeHTMLReport(f, rep); err != nil {
+					_ = os.Remove(htmlPath)
+					return fmt.Errorf("--report: %w", err)
+				}
+			}
 			if !rep.OK() {
 				return fmt.Errorf("drill found %d violations", len(rep.Violations))
 			}
@@ -113,6 +138,7 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (no progress line)")
 	f.StringVar(&jobsPG, "jobs-postgres", "", "keep the jobs fenced in this PostgreSQL (URL or DSN) instead of in-process")
 	f.IntVar(&cfg.Processes, "processes", 0, "run the workers as this many separate OS processes (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers")
+	f.StringVar(&htmlPath, "report", "", "also write the report as a self-contained HTML page to this file, violations or not")
 	return cmd
 }
 
@@ -166,6 +192,15 @@ func (a *app) drillWorkerCommand() *cobra.Command {
 	cmd.Flags().StringVar(&jobsPG, "jobs-postgres", "", "the drill's job storage")
 	cmd.Flags().StringVar(&jobsTable, "jobs-table", "drill_jobs", "the drill's job table")
 	return cmd
+}
+
+// writeHTMLReport writes rep's HTML page to f and closes it.
+func writeHTMLReport(f *os.File, rep *drill.Report) error {
+	err := rep.WriteHTML(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // parseScale reads "1/100" or "0.01".

@@ -1,0 +1,578 @@
+package drill
+
+import (
+	"bufio"
+	_ "embed"
+	"fmt"
+	"hash/fnv"
+	"html/template"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed report.html.tmpl
+var reportHTML string
+
+var reportTemplate = template.Must(template.New("report").Parse(reportHTML))
+
+// WriteHTML writes the report as one self-contained HTML page: the summary
+// figures of WriteText, the violations, and a timeline drawn in inline SVG —
+// one lane per worker (a killed worker's replacement gets a lane of its
+// own), a bar per lease held, labelled with its job and fence and coloured
+// by job, markers where a fault hit a worker and where the storage refused
+// a stale write, and shaded bands for store-wide faults and partitions.
+// When the linearizability check failed, porcupine's visualization is
+// embedded in an iframe. The page loads nothing: no script, style or font
+// from elsewhere, and it renders without JavaScript (a small inline script
+// only adds highlighting of one job's leases on hover).
+func (r *Report) WriteHTML(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	if err := reportTemplate.Execute(bw, r.htmlPage()); err != nil {
+		return fmt.Errorf("drill: html report: %w", err)
+	}
+	return bw.Flush()
+}
+
+// px is an SVG coordinate, printed with one decimal at most.
+type px float64
+
+func (p px) String() string { return strconv.FormatFloat(float64(p), 'f', -1, 64) }
+
+func round(v float64) px { return px(math.Round(v*10) / 10) }
+
+// Timeline geometry, in pixels.
+const (
+	gutter     = 64.0   // left of the plot: the lanes' labels
+	axisHeight = 24.0   // above and below the lanes: the time axis
+	laneHeight = 22.0   // one worker
+	barTop     = 4.0    // a lease's bar within its lane
+	barHeight  = 13.0   //
+	ttlWidth   = 48.0   // the width of one TTL, when the plot allows
+	minPlot    = 1200.0 // the plot's width bounds
+	maxPlot    = 16000.0
+	charWidth  = 6.0 // a label's character, at most, at 10 px: a bar carries its label only if it fits
+	tickStep   = 100.0
+	maxDetails = 10 // violations listed per check
+	maxSwatch  = 24 // jobs named in the legend at most
+)
+
+type htmlPage struct {
+	Title         string
+	Summary       []summaryRow
+	Violations    []violationGroup
+	ViolationsN   int
+	Timeline      timeline
+	Keys          []swatch
+	KeysOmitted   int
+	Visualization string
+}
+
+type summaryRow struct {
+	Label, Value string
+	Sub, Bad     bool
+}
+
+type violationGroup struct {
+	Check   string
+	Count   int
+	Details []string
+	More    int
+}
+
+type swatch struct{ Key, Fill string }
+
+type timeline struct {
+	Width, Height px
+	LanesTop      px
+	LanesHeight   px
+	AxisTop       px // the labels above the lanes
+	AxisBottom    px // the labels below them
+	Ticks         []tick
+	Bands         []band // store-wide faults and partitions, across every lane
+	Lanes         []lane
+	DurationLabel string
+	PixelsPerTTL  string
+	EmptyTimeline bool
+}
+
+type tick struct {
+	X     px
+	Label string
+}
+
+type band struct {
+	X, W         px
+	Class, Fault string
+	Title        string
+}
+
+type lane struct {
+	Worker        int
+	Y, LabelY     px
+	LifeX, LifeX2 px // the worker's life: its first call to its last return
+	LifeY         px
+	LifeW         bool
+	Holds         []hold
+	Marks         []mark
+	Spans         []band // faults aimed at this worker, as a strip under its bars
+	Title         string
+}
+
+type hold struct {
+	Key, Fill    string
+	X, W         px
+	Y, H         px
+	After        bool // the worker carried on after its lease had expired
+	AX, AW       px   // that stretch
+	Label        string
+	LX, LY       px
+	Title, Class string
+}
+
+type mark struct {
+	X, Y         px
+	Class, Fault string
+	Title        string
+}
+
+// leaseID names one lease: a worker holds one lease per key and fence.
+type leaseID struct {
+	worker int
+	key    string
+	fence  int64
+}
+
+// leaseSpan gathers what the history says about one lease.
+type leaseSpan struct {
+	leaseID
+	acquired   Op
+	lastRenew  time.Time // call time of the last successful renewal
+	renewFails int
+	release    *Op
+	lastCall   time.Time // the last operation made under it: its call
+	lastReturn time.Time // and its return
+	event      string    // the fault that hit it, if any
+}
+
+func (r *Report) htmlPage() htmlPage {
+	p := htmlPage{
+		Title:      fmt.Sprintf("leasehold drill: %s, %d workers, %d jobs", r.Store, r.Workers, r.Jobs),
+		Summary:    r.summaryRows(),
+		Violations: groupViolations(r.Violations),
+		Timeline:   r.timeline(),
+	}
+	p.ViolationsN = len(r.Violations)
+	keys := make(map[string]bool)
+	for _, o := range r.History.Ops {
+		if o.Kind == OpAcquire && o.OK {
+			keys[o.Key] = true
+		}
+	}
+	sorted := slices.SortedFunc(maps.Keys(keys), compareKeys)
+	if len(sorted) > maxSwatch {
+		p.KeysOmitted = len(sorted) - maxSwatch
+		sorted = sorted[:maxSwatch]
+	}
+	for _, k := range sorted {
+		p.Keys = append(p.Keys, swatch{shortKey(k), keyColor(k)})
+	}
+	if len(r.Visualization) > 0 {
+		p.Visualization = string(r.Visualization)
+	}
+	return p
+}
+
+// summaryRows are WriteText's figures, row by row.
+func (r *Report) summaryRows() []summaryRow {
+	rows := []summaryRow{
+		{Label: "locks", Value: fmt.Sprintf("%s (TTL %v, %d workers, %d jobs)", r.Store, r.TTL, r.Workers, r.Jobs)},
+		{Label: "job storage", Value: r.Storage},
+	}
+	if r.UnsafeRelease || r.NoFencing {
+		rows = append(rows, summaryRow{Label: "negative control", Value: fmt.Sprintf("unsafe release %v, no fencing %v", r.UnsafeRelease, r.NoFencing)})
+	}
+	rows = append(rows,
+		summaryRow{Label: "duration", Value: r.Duration.Round(time.Millisecond).String()},
+		summaryRow{Label: "critical sections", Value: strconv.FormatInt(r.CriticalSections, 10)},
+	)
+	for _, k := range slices.Sorted(maps.Keys(r.Ops)) {
+		rows = append(rows, summaryRow{Label: k, Value: strconv.Itoa(r.Ops[k]), Sub: true})
+	}
+	rows = append(rows, summaryRow{Label: "faults injected", Value: strconv.Itoa(sum(r.Faults))})
+	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
+		v := fmt.Sprintf("%d (hit a critical section: %d)", r.Faults[k], r.Effects[k])
+		if storeWide[k] {
+			v = fmt.Sprintf("%d (store-wide)", r.Faults[k])
+		}
+		rows = append(rows, summaryRow{Label: k, Value: v, Sub: true})
+	}
+	takeover := fmt.Sprintf("%v / %v (SLO %v, %d takeovers", r.TakeoverP50.Round(time.Millisecond),
+		r.TakeoverP99.Round(time.Millisecond), r.TakeoverSLO.Round(time.Millisecond), r.Takeovers)
+	if r.TakeoversExcluded > 0 {
+		takeover += fmt.Sprintf("; %d more during partitions, not counted", r.TakeoversExcluded)
+	}
+	rows = append(rows,
+		summaryRow{Label: "writes accepted", Value: strconv.Itoa(r.WritesAccepted)},
+		summaryRow{Label: "stale writes refused", Value: strconv.Itoa(r.StaleRefused)},
+		summaryRow{Label: "takeover p50 / p99", Value: takeover + ")", Bad: r.TakeoverP99 > r.TakeoverSLO},
+		summaryRow{Label: "violations", Value: strconv.Itoa(len(r.Violations)), Bad: len(r.Violations) > 0},
+	)
+	return rows
+}
+
+// groupViolations groups violations by check, in check order, with the
+// first few details of each: a negative control can find thousands.
+func groupViolations(vs []Violation) []violationGroup {
+	byCheck := make(map[string]*violationGroup)
+	for _, v := range vs {
+		g := byCheck[v.Check]
+		if g == nil {
+			g = &violationGroup{Check: v.Check}
+			byCheck[v.Check] = g
+		}
+		g.Count++
+		if len(g.Details) < maxDetails {
+			g.Details = append(g.Details, v.Detail)
+		} else {
+			g.More++
+		}
+	}
+	var out []violationGroup
+	for _, c := range slices.Sorted(maps.Keys(byCheck)) {
+		out = append(out, *byCheck[c])
+	}
+	return out
+}
+
+// timeline lays the history out: x is the time since the drill started,
+// one lane per worker, sorted by worker id.
+func (r *Report) timeline() timeline {
+	h := r.History
+	start := h.Started
+	end := start.Add(r.Duration)
+	later := func(t time.Time) {
+		if t.After(end) {
+			end = t
+		}
+	}
+	for _, o := range h.Ops {
+		later(o.Return)
+	}
+	for _, e := range h.Events {
+		later(e.At)
+	}
+	for _, f := range h.Faults {
+		later(f.To)
+	}
+	for _, w := range h.Outages {
+		later(w.To)
+	}
+	total := max(end.Sub(start), time.Millisecond)
+	ms := float64(total) / float64(time.Millisecond)
+	plot := minPlot
+	if r.TTL > 0 {
+		plot = ms * ttlWidth / (float64(r.TTL) / float64(time.Millisecond))
+	}
+	plot = min(max(plot, minPlot), maxPlot)
+	perMs := plot / ms
+	x := func(t time.Time) float64 {
+		return gutter + float64(t.Sub(start))/float64(time.Millisecond)*perMs
+	}
+	at := func(t time.Time) string { return fmtMs(t.Sub(start)) }
+
+	leases, order := r.leases()
+	workers := make(map[int]*lane)
+	laneOf := func(id int) *lane {
+		l := workers[id]
+		if l == nil {
+			l = &lane{Worker: id}
+			workers[id] = l
+		}
+		return l
+	}
+	life := make(map[int][2]time.Time)
+	alive := func(id int, from, to time.Time) {
+		laneOf(id)
+		s, ok := life[id]
+		if !ok || from.Before(s[0]) {
+			s[0] = from
+		}
+		if !ok || to.After(s[1]) {
+			s[1] = to
+		}
+		life[id] = s
+	}
+	for _, o := range h.Ops {
+		alive(o.Worker, o.Call, o.Return)
+	}
+	for _, e := range h.Events {
+		alive(e.Worker, e.At, e.At)
+	}
+	for _, f := range h.Faults {
+		if f.Worker >= 0 {
+			alive(f.Worker, f.From, f.From)
+		}
+	}
+
+	var t timeline
+	for _, id := range order {
+		ls := leases[id]
+		from := ls.acquired.Return
+		until, how := r.leaseEnd(ls)
+		until = minTime(until, end)
+		if until.Before(from) {
+			until = from
+		}
+		hd := hold{
+			Key:  shortKey(ls.key),
+			Fill: keyColor(ls.key),
+			X:    round(x(from)),
+			W:    round(max(x(until)-x(from), 1)),
+			Y:    barTop, H: barHeight,
+			Class: "hold",
+			Title: fmt.Sprintf("worker %d · %s · fence %d\nheld %s – %s (%s)", ls.worker, ls.key, ls.fence, at(from), at(until), how),
+		}
+		if ls.lastCall.After(until) {
+			hd.After, hd.AX, hd.AW = true, round(x(until)), round(max(x(ls.lastReturn)-x(until), 1))
+			hd.Title += fmt.Sprintf("\nthe worker carried on without the lease until %s", at(ls.lastReturn))
+		}
+		if label := fmt.Sprintf("%s f%d", hd.Key, ls.fence); float64(len(label))*charWidth+6 <= float64(hd.W) {
+			hd.Label = label
+			hd.LX, hd.LY = round(float64(hd.X)+3), barTop+barHeight-3
+		}
+		l := laneOf(ls.worker)
+		l.Holds = append(l.Holds, hd)
+	}
+	for _, e := range h.Events {
+		l := laneOf(e.Worker)
+		l.Marks = append(l.Marks, mark{X: round(x(e.At)), Y: 0, Class: "fault hit", Fault: e.Fault,
+			Title: fmt.Sprintf("%s hit worker %d at %s\n%s, fence %d", e.Fault, e.Worker, at(e.At), e.Key, e.Fence)})
+	}
+	for _, m := range staleMarks(h.Ops) {
+		l := laneOf(m.op.Worker)
+		class, verb := "stale", "refused"
+		if !m.op.Stale {
+			class, verb = "accepted-stale", fmt.Sprintf("accepted although fence %d had been accepted before", m.newer)
+		}
+		what := m.op.Kind
+		if m.op.State != "" && m.op.Kind == OpWrite {
+			what += " " + m.op.State
+		}
+		l.Marks = append(l.Marks, mark{X: round(x(m.op.Return)), Y: barTop + barHeight/2, Class: class,
+			Title: fmt.Sprintf("worker %d's %s of %s with fence %d %s at %s", m.op.Worker, what, m.op.Key, m.op.Fence, verb, at(m.op.Return))})
+	}
+	for _, f := range h.Faults {
+		b := band{X: round(x(f.From)), W: round(max(x(f.To)-x(f.From), 1)), Fault: f.Name}
+		if f.Worker < 0 {
+			if f.Name == (Partition{}).Name() && len(h.Outages) > 0 {
+				continue // drawn from the outages
+			}
+			b.Class = "fault band"
+			b.Title = fmt.Sprintf("%s (store-wide) %s – %s", f.Name, at(f.From), at(f.To))
+			t.Bands = append(t.Bands, b)
+			continue
+		}
+		b.Class = "fault span"
+		b.Title = fmt.Sprintf("%s aimed at worker %d, injected %s, healed %s", f.Name, f.Worker, at(f.From), at(f.To))
+		l := laneOf(f.Worker)
+		l.Spans = append(l.Spans, b)
+	}
+	for _, o := range h.Outages {
+		t.Bands = append(t.Bands, band{X: round(x(o.From)), W: round(max(x(o.To)-x(o.From), 1)),
+			Class: "fault band outage", Fault: (Partition{}).Name(),
+			Title: fmt.Sprintf("partition: no worker reaches the store, %s – %s", at(o.From), at(o.To))})
+	}
+
+	ids := slices.Sorted(maps.Keys(workers))
+	t.AxisTop = axisHeight - 8
+	t.LanesTop = axisHeight
+	for i, id := range ids {
+		l := workers[id]
+		y := axisHeight + float64(i)*laneHeight
+		l.Y, l.LabelY = round(y), barTop+barHeight-2
+		s := life[id]
+		l.LifeX, l.LifeX2, l.LifeY = round(x(s[0])), round(max(x(s[1]), x(s[0])+1)), barTop+barHeight/2
+		l.Title = fmt.Sprintf("worker %d: %d leases, alive %s – %s", id, len(l.Holds), at(s[0]), at(s[1]))
+		t.Lanes = append(t.Lanes, *l)
+	}
+	t.LanesHeight = round(float64(len(ids)) * laneHeight)
+	t.AxisBottom = round(axisHeight + float64(t.LanesHeight) + 16)
+	t.Height = round(2*axisHeight + float64(t.LanesHeight))
+	t.Width = round(gutter + plot + 16)
+	t.EmptyTimeline = len(ids) == 0
+	step := niceStep(tickStep / perMs)
+	for v := 0.0; v <= ms; v += step {
+		t.Ticks = append(t.Ticks, tick{X: round(gutter + v*perMs), Label: strconv.FormatFloat(v, 'f', -1, 64)})
+	}
+	t.DurationLabel = fmtMs(total)
+	t.PixelsPerTTL = strconv.FormatFloat(float64(r.TTL)/float64(time.Millisecond)*perMs, 'f', 0, 64)
+	return t
+}
+
+// leases collects the leases the history shows, in acquisition order.
+func (r *Report) leases() (map[leaseID]*leaseSpan, []leaseID) {
+	h := r.History
+	leases := make(map[leaseID]*leaseSpan)
+	var order []leaseID
+	for _, o := range h.Ops {
+		id := leaseID{o.Worker, o.Key, o.Fence}
+		if o.Kind == OpAcquire {
+			if o.OK {
+				leases[id] = &leaseSpan{leaseID: id, acquired: o, lastCall: o.Call, lastReturn: o.Return}
+				order = append(order, id)
+			}
+			continue
+		}
+		ls := leases[id]
+		if ls == nil {
+			continue
+		}
+		if o.Call.After(ls.lastCall) {
+			ls.lastCall, ls.lastReturn = o.Call, o.Return
+		}
+		switch o.Kind {
+		case OpRenew:
+			if o.OK {
+				ls.lastRenew = o.Call
+			} else {
+				ls.renewFails++
+			}
+		case OpRelease:
+			if ls.release == nil {
+				ls.release = &o
+			}
+		}
+	}
+	for _, e := range h.Events {
+		if ls := leases[leaseID{e.Worker, e.Key, e.Fence}]; ls != nil {
+			ls.event = e.Fault
+		}
+	}
+	return leases, order
+}
+
+// leaseEnd says when a lease ended and how: at its release's call when the
+// release succeeded, else when it expired, a TTL after its last successful
+// renewal (or its acquire).
+func (r *Report) leaseEnd(ls *leaseSpan) (time.Time, string) {
+	renewed := ls.acquired.Call
+	if !ls.lastRenew.IsZero() {
+		renewed = ls.lastRenew
+	}
+	expiry := renewed.Add(r.TTL)
+	switch {
+	case ls.release != nil && ls.release.OK:
+		return ls.release.Call, "released"
+	case ls.event == (KillWorker{}).Name():
+		return expiry, "holder killed; expired"
+	case ls.event == (PauseWorker{}).Name():
+		return expiry, "holder paused past the TTL; expired"
+	case ls.event != "":
+		return expiry, ls.event + "; expired"
+	case ls.renewFails > 0:
+		return expiry, "renewals failed; expired"
+	case ls.release != nil:
+		return expiry, "release refused (" + ls.release.Err + "); expired"
+	default:
+		return expiry, "never released; expired"
+	}
+}
+
+type staleMark struct {
+	op    Op
+	newer int64 // for an accepted stale write: the newer fence accepted before
+}
+
+// staleMarks finds the storage operations the fence refused, and those it
+// accepted although a newer fence had been accepted for the job before the
+// operation was even called (a negative control's stale writes).
+func staleMarks(ops []Op) []staleMark {
+	var out []staleMark
+	type accepted struct {
+		fence int64
+		at    time.Time
+	}
+	var newest = make(map[string][]accepted) // key → accepted ops, by return
+	for _, o := range ops {
+		if o.Kind != OpClaim && o.Kind != OpWrite {
+			continue
+		}
+		if o.Stale {
+			out = append(out, staleMark{op: o})
+			continue
+		}
+		if !o.OK {
+			continue
+		}
+		for _, a := range newest[o.Key] {
+			if a.fence > o.Fence && a.at.Before(o.Call) {
+				out = append(out, staleMark{op: o, newer: a.fence})
+				break
+			}
+		}
+		newest[o.Key] = append(newest[o.Key], accepted{o.Fence, o.Return})
+	}
+	return out
+}
+
+// niceStep is the smallest 1, 2 or 5 × 10ⁿ milliseconds at least min.
+func niceStep(min float64) float64 {
+	if min <= 0 || math.IsInf(min, 0) || math.IsNaN(min) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(min)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= min {
+			return max(m*p, 1)
+		}
+	}
+	return max(10*p, 1)
+}
+
+func fmtMs(d time.Duration) string {
+	return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// shortKey is a job key without the drill's prefix: "job:12".
+func shortKey(key string) string {
+	if i := strings.LastIndex(key, ":job:"); i >= 0 {
+		return key[i+1:]
+	}
+	return key
+}
+
+// compareKeys orders job keys by their number when they have one.
+func compareKeys(a, b string) int {
+	na, errA := strconv.Atoi(a[strings.LastIndex(a, ":")+1:])
+	nb, errB := strconv.Atoi(b[strings.LastIndex(b, ":")+1:])
+	if errA == nil && errB == nil && na != nb {
+		return na - nb
+	}
+	return strings.Compare(a, b)
+}
+
+// keyColor is a job's colour, the same in every lane: for a numbered job a
+// hue 137.5° (the golden angle) on from the previous job's, so that jobs
+// started together differ; else a hue hashed from the key.
+func keyColor(key string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	v := h.Sum32()
+	hue := float64(v % 360)
+	if n, err := strconv.Atoi(key[strings.LastIndex(key, ":")+1:]); err == nil && n >= 0 {
+		hue = math.Mod(float64(n)*137.508, 360)
+	}
+	return fmt.Sprintf("hsl(%.0f,%d%%,%d%%)", hue, 58+(v/360)%20, 50+(v/7200)%12)
+}
