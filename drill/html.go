@@ -220,6 +220,8 @@ func (r *Report) summaryRows() []summaryRow {
 		summaryRow{Label: "writes accepted", Value: strconv.Itoa(r.WritesAccepted)},
 		summaryRow{Label: "stale writes refused", Value: strconv.Itoa(r.StaleRefused)},
 		summaryRow{Label: "takeover p50 / p99", Value: takeover + ")", Bad: r.TakeoverP99 > r.TakeoverSLO},
+		summaryRow{Label: "linearizable", Value: fmt.Sprintf("%s (%d ops, checked in %d ms)", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds()),
+			Bad: r.Linearizable != "ok"},
 		summaryRow{Label: "violations", Value: strconv.Itoa(len(r.Violations)), Bad: len(r.Violations) > 0},
 	)
 	return rows
