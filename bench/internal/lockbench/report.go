@@ -142,7 +142,9 @@ func targets(b *strings.Builder, r *Result, s Summary) {
 	}
 	scaleTarget(b, s)
 	p("")
-	p("Concurrency is the number of goroutines, each with its own key; the machine has %d cores, shared with redis-server.", r.Env.Cores)
+	if r.Config.Runs(SectionLocks) {
+		p("Concurrency is the number of goroutines, each with its own key; the machine has %d cores, shared with redis-server.", r.Env.Cores)
+	}
 	p("")
 }
 

@@ -46,7 +46,7 @@ func scaleSection(b *strings.Builder, r *Result, s Summary) {
 	p("## 5. Scale: many leases held in one process")
 	p("")
 	p("One process takes N leases with a %v TTL and keeps them all alive; each is renewed every", cfg.ScaleTTL)
-	p("%v (ttl/3), so N leases need N/%v renewals a second. **Renewer** is one shared", interval, interval)
+	p("%v (ttl/3), so N leases need N renewals per %v. **Renewer** is one shared", interval, interval)
 	p("`leasehold.Renewer`: one goroutine, renewals due within %v sent together, up to %s per", leasehold.DefaultBatchWindow, count(leasehold.DefaultBatchSize))
 	p("pipeline, at most %d pipelines in flight. **Lease.KeepAlive** is a goroutine, a timer and a", leasehold.DefaultBatchConcurrency)
 	p("round trip per lease and renewal, for comparison. Rates and CPU are medians of %d windows of", cfg.ScaleWindows)
@@ -63,7 +63,7 @@ func scaleSection(b *strings.Builder, r *Result, s Summary) {
 		}
 		p("| %s | %s | %s (%s) | %s | %s | %s | %s | %s B | %s | %s (%d) | %d |",
 			row.Mode, count(float64(row.Leases)), rate(row.Renewals), count(row.Expected), rate(row.Trips),
-			num(math.Round(per*10)/10), coresRate(row.CPU), coresRate(row.ServerCPU), count(row.HeapPerLease),
+			count(per), coresRate(row.CPU), coresRate(row.ServerCPU), count(row.HeapPerLease),
 			rss(row), count(float64(row.Goroutines)), row.GoroutinesBefore, row.Lost)
 	}
 	p("")
@@ -79,9 +79,9 @@ func scaleSection(b *strings.Builder, r *Result, s Summary) {
 				count(float64(rn.Leases)), rn.Goroutines, count(float64(ka.Goroutines)), ratio(rn.HeapPerLease, ka.HeapPerLease))
 			p("per lease, %s B of goroutine stack per lease against %s B, and %s the round",
 				count(max(rn.StackPerLease, 0)), count(ka.StackPerLease), ratio(rn.Trips.Median, ka.Trips.Median))
-			p("trips; this process's CPU is %s (%s against %s cores) and redis-server's %s (%s against %s).",
-				ratio(rn.CPU.Median, ka.CPU.Median), coresRate(rn.CPU), coresRate(ka.CPU),
-				ratio(rn.ServerCPU.Median, ka.ServerCPU.Median), coresRate(rn.ServerCPU), coresRate(ka.ServerCPU))
+			p("trips. CPU: this process %s cores against %s (%s), redis-server %s against %s (%s).",
+				coresRate(rn.CPU), coresRate(ka.CPU), strings.TrimSuffix(ratio(rn.CPU.Median, ka.CPU.Median), " of"),
+				coresRate(rn.ServerCPU), coresRate(ka.ServerCPU), strings.TrimSuffix(ratio(rn.ServerCPU.Median, ka.ServerCPU.Median), " of"))
 			p("")
 		}
 	}
