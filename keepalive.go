@@ -50,6 +50,10 @@ type KeepAlive struct {
 // renewals fail is given up: Context is cancelled with a cause matching
 // ErrAbandoned and Lost is closed.
 //
+// With WithRenewer(r) the lease is renewed by the shared Renewer r instead
+// of a goroutine of its own; a process holding thousands of leases should
+// use one (see Renewer).
+//
 // It returns an *ArgumentError for options that cannot work with the lease's
 // TTL, and an error if l already has a KeepAlive.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
