@@ -32,5 +32,6 @@
 // boundary, not the lock, is what keeps data correct.
 //
 // Client starts no goroutines. A store may (redisstore keeps one for release
-// notifications) and documents who stops it.
+// notifications) and documents who stops it. A Lease.KeepAlive runs one
+// until Stop or Release; a Renewer runs one for all its leases until Close.
 package leasehold

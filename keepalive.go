@@ -11,20 +11,33 @@ import (
 
 // KeepAlive renews a lease in the background under a failure policy (see
 // FenceAfter and ContinueOnRenewFailure) and tells its holder when ownership
-// can no longer be trusted. It owns one goroutine, which Stop (or the lease's
-// Release) ends and waits for; it also ends by itself when the lease is lost.
+// can no longer be trusted. Made by Lease.KeepAlive, it owns one goroutine,
+// which Stop (or the lease's Release) ends and waits for; it also ends by
+// itself when the lease is lost. Made by Renewer.KeepAlive, it owns no
+// goroutine: the Renewer's goroutine renews it with the Renewer's other
+// leases, under the same policy.
 type KeepAlive struct {
-	lease     *Lease
-	cfg       holdConfig
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
+	lease  *Lease
+	cfg    holdConfig
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+
+	// The per-lease goroutine's (nil under a Renewer).
 	calls     context.Context // the renewal calls' parent; cancelled by Stop
 	stopCalls context.CancelFunc
+	stop      chan struct{}
+	stopOnce  sync.Once
+	done      chan struct{}
 
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
-	lost     chan struct{}
+	// Under a Renewer: the renewer, and the lease's place in it.
+	renewer *Renewer
+	slot    renewSlot
+
+	// report is held while the end of the lease or a failure is reported;
+	// stopped is set under it, so that nothing is reported after Stop.
+	report  sync.Mutex
+	stopped bool
 
 	mu  sync.Mutex
 	err error // why ownership is no longer trusted
@@ -37,6 +50,10 @@ type KeepAlive struct {
 // renewals fail is given up: Context is cancelled with a cause matching
 // ErrAbandoned and Lost is closed.
 //
+// With WithRenewer(r) the lease is renewed by the shared Renewer r instead
+// of a goroutine of its own; a process holding thousands of leases should
+// use one (see Renewer).
+//
 // It returns an *ArgumentError for options that cannot work with the lease's
 // TTL, and an error if l already has a KeepAlive.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
@@ -47,7 +64,12 @@ func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, 
 	return l.keepAlive(ctx, cfg)
 }
 
+// keepAlive starts renewing l under cfg: on a goroutine of its own, or on
+// cfg.renewer when WithRenewer chose one.
 func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, error) {
+	if r := cfg.renewer; r != nil && r.client != l.client {
+		return nil, &ArgumentError{Arg: "WithRenewer", Reason: "the Renewer was made for another Client than the lease's"}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -56,18 +78,21 @@ func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, erro
 	case l.ended:
 		return nil, fmt.Errorf("leasehold: %q was released: %w", l.key, ErrNotOwned)
 	}
-	k := &KeepAlive{
-		lease: l,
-		cfg:   cfg,
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		lost:  make(chan struct{}),
-	}
+	k := &KeepAlive{lease: l, cfg: cfg, lost: make(chan struct{})}
+	// l.ttl cannot change while the KeepAlive runs: Lease.Renew refuses.
+	st := renewState{ttl: l.ttl, margin: cfg.margin, maxFailures: cfg.maxFailures, lastSent: l.sent, lastDone: l.acquired}
 	k.ctx, k.cancel = context.WithCancelCause(ctx)
+	if r := cfg.renewer; r != nil {
+		if err := r.add(k, st); err != nil {
+			k.cancel(err)
+			return nil, err
+		}
+		l.keeper = k
+		return k, nil
+	}
+	k.stop, k.done = make(chan struct{}), make(chan struct{})
 	k.calls, k.stopCalls = context.WithCancel(context.WithoutCancel(ctx))
 	l.keeper = k
-	st := renewState{ttl: l.ttl, margin: cfg.margin, maxFailures: cfg.maxFailures, lastSent: l.sent, lastDone: l.acquired}
-	// l.ttl cannot change while the KeepAlive runs: Lease.Renew refuses.
 	go k.run(st)
 	return k, nil
 }
@@ -92,9 +117,14 @@ func (k *KeepAlive) Err() error {
 	return k.err
 }
 
-// Stop ends renewal, cancels an in-flight renewal call and Context, and waits
-// for the goroutine to return. It does not release the lease. It is safe to
-// call more than once and concurrently.
+// Stop ends renewal and cancels Context. It does not release the lease. It
+// is safe to call more than once and concurrently.
+//
+// A KeepAlive of its own (Lease.KeepAlive) cancels its in-flight renewal call
+// and waits for its goroutine to return. Under a Renewer, an in-flight batch
+// is left to finish for the other leases in it, and its result for this
+// lease is ignored. Either way nothing is renewed, reported or cancelled for
+// the lease after Stop returns.
 func (k *KeepAlive) Stop() {
 	k.halt()
 	k.cancel(context.Canceled)
@@ -102,11 +132,18 @@ func (k *KeepAlive) Stop() {
 
 // halt ends renewal and waits for it, leaving Context as it is.
 func (k *KeepAlive) halt() {
-	k.stopOnce.Do(func() {
-		close(k.stop)
-		k.stopCalls()
-	})
-	<-k.done
+	k.report.Lock()
+	k.stopped = true
+	k.report.Unlock()
+	if k.renewer != nil {
+		k.renewer.remove(k)
+	} else {
+		k.stopOnce.Do(func() {
+			close(k.stop)
+			k.stopCalls()
+		})
+		<-k.done
+	}
 	k.lease.mu.Lock()
 	if k.lease.keeper == k {
 		k.lease.keeper = nil
@@ -116,64 +153,29 @@ func (k *KeepAlive) halt() {
 
 func (k *KeepAlive) run(st renewState) {
 	defer close(k.done)
-	l := k.lease
-	fence := k.cfg.maxFailures > 0
 	next := st.lastSent.Add(k.cfg.interval)
 	for {
-		wake := next
-		if fence {
-			wake = earliest(wake, st.deadline())
-		} else {
-			wake = earliest(wake, st.expiredBy())
-		}
-		timer := time.NewTimer(time.Until(wake))
+		timer := time.NewTimer(time.Until(k.wakeAt(&st, next)))
 		select {
 		case <-k.stop:
 			timer.Stop()
 			return
 		case <-timer.C:
 		}
-
 		now := time.Now()
-		switch {
-		case fence && !now.Before(st.deadline()):
-			k.abandon(fmt.Errorf("%w: no renewal succeeded within ttl %v − drift margin %v (%d failed in a row)",
-				ErrAbandoned, st.ttl, st.margin, st.failures))
+		if k.lapse(&st, now, false) {
 			return
-		case !fence && !now.Before(st.expiredBy()):
-			k.expired(now.Sub(st.expiredBy()), "its TTL ran out without a successful renewal")
-			return
-		case now.Before(next):
+		}
+		if now.Before(next) {
 			continue
 		}
-
-		err, ok := k.renew(st, now)
+		err, ok := k.renew(&st, now)
 		if !ok {
 			return // stopped, or given up while the call was in flight
 		}
-		done := time.Now()
 		next = now.Add(k.cfg.interval)
-		switch {
-		case err == nil:
-			st.succeeded(now, done)
-		case errors.Is(err, ErrNotOwned):
-			l.notOwned(k.calls, "renew")
-			if fence {
-				k.abandon(fmt.Errorf("%w: the store says the lease is no longer ours", ErrAbandoned))
-			} else {
-				k.expired(max(done.Sub(st.expiredBy()), 0), "the store says the lease is no longer ours")
-			}
+		if k.settle(&st, err, now, time.Now()) {
 			return
-		default:
-			giveUp := st.failed()
-			lk := l.lock()
-			l.client.observer.OnRenewFailure(RenewFailureEvent{Lock: lk, Err: err, Consecutive: st.failures})
-			l.client.log.Warn("leasehold: renewal failed",
-				lk.logAttrs(slog.Int("consecutive", st.failures), slog.Time("deadline", st.deadline()), slog.Any("error", err))...)
-			if giveUp {
-				k.abandon(fmt.Errorf("%w: %d renewals failed in a row, the last with: %w", ErrAbandoned, st.failures, err))
-				return
-			}
 		}
 	}
 }
@@ -184,7 +186,7 @@ func (k *KeepAlive) run(st renewState) {
 // lease is then given up at the deadline with the call still in flight. The
 // call is always waited for, so no goroutine outlives the KeepAlive. ok is
 // false when run must return: stopped, or given up.
-func (k *KeepAlive) renew(st renewState, now time.Time) (err error, ok bool) {
+func (k *KeepAlive) renew(st *renewState, now time.Time) (err error, ok bool) {
 	l := k.lease
 	ctx, cancel := context.WithTimeout(k.calls, st.callTimeout(now, k.cfg.renewTimeout))
 	defer cancel()
@@ -206,13 +208,90 @@ func (k *KeepAlive) renew(st renewState, now time.Time) (err error, ok bool) {
 			return err, true
 		}
 	case <-deadline:
-		k.abandon(fmt.Errorf("%w: a renewal was still in flight at the local deadline (ttl %v − drift margin %v)",
-			ErrAbandoned, st.ttl, st.margin))
+		k.lapse(st, time.Now(), true)
 	case <-k.stop:
 	}
 	cancel()
 	<-result
 	return nil, false
+}
+
+// The failure policy, shared by a KeepAlive's own goroutine and a Renewer.
+// Each method is called by the one goroutine that renews the lease, reports
+// through the Client's observer and log, and reports nothing once Stop has
+// begun.
+
+// wakeAt is when the lease next needs attention: its next renewal, or
+// earlier its local deadline (fence policy) or certain expiry (continue
+// policy).
+func (k *KeepAlive) wakeAt(st *renewState, next time.Time) time.Time {
+	return earliest(next, k.limit(st))
+}
+
+// limit is the local deadline under the fence policy, and the certain expiry
+// under the continue policy: the time at which lapse ends the lease.
+func (k *KeepAlive) limit(st *renewState) time.Time {
+	if k.cfg.maxFailures > 0 {
+		return st.deadline()
+	}
+	return st.expiredBy()
+}
+
+// lapse ends the lease if its limit has passed at now, without waiting for a
+// renewal that may be in flight (inFlight), and says whether it has ended.
+func (k *KeepAlive) lapse(st *renewState, now time.Time, inFlight bool) (ended bool) {
+	if now.Before(k.limit(st)) {
+		return false
+	}
+	k.report.Lock()
+	defer k.report.Unlock()
+	switch {
+	case k.stopped:
+	case k.cfg.maxFailures == 0:
+		k.expired(now.Sub(st.expiredBy()), "its TTL ran out without a successful renewal")
+	case inFlight:
+		k.abandon(fmt.Errorf("%w: a renewal was still in flight at the local deadline (ttl %v − drift margin %v)",
+			ErrAbandoned, st.ttl, st.margin))
+	default:
+		k.abandon(fmt.Errorf("%w: no renewal succeeded within ttl %v − drift margin %v (%d failed in a row)",
+			ErrAbandoned, st.ttl, st.margin, st.failures))
+	}
+	return true
+}
+
+// settle applies the result of a renewal sent at sent and answered at done,
+// and says whether the lease has ended.
+func (k *KeepAlive) settle(st *renewState, err error, sent, done time.Time) (ended bool) {
+	if err == nil {
+		st.succeeded(sent, done)
+		return false
+	}
+	l := k.lease
+	k.report.Lock()
+	defer k.report.Unlock()
+	if k.stopped {
+		return true
+	}
+	fence := k.cfg.maxFailures > 0
+	if errors.Is(err, ErrNotOwned) {
+		l.notOwned(k.ctx, "renew")
+		if fence {
+			k.abandon(fmt.Errorf("%w: the store says the lease is no longer ours", ErrAbandoned))
+		} else {
+			k.expired(max(done.Sub(st.expiredBy()), 0), "the store says the lease is no longer ours")
+		}
+		return true
+	}
+	giveUp := st.failed()
+	lk := l.lock()
+	l.client.observer.OnRenewFailure(RenewFailureEvent{Lock: lk, Err: err, Consecutive: st.failures})
+	l.client.log.Warn("leasehold: renewal failed",
+		lk.logAttrs(slog.Int("consecutive", st.failures), slog.Time("deadline", st.deadline()), slog.Any("error", err))...)
+	if giveUp {
+		k.abandon(fmt.Errorf("%w: %d renewals failed in a row, the last with: %w", ErrAbandoned, st.failures, err))
+		return true
+	}
+	return false
 }
 
 func earliest(a, b time.Time) time.Time {

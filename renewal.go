@@ -50,6 +50,7 @@ type holdConfig struct {
 	margin         time.Duration
 	marginSet      bool
 	waitBudget     time.Duration // 0: wait until ctx is done
+	renewer        *Renewer      // nil: a goroutine per lease
 }
 
 // FenceAfter selects the fence policy (the default) and gives the lease up
@@ -84,6 +85,12 @@ func WithReleaseTimeout(d time.Duration) HoldOption {
 // up with an error matching ErrNotAcquired. Default for Hold: no bound (until
 // ctx is done); for Envelope: DefaultWaitBudget.
 func WithWaitBudget(d time.Duration) HoldOption { return func(c *holdConfig) { c.waitBudget = d } }
+
+// WithRenewer makes Hold, Lease.KeepAlive and the recipes built on them
+// renew through r, a shared Renewer, instead of on a goroutine per lease. r
+// must have been made for the same Client. Default: nil, a goroutine per
+// lease.
+func WithRenewer(r *Renewer) HoldOption { return func(c *holdConfig) { c.renewer = r } }
 
 // WithDriftMargin sets how long before the server-side expiry the local
 // deadline falls. Default: ttl/10.

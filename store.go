@@ -60,3 +60,27 @@ type ReleaseNotifier interface {
 	// Expiries are not notified.
 	WatchReleases(ctx context.Context, key string) (released <-chan struct{}, stop func(), err error)
 }
+
+// RenewItem is one lease to renew in a batch: the arguments of Store.Renew.
+type RenewItem struct {
+	Key   string
+	Token string
+	TTL   time.Duration
+}
+
+// BatchRenewer is an optional Store ability: renewing many leases in one
+// call, so that a process holding thousands of leases does not pay a round
+// trip per renewal. Renewer uses it when the store has it, and falls back to
+// concurrent Renew calls when it does not.
+type BatchRenewer interface {
+	// RenewBatch renews every item as Renew would, and returns one result
+	// per item, in the items' order (len(results) == len(items)): nil when
+	// the item was renewed, an error matching ErrNotOwned when the key no
+	// longer holds the item's token (nothing changed for it), an
+	// *ArgumentError for a bad item (nothing sent for it), and any other
+	// error when the store could not say, for instance because the whole
+	// call failed or timed out; such an item may or may not have been
+	// renewed. Items are independent: one item's failure does not undo
+	// another's renewal.
+	RenewBatch(ctx context.Context, items []RenewItem) []error
+}

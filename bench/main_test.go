@@ -21,6 +21,10 @@ func TestRefusesBadFlags(t *testing.T) {
 		{[]string{"--redis", "redis://10.1.2.3:6379"}, "not a loopback address"},
 		{[]string{"--out", filepath.Join(t.TempDir(), "missing", "b.md")}, "does not exist"},
 		{[]string{"stray"}, "unexpected arguments"},
+		{[]string{"--only", "scale,bogus"}, `--only "bogus"`},
+		{[]string{"--only", ""}, "--only"},
+		{[]string{"--scale-leases", "0"}, "--scale-leases 0"},
+		{[]string{"--scale-ttl", "10ms"}, "--scale-ttl 10ms"},
 	} {
 		err := run(t.Context(), append(tc.args, "--quiet"), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) leasehold.Store) {
 		{"BadInputWritesNothing", testBadInput},
 		{"CancelledContextNeverAcquires", testCancelledContext},
 		{"ReleaseWakesWatchers", testReleaseWakesWatchers},
+		{"RenewBatchPerItem", testRenewBatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,5 +411,64 @@ func testReleaseWakesWatchers(t *testing.T, s leasehold.Store) {
 	case <-released:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake-up within 5 s of the release")
+	}
+}
+
+// testRenewBatch checks a BatchRenewer's per-item answers in one call: its
+// own lease renewed, a foreign token and a missing or released key refused
+// with ErrNotOwned and left untouched, a bad item an *ArgumentError naming
+// the argument, and the same key twice answered twice.
+func testRenewBatch(t *testing.T, s leasehold.Store) {
+	b, ok := s.(leasehold.BatchRenewer)
+	if !ok {
+		t.Skip("store does not implement leasehold.BatchRenewer")
+	}
+	if errs := b.RenewBatch(t.Context(), nil); len(errs) != 0 {
+		t.Fatalf("RenewBatch(nil) = %v, want no results", errs)
+	}
+	mine, theirs, gone, released := Key(t)+":mine", Key(t)+":theirs", Key(t)+":gone", Key(t)+":released"
+	a, other := token(), token()
+	acquire(t, s, mine, a, shortTTL)
+	acquire(t, s, theirs, other, longTTL)
+	acquire(t, s, released, a, longTTL)
+	if err := s.Release(t.Context(), released, a); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	items := []leasehold.RenewItem{
+		{Key: mine, Token: a, TTL: longTTL},
+		{Key: theirs, Token: a, TTL: longTTL},
+		{Key: gone, Token: a, TTL: longTTL},
+		{Key: released, Token: a, TTL: longTTL},
+		{Key: "", Token: a, TTL: longTTL},
+		{Key: mine + ":bad-ttl", Token: a, TTL: 0},
+		{Key: mine, Token: a, TTL: longTTL},
+	}
+	errs := b.RenewBatch(t.Context(), items)
+	if len(errs) != len(items) {
+		t.Fatalf("RenewBatch returned %d results for %d items", len(errs), len(items))
+	}
+	for i, want := range []error{nil, leasehold.ErrNotOwned, leasehold.ErrNotOwned, leasehold.ErrNotOwned, nil, nil, nil} {
+		switch {
+		case i == 4 || i == 5:
+			var ae *leasehold.ArgumentError
+			if !errors.As(errs[i], &ae) || ae.Arg != map[int]string{4: "key", 5: "ttl"}[i] {
+				t.Errorf("item %d (%+v): %v, want an *ArgumentError for its %s", i, items[i], errs[i], map[int]string{4: "key", 5: "ttl"}[i])
+			}
+		case want == nil && errs[i] != nil:
+			t.Errorf("item %d (%s): %v, want renewed", i, items[i].Key, errs[i])
+		case want != nil && !errors.Is(errs[i], want):
+			t.Errorf("item %d (%s): %v, want %v", i, items[i].Key, errs[i], want)
+		}
+	}
+	// The renewal took: mine now has far more than its short TTL left. The
+	// others are untouched.
+	if info := wantHeldBy(t, s, mine, a); info.TTL <= shortTTL {
+		t.Errorf("%q has %v left after the batch renewed it to %v", mine, info.TTL, longTTL)
+	}
+	wantHeldBy(t, s, theirs, other)
+	for _, k := range []string{gone, released, mine + ":bad-ttl"} {
+		if info := inspect(t, s, k); info.Held {
+			t.Errorf("%q is held after a refused renewal: %+v", k, info)
+		}
 	}
 }

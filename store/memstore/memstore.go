@@ -43,6 +43,7 @@ type entry struct {
 var (
 	_ leasehold.Store           = (*Store)(nil)
 	_ leasehold.ReleaseNotifier = (*Store)(nil)
+	_ leasehold.BatchRenewer    = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -147,6 +148,33 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	s.locks[key] = entry{token: token, expires: now.Add(ttl)}
 	return nil
+}
+
+// RenewBatch implements leasehold.BatchRenewer: every item is checked and
+// renewed as by Renew, all under one lock and one reading of the clock.
+func (s *Store) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []error {
+	errs := make([]error, len(items))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for i, it := range items {
+		if err := leasehold.ValidateAcquire(it.Key, it.Token, it.TTL); err != nil {
+			errs[i] = err
+			continue
+		}
+		if e, ok := s.held(it.Key, now); !ok || e.token != it.Token {
+			errs[i] = leasehold.ErrNotOwned
+			continue
+		}
+		s.locks[it.Key] = entry{token: it.Token, expires: now.Add(it.TTL)}
+	}
+	return errs
 }
 
 // Inspect implements leasehold.Store.

@@ -44,6 +44,7 @@ var (
 var (
 	_ leasehold.Store           = (*Store)(nil)
 	_ leasehold.ReleaseNotifier = (*Store)(nil)
+	_ leasehold.BatchRenewer    = (*Store)(nil)
 )
 
 // Store is a leasehold.Store on Redis. It is safe for concurrent use.
@@ -133,6 +134,41 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return leasehold.ErrNotOwned
 	}
 	return nil
+}
+
+// RenewBatch implements leasehold.BatchRenewer: the renew script once per
+// item, all in one pipeline, so a batch costs one round trip on a single
+// server once the script is cached (the first batch after a restart or a
+// SCRIPT FLUSH costs a second one, with EVAL). A cluster client splits the
+// pipeline by node and sends the parts concurrently. A bad item is answered
+// with its *ArgumentError and not sent; an item whose command failed (a
+// timeout, a connection error, a cluster redirect that could not be
+// followed) gets that error: it may or may not have been renewed.
+func (s *Store) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []error {
+	errs := make([]error, len(items))
+	calls := make([]rscript.Call, 0, len(items))
+	sent := make([]int, 0, len(items)) // item index of each call
+	for i, it := range items {
+		if err := leasehold.ValidateAcquire(it.Key, it.Token, it.TTL); err != nil {
+			errs[i] = err
+			continue
+		}
+		calls = append(calls, rscript.Call{Keys: []string{it.Key}, Args: []any{it.Token, millis(it.TTL)}})
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return errs
+	}
+	for j, cmd := range renewScript.RunBatch(ctx, s.client, calls) {
+		i := sent[j]
+		switch n, err := cmd.Int64(); {
+		case err != nil:
+			errs[i] = fmt.Errorf("redisstore: renew %q: %w", items[i].Key, err)
+		case n == 0:
+			errs[i] = leasehold.ErrNotOwned
+		}
+	}
+	return errs
 }
 
 // Inspect implements leasehold.Store in one round trip.

@@ -43,23 +43,38 @@ func Markdown(r *Result, s Summary, chart string) string {
 	p("| Go | %s |", env.GoVersion)
 	p("| Redis | %s, %s |", env.Redis, env.RedisFrom)
 	p("| libraries | %s |", libraries(env))
-	p("| run | %s of %d cells, %v each (contended cells %v), after a warm-up round of %v a cell; the whole command took %v |",
-		plural(cfg.Rounds, "round"), cfg.cellsPerRound(), cfg.Duration, cfg.HandoffDuration, cfg.Warmup, r.Elapsed.Round(time.Second))
+	if cfg.Runs(SectionLocks) {
+		p("| run | %s of %d cells, %v each (contended cells %v), after a warm-up round of %v a cell; the whole command took %v |",
+			plural(cfg.Rounds, "round"), cfg.cellsPerRound(), cfg.Duration, cfg.HandoffDuration, cfg.Warmup, r.Elapsed.Round(time.Second))
+	} else {
+		p("| run | sections: %s; the whole command took %v |", strings.Join(cfg.Sections, ", "), r.Elapsed.Round(time.Second))
+	}
 	p("")
 
 	targets(&b, r, s)
-	rawSection(&b, r, s)
-	cycleSection(&b, r, s)
-	handoffSection(&b, r, s, chart)
-	opsSection(&b, r, s)
-	reading(&b, r, s)
-	method(&b, r)
+	if cfg.Runs(SectionLocks) {
+		rawSection(&b, r, s)
+		cycleSection(&b, r, s)
+		handoffSection(&b, r, s, chart)
+		opsSection(&b, r, s)
+	}
+	if cfg.Runs(SectionScale) {
+		scaleSection(&b, r, s)
+	}
+	if cfg.Runs(SectionLocks) {
+		reading(&b, r, s)
+		method(&b, r)
+	}
 	p("## Not measured yet")
 	p("")
-	p("- **Scale** (DESIGN.md §9: one process holds 100 000 leases with renewals batched and")
-	p("  pipelined, bounded memory, no goroutine per lease): not measured. It needs a shared")
-	p("  batched renewer in the core, which is not built; today every `Hold`/`KeepAlive` renews")
-	p("  on its own goroutine with one round trip per renewal.")
+	if !cfg.Runs(SectionScale) {
+		p("- **Scale** (DESIGN.md §9: one process holds 100 000 leases with renewals batched): not")
+		p("  measured in this run; `--only scale` measures it alone.")
+	}
+	if !cfg.Runs(SectionLocks) {
+		p("- Raw round trips, acquire+release cycles, contended hand-off and round trips per")
+		p("  operation: not measured in this run; `--only locks` measures them alone.")
+	}
 	p("- Redis Cluster and Sentinel, TLS, and a Redis on another machine: all figures here are")
 	p("  one redis-server on loopback.")
 	p("- The drills' numbers (DESIGN.md §9) come from `leasehold drill`, not from this command.")
@@ -92,40 +107,44 @@ func targets(b *strings.Builder, r *Result, s Summary) {
 	p("")
 	p("| target | measured | |")
 	p("|---|---|---|")
-	for _, o := range s.Ops {
-		if o.ID != "leasehold" {
-			continue
+	if r.Config.Runs(SectionLocks) {
+		for _, o := range s.Ops {
+			if o.ID != "leasehold" {
+				continue
+			}
+			ok := o.Acquire == 1 && o.Release == 1 && o.Renew == 1
+			p("| round trips: acquire (with fence) 1, release 1, renew 1 | %s / %s / %s | %s |",
+				num(o.Acquire), num(o.Release), num(o.Renew), verdict(ok))
 		}
-		ok := o.Acquire == 1 && o.Release == 1 && o.Renew == 1
-		p("| round trips: acquire (with fence) 1, release 1, renew 1 | %s / %s / %s | %s |",
-			num(o.Acquire), num(o.Release), num(o.Renew), verdict(ok))
+		var vsRaw, vsRS, vsRL []string
+		okRaw, okRS, okRL := true, true, true
+		for _, conc := range r.Config.Concurrency {
+			lh := s.cycle("leasehold", conc)
+			vsRaw = append(vsRaw, fmt.Sprintf("%d: %s", conc, pct(lh.VsRaw)))
+			okRaw = okRaw && lh.VsRaw >= cycleTarget
+			rs, rl := s.cycle("redsync", conc), s.cycle("redislock", conc)
+			vsRS = append(vsRS, fmt.Sprintf("%d: %s", conc, times(rs.VsLeasehold)))
+			vsRL = append(vsRL, fmt.Sprintf("%d: %s", conc, times(rl.VsLeasehold)))
+			okRS = okRS && rs.VsLeasehold > 1
+			okRL = okRL && rl.VsLeasehold > 1
+		}
+		p("| acquire+release cycles ≥ 80 %% of the raw EVALSHA rate ÷ 2, at every concurrency | %s | %s |", strings.Join(vsRaw, ", "), verdict(okRaw))
+		p("| ahead of redsync on cycle rate (leasehold ÷ redsync) | %s | %s |", strings.Join(vsRS, ", "), verdict(okRS))
+		p("| ahead of bsm/redislock on cycle rate (leasehold ÷ redislock) | %s | %s |", strings.Join(vsRL, ", "), verdict(okRL))
+		var p99s []string
+		okHand := true
+		for _, w := range r.Config.Workers {
+			h, _ := s.handoff("leasehold", w)
+			p99s = append(p99s, fmt.Sprintf("%d workers: %s", w, fmtDur(h.P99)))
+			okHand = okHand && h.N > 0 && h.P99 <= handoffTarget
+		}
+		p("| contended hand-off p99 ≤ 2 ms on loopback (leasehold, wake-ups on) | %s | %s |", strings.Join(p99s, ", "), verdict(okHand))
 	}
-	var vsRaw, vsRS, vsRL []string
-	okRaw, okRS, okRL := true, true, true
-	for _, conc := range r.Config.Concurrency {
-		lh := s.cycle("leasehold", conc)
-		vsRaw = append(vsRaw, fmt.Sprintf("%d: %s", conc, pct(lh.VsRaw)))
-		okRaw = okRaw && lh.VsRaw >= cycleTarget
-		rs, rl := s.cycle("redsync", conc), s.cycle("redislock", conc)
-		vsRS = append(vsRS, fmt.Sprintf("%d: %s", conc, times(rs.VsLeasehold)))
-		vsRL = append(vsRL, fmt.Sprintf("%d: %s", conc, times(rl.VsLeasehold)))
-		okRS = okRS && rs.VsLeasehold > 1
-		okRL = okRL && rl.VsLeasehold > 1
-	}
-	p("| acquire+release cycles ≥ 80 %% of the raw EVALSHA rate ÷ 2, at every concurrency | %s | %s |", strings.Join(vsRaw, ", "), verdict(okRaw))
-	p("| ahead of redsync on cycle rate (leasehold ÷ redsync) | %s | %s |", strings.Join(vsRS, ", "), verdict(okRS))
-	p("| ahead of bsm/redislock on cycle rate (leasehold ÷ redislock) | %s | %s |", strings.Join(vsRL, ", "), verdict(okRL))
-	var p99s []string
-	okHand := true
-	for _, w := range r.Config.Workers {
-		h, _ := s.handoff("leasehold", w)
-		p99s = append(p99s, fmt.Sprintf("%d workers: %s", w, fmtDur(h.P99)))
-		okHand = okHand && h.N > 0 && h.P99 <= handoffTarget
-	}
-	p("| contended hand-off p99 ≤ 2 ms on loopback (leasehold, wake-ups on) | %s | %s |", strings.Join(p99s, ", "), verdict(okHand))
-	p("| one process holds 100 000 leases, renewals batched | not measured yet (see the end) | — |")
+	scaleTarget(b, s)
 	p("")
-	p("Concurrency is the number of goroutines, each with its own key; the machine has %d cores, shared with redis-server.", r.Env.Cores)
+	if r.Config.Runs(SectionLocks) {
+		p("Concurrency is the number of goroutines, each with its own key; the machine has %d cores, shared with redis-server.", r.Env.Cores)
+	}
 	p("")
 }
 

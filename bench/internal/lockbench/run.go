@@ -49,6 +49,23 @@ type Config struct {
 	// Wait bounds one waiting acquire in the contended runs (redsync's own
 	// 32 tries end sooner). Default 5 s.
 	Wait time.Duration
+	// Sections to run: SectionLocks (raw round trips, cycles, hand-off,
+	// round trips per operation, interleaved) and SectionScale. Default both.
+	Sections []string
+	// ScaleLeases are the lease counts of the scale section, each held in
+	// this process and renewed by one shared leasehold.Renewer. Default
+	// 10 000, 50 000, 100 000.
+	ScaleLeases []int
+	// ScaleTTL is the scale leases' TTL; they are renewed every third of it.
+	// Short, so that renewals are many: default 3 s, a renewal a second.
+	ScaleTTL time.Duration
+	// ScaleWindows is how many renewal intervals each scale cell is measured
+	// over, after one to settle; the report gives medians. Default 5.
+	ScaleWindows int
+	// ScaleCompare is the lease count at which the scale section also
+	// measures a goroutine per lease (Lease.KeepAlive), to compare. 0: not
+	// measured. Default 10 000.
+	ScaleCompare int
 	// Command is shown in the report as the way to reproduce it.
 	Command string
 	// Log receives a line per measured cell; nil: silent.
@@ -67,8 +84,26 @@ func DefaultConfig() Config {
 		Workers:         []int{8, 64},
 		Hold:            200 * time.Microsecond,
 		Wait:            5 * time.Second,
+		Sections:        []string{SectionLocks, SectionScale},
+		ScaleLeases:     []int{10_000, 50_000, 100_000},
+		ScaleTTL:        3 * time.Second,
+		ScaleWindows:    5,
+		ScaleCompare:    10_000,
 	}
 }
+
+// Sections of a run, for Config.Sections and --only.
+const (
+	SectionLocks = "locks" // raw round trips, cycles, hand-off, round trips per operation
+	SectionScale = "scale" // many leases held and renewed by one process
+)
+
+// maxScaleLeases bounds a scale cell: each lease is a key on the server and
+// about a kilobyte in this process.
+const maxScaleLeases = 1_000_000
+
+// Runs reports whether c runs section.
+func (c Config) Runs(section string) bool { return slices.Contains(c.Sections, section) }
 
 // Validate reports the first setting out of bounds, by its flag name.
 func (c Config) Validate() error {
@@ -89,6 +124,31 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--hold %v: want 0 to 1s", c.Hold)
 	case c.Wait < 10*time.Millisecond || c.Wait > time.Minute:
 		return fmt.Errorf("--wait %v: want 10ms to 1m", c.Wait)
+	}
+	if len(c.Sections) == 0 {
+		return errors.New("--only: want at least one section")
+	}
+	for _, sec := range c.Sections {
+		if sec != SectionLocks && sec != SectionScale {
+			return fmt.Errorf("--only %q: want %s or %s", sec, SectionLocks, SectionScale)
+		}
+	}
+	if c.Runs(SectionScale) {
+		switch {
+		case c.ScaleTTL < 300*time.Millisecond || c.ScaleTTL > time.Minute:
+			return fmt.Errorf("--scale-ttl %v: want 300ms to 1m", c.ScaleTTL)
+		case c.ScaleWindows < 1 || c.ScaleWindows > 100:
+			return fmt.Errorf("--scale-windows %d: want 1 to 100", c.ScaleWindows)
+		case c.ScaleCompare < 0 || c.ScaleCompare > maxScaleLeases:
+			return fmt.Errorf("--scale-compare %d: want 0 to %d", c.ScaleCompare, maxScaleLeases)
+		case len(c.ScaleLeases) == 0:
+			return errors.New("--scale-leases: want at least one count")
+		}
+		for _, n := range c.ScaleLeases {
+			if n < 1 || n > maxScaleLeases {
+				return fmt.Errorf("--scale-leases %d: want 1 to %d", n, maxScaleLeases)
+			}
+		}
 	}
 	for _, n := range c.Concurrency {
 		if n < 1 || n > 1024 {
@@ -145,6 +205,8 @@ type Result struct {
 	cycleIDs   []string
 	handoffIDs []string
 	labels     map[string]string
+	// the scale section's cells, in order
+	scale []ScaleRow
 }
 
 type cellKey struct {
@@ -223,20 +285,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		defer cleanup(context.WithoutCancel(ctx), admin, prefix)
 	}
 	r := runner{cfg: cfg, cs: cs, p: probe{admin: admin}, prefix: prefix, logf: logf}
-	logf("lockbench: %d cells × %d rounds of %v (contended: %v), warm-up %v a cell: about %v",
-		cfg.cellsPerRound(), cfg.Rounds, cfg.Duration, cfg.HandoffDuration, cfg.Warmup, cfg.Estimate().Round(time.Second))
-	if cfg.Warmup > 0 {
-		if err := r.round(ctx, -1, cfg.Warmup, cfg.Warmup, nil); err != nil {
+	if cfg.Runs(SectionLocks) {
+		logf("lockbench: %d cells × %d rounds of %v (contended: %v), warm-up %v a cell: about %v",
+			cfg.cellsPerRound(), cfg.Rounds, cfg.Duration, cfg.HandoffDuration, cfg.Warmup, cfg.Estimate().Round(time.Second))
+		if cfg.Warmup > 0 {
+			if err := r.round(ctx, -1, cfg.Warmup, cfg.Warmup, nil); err != nil {
+				return nil, err
+			}
+		}
+		for round := range cfg.Rounds {
+			if err := r.round(ctx, round, cfg.Duration, cfg.HandoffDuration, res.cells); err != nil {
+				return nil, err
+			}
+		}
+		if res.ops, err = countOps(ctx, cs, prefix+"ops:"); err != nil {
 			return nil, err
 		}
 	}
-	for round := range cfg.Rounds {
-		if err := r.round(ctx, round, cfg.Duration, cfg.HandoffDuration, res.cells); err != nil {
+	if cfg.Runs(SectionScale) {
+		if res.scale, err = runScale(ctx, cfg, opts, r.p, prefix, logf); err != nil {
 			return nil, err
 		}
-	}
-	if res.ops, err = countOps(ctx, cs, prefix+"ops:"); err != nil {
-		return nil, err
 	}
 	res.Elapsed = time.Since(started)
 	return res, nil

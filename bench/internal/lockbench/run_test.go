@@ -17,6 +17,7 @@ func TestRunTiny(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Duration, cfg.HandoffDuration, cfg.Rounds, cfg.Warmup = 100*time.Millisecond, 400*time.Millisecond, 1, 0
 	cfg.Concurrency, cfg.Workers = []int{1}, []int{4}
+	cfg.Sections = []string{SectionLocks} // TestRunScaleTiny runs the other
 	cfg.Command = "go test"
 	res, err := Run(t.Context(), cfg)
 	if err != nil {
@@ -64,7 +65,7 @@ func TestRunTiny(t *testing.T) {
 		"## Targets (DESIGN.md §9)", "## 1. Raw round trips", "## 2. Uncontended acquire+release",
 		"## 3. Contended hand-off", "## 4. Round trips per operation", "## Reading the figures",
 		"## Method", "## Not measured yet", "100 000 leases", "(handoff.svg)",
-		"runtime.NumCPU", res.Env.GoVersion, "Redis | " + res.Env.Redis, "go test",
+		"runtime.NumCPU", res.Env.GoVersion, "Redis | " + res.Env.Redis, "go test", "`--only scale`",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -133,6 +134,51 @@ func TestCheckLoopback(t *testing.T) {
 	} {
 		if err := checkLoopback(addr); (err == nil) != ok {
 			t.Errorf("checkLoopback(%q) = %v, want ok=%v", addr, err, ok)
+		}
+	}
+}
+
+// TestRunScaleTiny runs the scale section alone, small and fast (about 5 s),
+// and checks that the shared renewer batched, kept every lease, and did
+// not grow a goroutine per lease, while the per-lease comparison did.
+func TestRunScaleTiny(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Sections = []string{SectionScale}
+	cfg.ScaleLeases, cfg.ScaleCompare = []int{400}, 400
+	cfg.ScaleTTL, cfg.ScaleWindows = 900*time.Millisecond, 2
+	cfg.Command = "go test"
+	res, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Summarize()
+	if len(s.Scale) != 2 || s.Scale[0].Mode != modeRenewer || s.Scale[1].Mode != modeKeepAlive {
+		t.Fatalf("scale rows %+v, want Renewer then Lease.KeepAlive", s.Scale)
+	}
+	rn, ka := s.Scale[0], s.Scale[1]
+	for _, row := range s.Scale {
+		if row.Lost != 0 || !(row.Renewals.Median > 0) || !(row.Trips.Median > 0) || row.HeapPerLease <= 0 {
+			t.Errorf("%s: %+v, want renewals, round trips, heap and no lease lost", row.Mode, row)
+		}
+	}
+	if rn.Renewals.Median < 2*rn.Trips.Median {
+		t.Errorf("Renewer sent %.0f renewals in %.0f round trips a second: not batched", rn.Renewals.Median, rn.Trips.Median)
+	}
+	if added := rn.Goroutines - rn.GoroutinesBefore; added > scaleGoroutineSlack {
+		t.Errorf("Renewer added %d goroutines for %d leases", added, rn.Leases)
+	}
+	if added := ka.Goroutines - ka.GoroutinesBefore; added < ka.Leases*9/10 { // others may come and go
+		t.Errorf("Lease.KeepAlive added %d goroutines for %d leases, want one each", added, ka.Leases)
+	}
+	md := Markdown(res, s, "")
+	for _, want := range []string{"## 5. Scale", "100 000 leases", "| Renewer | 400 |", "| Lease.KeepAlive | 400 |", "`--only locks`"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, absent := range []string{"## 1. Raw", "NaN"} {
+		if strings.Contains(md, absent) {
+			t.Errorf("report has %q though only the scale section ran", absent)
 		}
 	}
 }

@@ -14,6 +14,7 @@ type Summary struct {
 	Cycles  []CycleRow
 	Handoff []HandoffRow
 	Ops     []OpRow
+	Scale   []ScaleRow // the scale section's cells; nil when it did not run
 }
 
 // Rate is a median of rounds with the rounds' spread (half their range over
@@ -78,7 +79,10 @@ type OpRow struct {
 
 // Summarize reduces r to its report's figures.
 func (r *Result) Summarize() Summary {
-	var s Summary
+	s := Summary{Scale: r.scale}
+	if !r.Config.Runs(SectionLocks) {
+		return s
+	}
 	for _, conc := range r.Config.Concurrency {
 		ping, eval := r.cells[cellKey{"raw", "PING", conc}], r.cells[cellKey{"raw", "EVALSHA", conc}]
 		s.Raw = append(s.Raw, RawRow{Concurrency: conc, Ping: rateOf(ping), EvalSha: rateOf(eval), EvalShaCPU: cpuOf(eval)})

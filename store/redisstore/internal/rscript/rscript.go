@@ -45,14 +45,63 @@ func (sc Script) Run(ctx context.Context, c redis.UniversalClient, keys []string
 	return cmd
 }
 
-func (sc Script) process(ctx context.Context, c redis.UniversalClient, verb, body string, keys []string, args []any) *redis.Cmd {
+// Call is one run of a script in a batch: its keys and arguments.
+type Call struct {
+	Keys []string
+	Args []any
+}
+
+// RunBatch runs the script once per call in one pipeline, one round trip
+// when the server has the script cached (a cluster client sends one
+// pipeline per node, concurrently). Calls the server answers NOSCRIPT are
+// sent again as EVAL in a second pipeline. The result of calls[i] is the
+// i-th command's. go-redis may send a pipeline again after a network
+// error, so RunBatch refuses a script made with Once.
+func (sc Script) RunBatch(ctx context.Context, c redis.UniversalClient, calls []Call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	if sc.once {
+		for i := range cmds {
+			cmds[i] = redis.NewCmd(ctx)
+			cmds[i].SetErr(errors.New("rscript: a script that must not run twice cannot be pipelined"))
+		}
+		return cmds
+	}
+	pipe := c.Pipeline()
+	for i, call := range calls {
+		cmds[i] = newCmd(ctx, "evalsha", sc.Hash(), call.Keys, call.Args)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var missing []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return cmds
+	}
+	pipe = c.Pipeline()
+	for _, i := range missing {
+		cmds[i] = newCmd(ctx, "eval", sc.src, calls[i].Keys, calls[i].Args)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
+
+func newCmd(ctx context.Context, verb, body string, keys []string, args []any) *redis.Cmd {
 	argv := make([]any, 0, 3+len(keys)+len(args))
 	argv = append(argv, verb, body, len(keys))
 	for _, k := range keys {
 		argv = append(argv, k)
 	}
 	argv = append(argv, args...)
-	cmd := redis.NewCmd(ctx, argv...)
+	return redis.NewCmd(ctx, argv...)
+}
+
+func (sc Script) process(ctx context.Context, c redis.UniversalClient, verb, body string, keys []string, args []any) *redis.Cmd {
+	cmd := newCmd(ctx, verb, body, keys, args)
 	if sc.once {
 		_ = c.Process(ctx, noRetry{cmd})
 	} else {

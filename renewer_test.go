@@ -1,0 +1,643 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+// batchCall is one RenewBatch call as a store saw it.
+type batchCall struct {
+	at   time.Duration // since the test's start
+	keys []string
+}
+
+// batchStore gives faultyStore the BatchRenewer ability: each item goes
+// through faultyStore.Renew, so its faults apply per item, and every call is
+// recorded.
+type batchStore struct {
+	*faultyStore
+	start time.Time
+	mu    sync.Mutex
+	calls []batchCall
+}
+
+func (s *batchStore) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []error {
+	c := batchCall{at: time.Since(s.start)}
+	errs := make([]error, len(items))
+	for i, it := range items {
+		c.keys = append(c.keys, it.Key)
+		errs[i] = s.Renew(ctx, it.Key, it.Token, it.TTL)
+	}
+	s.mu.Lock()
+	s.calls = append(s.calls, c)
+	s.mu.Unlock()
+	return errs
+}
+
+func (s *batchStore) recorded() []batchCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]batchCall(nil), s.calls...)
+}
+
+var _ leasehold.BatchRenewer = (*batchStore)(nil)
+
+// newBatchFixture is newFixture on a store with BatchRenewer.
+func newBatchFixture(fault func(int) error) (*fixture, *batchStore) {
+	f := newFixture(fault)
+	b := &batchStore{faultyStore: f.store, start: time.Now()}
+	f.c = leasehold.New(b, leasehold.WithObserver(f.rec), leasehold.WithLogger(quietLogger()))
+	return f, b
+}
+
+func newRenewer(t *testing.T, c *leasehold.Client, opts ...leasehold.RenewerOption) *leasehold.Renewer {
+	t.Helper()
+	r, err := leasehold.NewRenewer(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func acquireN(t *testing.T, c *leasehold.Client, n int, ttl time.Duration) []*leasehold.Lease {
+	t.Helper()
+	ls := make([]*leasehold.Lease, n)
+	for i := range ls {
+		l, err := c.TryAcquire(t.Context(), fmt.Sprintf("cordum:wf:run:lock:R%d", i), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	return ls
+}
+
+// Leases taken together are renewed together: one batch every ttl/3, at
+// exactly ttl/3, with every lease in it.
+func TestRenewerBatchesRenewalsAtTTLOverThree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, b := newBatchFixture(nil)
+		r := newRenewer(t, f.c)
+		ls := acquireN(t, f.c, 25, ttl)
+		for _, l := range ls {
+			if _, err := r.KeepAlive(t.Context(), l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.Len() != len(ls) {
+			t.Fatalf("Len = %d, want %d", r.Len(), len(ls))
+		}
+		time.Sleep(2*ttl/3 + time.Second)
+		synctest.Wait()
+		calls := b.recorded()
+		if len(calls) != 2 || calls[0].at != ttl/3 || calls[1].at != 2*ttl/3 {
+			t.Fatalf("batches %v, want two, at %v and %v", calls, ttl/3, 2*ttl/3)
+		}
+		for _, c := range calls {
+			if len(c.keys) != len(ls) {
+				t.Errorf("batch at %v renewed %d leases, want all %d", c.at, len(c.keys), len(ls))
+			}
+		}
+		// Renewed at 40 s for 60 s: 59 s left at 41 s.
+		for _, l := range ls {
+			if info, _ := f.mem.Inspect(t.Context(), l.Key()); !info.Held || info.TTL != ttl-time.Second {
+				t.Fatalf("%s: %+v, want held with %v left", l.Key(), info, ttl-time.Second)
+			}
+		}
+	})
+}
+
+// Leases due within the batch window share a batch, sent when the first is
+// due; a lease due later than the window waits for its own time.
+func TestRenewerCoalescesWithinTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, b := newBatchFixture(nil)
+		r := newRenewer(t, f.c, leasehold.WithBatchWindow(10*time.Millisecond))
+		for _, gap := range []time.Duration{0, 4 * time.Millisecond, 6 * time.Millisecond, 50 * time.Millisecond} {
+			time.Sleep(gap)
+			l, err := f.c.TryAcquire(t.Context(), fmt.Sprintf("cordum:job:%v", gap), ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.KeepAlive(t.Context(), l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(ttl/3 + time.Second)
+		synctest.Wait()
+		calls := b.recorded()
+		// Acquired at 0, 4, 10 and 60 ms: the first three are due within
+		// 10 ms of the first and go at 20 s; the last at 20 s + 60 ms.
+		if len(calls) != 2 || len(calls[0].keys) != 3 || len(calls[1].keys) != 1 ||
+			calls[0].at != ttl/3 || calls[1].at != ttl/3+60*time.Millisecond {
+			t.Fatalf("batches %v, want 3 leases at 20s and 1 at 20.06s", calls)
+		}
+	})
+}
+
+// A chunk holds at most the batch size; the rest of the due leases go in
+// further calls at the same instant.
+func TestRenewerChunksBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, b := newBatchFixture(nil)
+		r := newRenewer(t, f.c, leasehold.WithBatchSize(10), leasehold.WithRenewConcurrency(2))
+		for _, l := range acquireN(t, f.c, 35, ttl) {
+			if _, err := r.KeepAlive(t.Context(), l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(ttl/3 + time.Second)
+		synctest.Wait()
+		calls := b.recorded()
+		total := 0
+		for _, c := range calls {
+			if len(c.keys) > 10 || c.at != ttl/3 {
+				t.Errorf("batch of %d at %v, want at most 10 at %v", len(c.keys), c.at, ttl/3)
+			}
+			total += len(c.keys)
+		}
+		if len(calls) != 4 || total != 35 {
+			t.Fatalf("%d batches renewing %d leases, want 4 renewing 35", len(calls), total)
+		}
+	})
+}
+
+// keeper starts renewal of a lease one of three ways.
+type keeper struct {
+	name  string
+	batch bool // the store has BatchRenewer
+	start func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error)
+}
+
+var keepers = []keeper{
+	{"Lease.KeepAlive", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error) {
+		return l.KeepAlive(t.Context(), opts...)
+	}},
+	{"Renewer/Renew", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error) {
+		return newRenewer(t, c).KeepAlive(t.Context(), l, opts...)
+	}},
+	{"Renewer/RenewBatch", true, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error) {
+		return newRenewer(t, c).KeepAlive(t.Context(), l, opts...)
+	}},
+}
+
+// The shared renewer fences a lease whose renewals fail at the same moment,
+// with the same cause and the same events, as the lease's own goroutine.
+func TestRenewerFencesLikeKeepAlive(t *testing.T) {
+	notOwned := func(n int) error { return leasehold.ErrNotOwned }
+	for _, tc := range []struct {
+		name      string
+		fault     func(int) error
+		opts      []leasehold.HoldOption
+		at        time.Duration
+		failures  int
+		cause     error
+		lostCause error // for Err, under the continue policy
+	}{
+		{"deadline", always(errRenewDown), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, nil},
+		{"counter", always(errRenewDown), []leasehold.HoldOption{leasehold.FenceAfter(3), leasehold.WithRenewInterval(ttl / 5)}, 36 * time.Second, 3, errRenewDown, nil},
+		{"hanging store", always(errHang), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, nil},
+		{"store ignoring contexts", always(errStuck), nil, 54 * time.Second, 0, leasehold.ErrAbandoned, nil},
+		{"not owned", notOwned, nil, 20 * time.Second, 0, leasehold.ErrAbandoned, nil},
+		{"intermittent", func(n int) error {
+			if n%2 == 1 {
+				return errRenewDown
+			}
+			return nil
+		}, nil, 0, 0, nil, nil},
+		{"continue policy", always(errRenewDown), []leasehold.HoldOption{leasehold.ContinueOnRenewFailure()}, 0, 0, nil, leasehold.ErrNotOwned},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type outcome struct {
+				at                          time.Duration
+				cause                       error
+				failures, abandons, expired int
+				lost                        bool
+				err                         error
+			}
+			var got []outcome
+			for _, kp := range keepers {
+				synctest.Test(t, func(t *testing.T) {
+					var f *fixture
+					if kp.batch {
+						f, _ = newBatchFixture(tc.fault)
+					} else {
+						f = newFixture(tc.fault)
+					}
+					start := time.Now()
+					l, err := f.c.TryAcquire(t.Context(), key, ttl)
+					if err != nil {
+						t.Fatal(err)
+					}
+					k, err := kp.start(t, f.c, l, tc.opts...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var o outcome
+					select {
+					case <-k.Context().Done():
+						o.at, o.cause = time.Since(start), context.Cause(k.Context())
+					case <-time.After(3*ttl - time.Second): // clear of the renewal at 3 × ttl
+					}
+					select {
+					case <-k.Lost():
+						o.lost = true
+					default:
+						o.lost = false
+					}
+					o.err = k.Err()
+					k.Stop()
+					synctest.Wait()
+					f.rec.mu.Lock()
+					o.failures, o.abandons, o.expired = len(f.rec.failures), len(f.rec.abandons), len(f.rec.expiries)
+					f.rec.mu.Unlock()
+					got = append(got, o)
+				})
+			}
+			want := got[0]
+			if tc.cause != nil && (want.at != tc.at || !errors.Is(want.cause, tc.cause) || !errors.Is(want.cause, leasehold.ErrAbandoned)) {
+				t.Fatalf("%s: fenced at %v with %v, want at %v with %v", keepers[0].name, want.at, want.cause, tc.at, tc.cause)
+			}
+			if tc.cause == nil && want.cause != nil {
+				t.Fatalf("%s: cancelled at %v with %v, want never", keepers[0].name, want.at, want.cause)
+			}
+			if tc.lostCause != nil && !errors.Is(want.err, tc.lostCause) {
+				t.Fatalf("%s: Err %v, want %v", keepers[0].name, want.err, tc.lostCause)
+			}
+			if tc.failures > 0 && want.failures != tc.failures {
+				t.Fatalf("%s: %d failures reported, want %d", keepers[0].name, want.failures, tc.failures)
+			}
+			for i, o := range got[1:] {
+				name := keepers[i+1].name
+				if o.at != want.at || fmt.Sprint(o.cause) != fmt.Sprint(want.cause) {
+					t.Errorf("%s: cancelled at %v with %q; %s: at %v with %q", name, o.at, o.cause, keepers[0].name, want.at, want.cause)
+				}
+				if o.lost != want.lost || fmt.Sprint(o.err) != fmt.Sprint(want.err) {
+					t.Errorf("%s: lost %v, Err %v; %s: lost %v, Err %v", name, o.lost, o.err, keepers[0].name, want.lost, want.err)
+				}
+				if o.failures != want.failures || o.abandons != want.abandons || o.expired != want.expired {
+					t.Errorf("%s: %d failures, %d abandons, %d expiries reported; %s: %d, %d, %d", name,
+						o.failures, o.abandons, o.expired, keepers[0].name, want.failures, want.abandons, want.expired)
+				}
+			}
+		})
+	}
+}
+
+// Stopping one lease's renewal leaves the others renewing, and the stopped
+// lease is neither released nor reported lost.
+func TestRenewerStopDisturbsNoOtherLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, b := newBatchFixture(nil)
+		r := newRenewer(t, f.c)
+		ls := acquireN(t, f.c, 3, ttl)
+		ks := make([]*leasehold.KeepAlive, len(ls))
+		for i, l := range ls {
+			var err error
+			if ks[i], err = r.KeepAlive(t.Context(), l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(10 * time.Second)
+		ks[1].Stop()
+		if cause := context.Cause(ks[1].Context()); cause != context.Canceled {
+			t.Errorf("stopped lease's cause %v, want context.Canceled", cause)
+		}
+		select {
+		case <-ks[1].Lost():
+			t.Error("Stop closed Lost")
+		default:
+		}
+		if r.Len() != 2 {
+			t.Errorf("Len = %d after one Stop, want 2", r.Len())
+		}
+		time.Sleep(ttl + time.Second) // past the stopped lease's TTL
+		synctest.Wait()
+		for _, c := range b.recorded() {
+			if len(c.keys) != 2 || c.keys[0] == ls[1].Key() || c.keys[1] == ls[1].Key() {
+				t.Errorf("batch at %v renewed %v, want the two running leases", c.at, c.keys)
+			}
+		}
+		for i, k := range ks {
+			if i == 1 {
+				continue
+			}
+			if k.Context().Err() != nil || k.Err() != nil {
+				t.Errorf("lease %d disturbed: %v, %v", i, k.Context().Err(), k.Err())
+			}
+			if info, _ := f.mem.Inspect(t.Context(), ls[i].Key()); !info.Held {
+				t.Errorf("lease %d lost on the store", i)
+			}
+		}
+		if info, _ := f.mem.Inspect(t.Context(), ls[1].Key()); info.Held {
+			t.Errorf("the stopped lease is still held at 71 s: it was renewed after Stop")
+		}
+		if _, releases := f.store.counts(); releases != 0 {
+			t.Errorf("%d releases, want none", releases)
+		}
+		// Releasing a lease stops its renewal, and only its.
+		if err := ls[0].Release(t.Context()); err != nil {
+			t.Errorf("Release of a renewed lease: %v", err)
+		}
+		if ks[0].Context().Err() == nil {
+			t.Error("Release left the KeepAlive's Context live")
+		}
+		if r.Len() != 1 {
+			t.Errorf("Len = %d after a Release, want 1", r.Len())
+		}
+	})
+}
+
+// The renewer's goroutines do not grow with the leases: 10 000 held and
+// renewed in batches cost the same goroutines as none.
+func TestRenewerHasNoGoroutinePerLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
+		r := newRenewer(t, c)
+		synctest.Wait()
+		before := renewalGoroutines()
+		if before != 1 {
+			t.Fatalf("%d goroutines run renewal code before any lease, want the Renewer's one", before)
+		}
+		const n = 10_000
+		ks := make([]*leasehold.KeepAlive, 0, n)
+		for i := range n {
+			l, err := c.TryAcquire(t.Context(), fmt.Sprintf("k%d", i), ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := r.KeepAlive(t.Context(), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks = append(ks, k)
+			if i%1000 == 0 {
+				time.Sleep(time.Second) // spread the due times over 10 s
+			}
+		}
+		synctest.Wait()
+		peak := renewalGoroutines()
+		for range 3 * 3 { // three TTLs in steps of ttl/3
+			time.Sleep(ttl / 3)
+			synctest.Wait()
+			peak = max(peak, renewalGoroutines())
+		}
+		if peak > before {
+			t.Errorf("%d goroutines run renewal code with no lease, %d with %d leases held", before, peak, n)
+		}
+		lost := 0
+		for _, k := range ks {
+			if k.Err() != nil {
+				lost++
+			}
+		}
+		if lost > 0 || r.Len() != n {
+			t.Errorf("%d leases lost, %d renewed; want 0 and %d", lost, r.Len(), n)
+		}
+		if info, _ := mem.Inspect(t.Context(), "k9999"); !info.Held {
+			t.Errorf("k9999 lost on the store after three TTLs: %+v", info)
+		}
+	})
+}
+
+// renewalGoroutines counts the goroutines in leasehold's renewal code: a
+// Renewer's, its store calls', and per-lease KeepAlive goroutines. Counting
+// by stack, not runtime.NumGoroutine, keeps goroutines of other tests and of
+// the runtime out of the count.
+func renewalGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for range 8 { // grow to at most 256 MiB
+		if n := runtime.Stack(buf, true); n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 4*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "leasehold.(*Renewer)") || strings.Contains(g, "leasehold.(*KeepAlive).run") {
+			count++
+		}
+	}
+	return count
+}
+
+// Close stops every lease's renewal, cancels their Contexts with
+// ErrRenewerClosed, releases nothing, and refuses new leases.
+func TestRenewerClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _ := newBatchFixture(nil)
+		r, err := leasehold.NewRenewer(f.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls := acquireN(t, f.c, 4, ttl)
+		var ks []*leasehold.KeepAlive
+		for _, l := range ls[:3] {
+			k, err := r.KeepAlive(t.Context(), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ks = append(ks, k)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.Close() // twice is fine
+		for _, k := range ks {
+			if cause := context.Cause(k.Context()); !errors.Is(cause, leasehold.ErrRenewerClosed) {
+				t.Errorf("cause %v, want ErrRenewerClosed", cause)
+			}
+			if k.Err() != nil {
+				t.Errorf("Err %v after Close, want nil: the lease was not lost", k.Err())
+			}
+		}
+		if r.Len() != 0 {
+			t.Errorf("Len = %d after Close", r.Len())
+		}
+		if _, err := r.KeepAlive(t.Context(), ls[3]); !errors.Is(err, leasehold.ErrRenewerClosed) {
+			t.Errorf("KeepAlive after Close: %v, want ErrRenewerClosed", err)
+		}
+		// The leases are still ours, and can be kept alive another way.
+		if _, err := ls[0].KeepAlive(t.Context()); err != nil {
+			t.Errorf("Lease.KeepAlive after the Renewer closed: %v", err)
+		}
+		if _, releases := f.store.counts(); releases != 0 {
+			t.Errorf("%d releases, want none", releases)
+		}
+		_ = ls[0].Release(t.Context())
+	})
+}
+
+// Close does not wait for a renewal that honours its context: the call is
+// cancelled.
+func TestRenewerCloseCancelsCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _ := newBatchFixture(always(errHang))
+		r, err := leasehold.NewRenewer(f.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := acquireN(t, f.c, 1, ttl)[0]
+		if _, err := r.KeepAlive(t.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl/3 + time.Second) // the renewal at 20 s hangs
+		start := time.Now()
+		_ = r.Close()
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Close took %v with a renewal in flight, want at once", d)
+		}
+	})
+}
+
+// Hold and the recipes take WithRenewer.
+func TestHoldWithRenewer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, b := newBatchFixture(nil)
+		r := newRenewer(t, f.c)
+		err := f.c.Hold(t.Context(), key, ttl, func(ctx context.Context, l *leasehold.Lease) error {
+			if r.Len() != 1 {
+				t.Errorf("Len = %d inside Hold, want 1", r.Len())
+			}
+			time.Sleep(ttl + time.Second)
+			return ctx.Err()
+		}, leasehold.WithRenewer(r))
+		if err != nil {
+			t.Fatalf("Hold: %v", err)
+		}
+		if calls := b.recorded(); len(calls) != 3 {
+			t.Errorf("%d batches during a 61 s Hold, want 3", len(calls))
+		}
+		if r.Len() != 0 {
+			t.Errorf("Len = %d after Hold, want 0", r.Len())
+		}
+		if info, _ := f.mem.Inspect(t.Context(), key); info.Held {
+			t.Error("Hold did not release")
+		}
+	})
+}
+
+func TestRenewerRejectsBadInput(t *testing.T) {
+	c := leasehold.New(memstore.New())
+	other := leasehold.New(memstore.New())
+	for _, tc := range []struct {
+		opts []leasehold.RenewerOption
+		arg  string
+	}{
+		{[]leasehold.RenewerOption{leasehold.WithBatchWindow(-time.Millisecond)}, "batch window"},
+		{[]leasehold.RenewerOption{leasehold.WithBatchWindow(time.Hour)}, "batch window"},
+		{[]leasehold.RenewerOption{leasehold.WithBatchSize(0)}, "batch size"},
+		{[]leasehold.RenewerOption{leasehold.WithRenewConcurrency(0)}, "renew concurrency"},
+	} {
+		_, err := leasehold.NewRenewer(c, tc.opts...)
+		var ae *leasehold.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != tc.arg {
+			t.Errorf("NewRenewer: %v, want an *ArgumentError for %s", err, tc.arg)
+		}
+	}
+	if _, err := leasehold.NewRenewer(nil); !errors.Is(err, leasehold.ErrInvalidArgument) {
+		t.Errorf("NewRenewer(nil): %v", err)
+	}
+	r := newRenewer(t, c)
+	r2 := newRenewer(t, c)
+	l, err := other.TryAcquire(t.Context(), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := c.TryAcquire(t.Context(), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		l    *leasehold.Lease
+		opts []leasehold.HoldOption
+		arg  string
+	}{
+		"nil lease":      {nil, nil, "lease"},
+		"other client":   {l, nil, "WithRenewer"},
+		"other renewer":  {mine, []leasehold.HoldOption{leasehold.WithRenewer(r2)}, "WithRenewer"},
+		"bad hold opts":  {mine, []leasehold.HoldOption{leasehold.WithRenewInterval(ttl)}, "renew interval"},
+		"negative fence": {mine, []leasehold.HoldOption{leasehold.FenceAfter(-1)}, "FenceAfter"},
+	} {
+		_, err := r.KeepAlive(t.Context(), tc.l, tc.opts...)
+		var ae *leasehold.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != tc.arg {
+			t.Errorf("%s: %v, want an *ArgumentError for %s", name, err, tc.arg)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("Len = %d after refused KeepAlives", r.Len())
+	}
+	k, err := r.KeepAlive(t.Context(), mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.KeepAlive(t.Context(), mine); err == nil {
+		t.Error("a second KeepAlive of the same lease was accepted")
+	}
+	k.Stop()
+}
+
+// BenchmarkRenewerMemoryPerLease reports the heap a held lease costs with
+// its renewal: on the shared Renewer, and with a goroutine of its own.
+//
+//	go test -run '^$' -bench RenewerMemory -benchtime 1x
+func BenchmarkRenewerMemoryPerLease(b *testing.B) {
+	const n = 10_000
+	for _, mode := range []string{"Renewer", "Lease.KeepAlive"} {
+		b.Run(mode, func(b *testing.B) {
+			for range b.N {
+				mem := memstore.New()
+				c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
+				r, err := leasehold.NewRenewer(c)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ls := make([]*leasehold.Lease, n)
+				for i := range ls {
+					if ls[i], err = c.TryAcquire(b.Context(), fmt.Sprintf("cordum:wf:run:lock:R%d", i), time.Hour); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var m0, m1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m0)
+				g0 := runtime.NumGoroutine()
+				ks := make([]*leasehold.KeepAlive, n)
+				for i, l := range ls {
+					if mode == "Renewer" {
+						ks[i], err = r.KeepAlive(b.Context(), l)
+					} else {
+						ks[i], err = l.KeepAlive(b.Context())
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&m1)
+				g1 := runtime.NumGoroutine()
+				b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/n, "heap-B/lease")
+				b.ReportMetric(float64(int64(m1.StackInuse)-int64(m0.StackInuse))/n, "stack-B/lease")
+				b.ReportMetric(float64(g1-g0)/n, "goroutines/lease")
+				for _, k := range ks {
+					k.Stop()
+				}
+				_ = r.Close()
+			}
+		})
+	}
+}
