@@ -76,6 +76,19 @@ func New(client redis.UniversalClient) (*Store, error) {
 	return s, nil
 }
 
+// heldFor is the holder's remaining TTL from PTTL's answer. PTTL counts
+// whole milliseconds left, so a lease in its last millisecond answers 0;
+// that is reported as 1 ms, because a HeldError's 0 means "unknown" and
+// would send a waiter (RunLoop's busy replica, for one) to its next tick or
+// backoff step instead of to the holder's expiry. -1 (a key without a TTL,
+// not set by leasehold) is unknown.
+func heldFor(pttl int64) time.Duration {
+	if pttl < 0 {
+		return 0
+	}
+	return max(time.Duration(pttl)*time.Millisecond, time.Millisecond)
+}
+
 // Close stops the pub/sub connection that carries release notifications, if
 // one was opened, and waits for its goroutine. It does not close the client.
 // Waiters still blocked on the Store fall back to their backoff.
@@ -101,7 +114,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		return 0, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
 	}
 	if res[0] == 0 {
-		return 0, &leasehold.HeldError{Key: key, Remaining: max(time.Duration(res[1])*time.Millisecond, 0)}
+		return 0, &leasehold.HeldError{Key: key, Remaining: heldFor(res[1])}
 	}
 	return res[1], nil
 }
