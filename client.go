@@ -241,6 +241,15 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 	watched := st.released != nil
 	backoff := min(c.minBackoff, maxBackoff)
 	for {
+		if !attemptNow && !watched {
+			// About to wait, and the queue has no watch yet: set one up,
+			// then try once more at once, so that a release landing
+			// before the watch started is not missed.
+			watched = true
+			if st.released = c.watch(ctx, q, key, st.heldUntil, maxBackoff); st.released != nil {
+				attemptNow = true
+			}
+		}
 		if !attemptNow {
 			wait := backoff/2 + rand.N(backoff/2+1)
 			if !st.heldUntil.IsZero() {
@@ -278,27 +287,18 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 			st.heldUntil = time.Now().Add(held.Remaining)
 		}
 		c.waiters.setHeldUntil(q, st.heldUntil)
-		if !watched {
-			// Watch for releases, then try once more at once, so that a
-			// release landing between the busy answer and the watch is
-			// not missed.
-			watched = true
-			if st.released = c.watch(ctx, q, key, err, maxBackoff); st.released != nil {
-				attemptNow = true
-			}
-		}
 	}
 }
 
-// watch sets up the release watch of key's queue after the busy answer err.
-// The watch may wait for the store to confirm it; it gets no longer than one
-// backoff step, or the holder's remaining TTL when shorter, since waiting on
-// it must never be slower than waiting without it. It returns nil when the
-// store could not watch: the waiters then rely on the backoff.
-func (c *Client) watch(ctx context.Context, q *waitQueue, key string, err error, maxBackoff time.Duration) <-chan struct{} {
+// watch sets up the release watch of key's queue. The watch may wait for the
+// store to confirm it; it gets no longer than one backoff step, or until the
+// holder's lease runs out (heldUntil, when known) if that is sooner, since
+// waiting on it must never be slower than waiting without it. It returns nil
+// when the store could not watch: the head then relies on its backoff.
+func (c *Client) watch(ctx context.Context, q *waitQueue, key string, heldUntil time.Time, maxBackoff time.Duration) <-chan struct{} {
 	bound := maxBackoff
-	if held := (*HeldError)(nil); errors.As(err, &held) && held.Remaining > 0 {
-		bound = min(bound, held.Remaining+time.Millisecond)
+	if !heldUntil.IsZero() {
+		bound = min(bound, max(time.Until(heldUntil), 0)+time.Millisecond)
 	}
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	ch, stop, werr := c.notifier.WatchReleases(wctx, key)

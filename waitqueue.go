@@ -12,8 +12,8 @@ import (
 //
 // The waiters of a key form a FIFO queue. Only its front, the head, talks to
 // the store: it makes the attempts, owns the key's release watch (one per
-// queue, set up by the first head that finds the key busy and stopped when
-// the queue empties) and follows the backoff. The others block on their turn
+// queue, set up by the first head that has to wait, and stopped when the
+// queue empties) and follows the backoff. The others block on their turn
 // channel, which the head closes as it leaves, whichever way it leaves. A
 // wake-up that the head took from the watch and could not act on (its
 // context ended, or its attempt failed) is left as pending for the next head;

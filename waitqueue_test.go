@@ -161,6 +161,45 @@ func TestCancelledHeadPassesWakeOn(t *testing.T) {
 	})
 }
 
+// A head that took the key at its first attempt never found it busy and set
+// up no watch. The next head must set one up before it waits; otherwise every
+// later head, waking on its backoff to a key released long ago, would win at
+// once and never watch either, and the queue would run on backoff for good.
+func TestNextHeadWatchesWhenFirstHeadDidNot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		unblock := make(chan struct{})
+		holdA := func(ctx context.Context) error {
+			if ctx.Value(waiterName{}) == "A" {
+				<-unblock
+			}
+			return nil
+		}
+		store.onAcquire.Store(&holdA)
+		gotA := acquireIn(t, t.Context(), c, "k", "A")
+		synctest.Wait() // A's first attempt is under way
+		gotB := acquireIn(t, t.Context(), c, "k", "B")
+		synctest.Wait() // B queued behind it
+		close(unblock)
+		synctest.Wait()
+		a, ok := received(gotA)
+		if !ok || a == nil {
+			t.Fatal("A did not get the free key")
+		}
+		if calls := store.acquires.Load(); calls != 2 {
+			t.Fatalf("%d acquire calls, want 2: A's, and B's after it set up its watch", calls)
+		}
+		if err := a.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l, ok := received(gotB); !ok || l == nil {
+			t.Fatal("B was not woken by A's release")
+		}
+	})
+}
+
 // A head whose context ends while it waits hands the turn to the next
 // waiter, which a later release then wakes.
 func TestCancelledHeadHandsOverItsTurn(t *testing.T) {
