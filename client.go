@@ -17,7 +17,8 @@ const (
 	// backoff only bounds the delay when a wake-up is lost or the store has
 	// none. 10 ms is about two hundred loopback round trips, so a crowd of
 	// waiters does not spin on the store, and small against lease TTLs of
-	// seconds, so a lost wake-up costs little.
+	// seconds, so a lost wake-up costs little. With wake-ups, only the head of
+	// a Client's queue of waiters for a key follows the backoff (see Acquire).
 	DefaultMinBackoff = 10 * time.Millisecond
 
 	// DefaultMaxBackoff caps the doubling backoff. A waiter behind a long
@@ -33,7 +34,9 @@ const (
 )
 
 // Client takes leases from a Store. It is safe for concurrent use; it starts
-// no goroutines of its own.
+// no goroutines of its own. Share one Client among the goroutines of a
+// process that lock the same keys: its waiters for a key queue together, so
+// a release wakes one of them (see Acquire).
 type Client struct {
 	store          Store
 	notifier       ReleaseNotifier // nil when the store has none or wake-ups are off
@@ -43,6 +46,7 @@ type Client struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
+	waiters        waitQueues // Acquire's waiters per key, when wake-ups are on
 }
 
 // Option configures a Client.
@@ -91,8 +95,9 @@ func WithBackoff(min, max time.Duration) Option {
 }
 
 // WithoutWakeups makes a waiting Acquire rely on its backoff alone even when
-// the store can notify releases. It exists to measure what the wake-ups buy;
-// production code has no reason to set it. Default: wake-ups on.
+// the store can notify releases; every waiting goroutine then polls on its
+// own, unqueued. It exists to measure what the wake-ups buy; production code
+// has no reason to set it. Default: wake-ups on.
 func WithoutWakeups() Option {
 	return func(c *Client) { c.notifier = nil }
 }
@@ -121,6 +126,14 @@ func New(store Store, opts ...Option) *Client {
 // Store returns the store the Client was made with.
 func (c *Client) Store() Store { return c.store }
 
+// Waiting returns how many goroutines wait in a waiting acquire of key
+// through c (Acquire, Hold, Envelope, Lead): the length of the Client's
+// queue for key. It is 0 when wake-ups are off (WithoutWakeups, or a store
+// without ReleaseNotifier), since waiters then poll on their own and are not
+// queued. It is meant for diagnosis and tests; the value may be stale as soon
+// as it is returned.
+func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
+
 // TryAcquire makes one attempt to take key for ttl. It returns ErrNotAcquired
 // (as a *HeldError when the store reports the holder's remaining TTL) when
 // another owner holds the key, an *ArgumentError for bad input, and the
@@ -143,6 +156,20 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // by releases when the store can notify them (see ReleaseNotifier) and
 // otherwise retries with jittered exponential backoff, never waiting past the
 // holder's remaining TTL when the store reports it.
+//
+// When the store notifies releases, the goroutines waiting for one key
+// through one Client queue in arrival order (FIFO), and only the first of
+// them talks to the store: it watches for releases, makes the attempts and
+// keeps the backoff, while the others wait in the process for their turn. A
+// release thus costs one acquire attempt per Client, not one per waiting
+// goroutine, and a waiter is not overtaken by goroutines of its own Client
+// that came after it. A call that finds others of its Client queued for key
+// joins the back of the queue without an attempt of its own. The queue orders
+// one Client's waiters only: waiters in other processes, or of other Clients,
+// still race the head at the store. Waking is a latency optimisation, never a
+// condition: a waiter that gives up or fails passes its turn (and any wake-up
+// it did not act on) to the next, and a lost wake-up delays the head by at
+// most one backoff step.
 //
 // When ctx is done first it returns an error matching both ErrNotAcquired and
 // ctx's error. A store failure is returned at once, not retried: whether to
@@ -185,41 +212,115 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		return nil, err
 	}
 	token := NewToken()
-	l, err := c.try(ctx, key, token, ttl)
-	switch {
-	case err == nil:
-		return l, nil
-	case !errors.Is(err, ErrNotAcquired):
-		return nil, c.acquireFailed(ctx, key, err)
+	if c.notifier == nil {
+		// Without wake-ups every waiter polls: the polls are the only way
+		// to see a release, and spread over many waiters they see it
+		// sooner than one waiter's backoff would.
+		return c.poll(ctx, key, token, ttl, maxBackoff)
 	}
 
-	// Busy. Watch for releases before the next attempt, so that a release
-	// landing between that attempt and the wait is not missed. The watch may
-	// wait for the store to confirm it; it gets no longer than one backoff
-	// step, or the holder's remaining TTL when shorter, since waiting on it
-	// must never be slower than waiting without it.
-	var released <-chan struct{}
-	if c.notifier != nil {
-		bound := maxBackoff
-		if held := (*HeldError)(nil); errors.As(err, &held) && held.Remaining > 0 {
-			bound = min(bound, held.Remaining+time.Millisecond)
-		}
-		wctx, cancel := context.WithTimeout(ctx, bound)
-		ch, stop, werr := c.notifier.WatchReleases(wctx, key)
-		cancel()
-		switch {
-		case werr != nil && ctx.Err() == nil:
-			c.log.WarnContext(ctx, "leasehold: release notifications unavailable, waiting on backoff only",
-				slog.String("key", key), slog.Any("error", werr))
-		case werr == nil:
-			defer stop()
-			released = ch
+	// Queue behind this Client's other waiters for key; only the head talks
+	// to the store (see waitQueues).
+	q, w, head := c.waiters.join(key)
+	woken := false // a wake-up was taken and no attempt has answered since
+	defer func() { c.waiters.leave(key, q, w, woken) }()
+	if !head {
+		select {
+		case <-w.turn:
+		case <-ctx.Done():
+			return nil, ctxNotAcquired(ctx, key)
 		}
 	}
-
+	st := c.waiters.takeTurn(q)
+	woken = st.pending
+	// The first head tries at once. A later head takes over from one that
+	// just acquired the key or gave up: the key is as busy as it was, so
+	// it waits for a wake-up or its backoff first, unless it was handed a
+	// wake-up.
+	attemptNow := head || st.pending
+	watched := st.released != nil
 	backoff := min(c.minBackoff, maxBackoff)
 	for {
-		l, err = c.try(ctx, key, token, ttl)
+		if !attemptNow && !watched {
+			// About to wait, and the queue has no watch yet: set one up,
+			// then try once more at once, so that a release landing
+			// before the watch started is not missed.
+			watched = true
+			if st.released = c.watch(ctx, q, key, st.heldUntil, maxBackoff); st.released != nil {
+				attemptNow = true
+			}
+		}
+		if !attemptNow {
+			wait := backoff/2 + rand.N(backoff/2+1)
+			if !st.heldUntil.IsZero() {
+				// The holder's lease runs out first: try right after it does.
+				wait = min(wait, max(time.Until(st.heldUntil)+time.Millisecond, 0))
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, ctxNotAcquired(ctx, key)
+			case <-st.released:
+				timer.Stop()
+				woken = true
+				backoff = min(c.minBackoff, maxBackoff)
+			case <-timer.C:
+				backoff = min(2*backoff, maxBackoff)
+			}
+		}
+		attemptNow = false
+		l, err := c.try(ctx, key, token, ttl)
+		if err == nil {
+			woken = false
+			c.waiters.setHeldUntil(q, time.Now().Add(ttl))
+			return l, nil
+		}
+		if !errors.Is(err, ErrNotAcquired) {
+			// The attempt may not have reached the store: a wake-up
+			// taken for it is passed on by the deferred leave.
+			return nil, c.acquireFailed(ctx, key, err)
+		}
+		woken = false
+		st.heldUntil = time.Time{}
+		if held := (*HeldError)(nil); errors.As(err, &held) && held.Remaining > 0 {
+			st.heldUntil = time.Now().Add(held.Remaining)
+		}
+		c.waiters.setHeldUntil(q, st.heldUntil)
+	}
+}
+
+// watch sets up the release watch of key's queue. The watch may wait for the
+// store to confirm it; it gets no longer than one backoff step, or until the
+// holder's lease runs out (heldUntil, when known) if that is sooner, since
+// waiting on it must never be slower than waiting without it. It returns nil
+// when the store could not watch: the head then relies on its backoff.
+func (c *Client) watch(ctx context.Context, q *waitQueue, key string, heldUntil time.Time, maxBackoff time.Duration) <-chan struct{} {
+	bound := maxBackoff
+	if !heldUntil.IsZero() {
+		bound = min(bound, max(time.Until(heldUntil), 0)+time.Millisecond)
+	}
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	ch, stop, werr := c.notifier.WatchReleases(wctx, key)
+	cancel()
+	if werr != nil {
+		if ctx.Err() == nil {
+			c.log.WarnContext(ctx, "leasehold: release notifications unavailable, waiting on backoff only",
+				slog.String("key", key), slog.Any("error", werr))
+		}
+		return nil
+	}
+	c.waiters.setWatch(q, ch, stop)
+	return ch
+}
+
+// poll is a waiting Acquire on its backoff alone: one attempt at once, then
+// one after each jittered, doubling wait, never waiting past the holder's
+// remaining TTL when the store reports it.
+func (c *Client) poll(ctx context.Context, key, token string, ttl, maxBackoff time.Duration) (*Lease, error) {
+	backoff := min(c.minBackoff, maxBackoff)
+	for {
+		l, err := c.try(ctx, key, token, ttl)
 		if err == nil {
 			return l, nil
 		}
@@ -237,9 +338,6 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, ctxNotAcquired(ctx, key)
-		case <-released:
-			timer.Stop()
-			backoff = min(c.minBackoff, maxBackoff)
 		case <-timer.C:
 			backoff = min(2*backoff, maxBackoff)
 		}

@@ -10,9 +10,11 @@ import (
 // LocalFirst queues the goroutines of one process that contend for the same
 // key on a local, per-key mutex, so that only the head of that queue talks
 // to the store: the pattern of workflow runs, where many goroutines of one
-// replica want the same run. Without it, every waiting goroutine is a
-// separate waiter at the store, each woken by every release and each sending
-// its own acquire attempts.
+// replica want the same run. A Client's Acquire already queues its waiters
+// and wakes one per release; LocalFirst goes further: a goroutine's turn
+// spans its whole Hold (acquire, fn, release), so while a sibling holds the
+// key no goroutine of this LocalFirst waits at the store at all, not even
+// with the head's backoff polls.
 //
 // It is safe for concurrent use. Idle keys take no memory: an entry lives
 // only while some goroutine holds or waits for its key.

@@ -302,8 +302,11 @@ func (s *countingStore) WatchReleases(ctx context.Context, key string) (<-chan s
 }
 
 // 64 goroutines, 1,000 critical sections on one key: through LocalFirst the
-// store sees one acquire per section; as 64 independent waiters it sees many
-// more. Two LocalFirsts (two processes' worth) on one store still exclude.
+// store sees one acquire per section. As 64 independent waiters of one
+// Client it sees about as few, since the Client queues its waiters and a
+// release wakes only the head (when every waiter was woken, this run made
+// about 28,000 calls). Two LocalFirsts (two processes' worth) on one store
+// still exclude.
 func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 	const goroutines, sections = 64, 1000
 	mem := memstore.New()
@@ -344,8 +347,11 @@ func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 	if local.acquires.Load() != sections {
 		t.Errorf("local-first made %d acquire calls, want exactly one per section (%d)", local.acquires.Load(), sections)
 	}
-	if independent.acquires.Load() < 3*local.acquires.Load() {
-		t.Errorf("independent waiters made %d calls, not far above local-first's %d", independent.acquires.Load(), local.acquires.Load())
+	// A queue that starts over (it emptied while a goroutine was between
+	// two sections) costs two calls: the busy attempt and the one after
+	// its watch. Twice the sections is far above that and far below a herd.
+	if n := independent.acquires.Load(); n < sections || n >= 2*sections {
+		t.Errorf("independent waiters of one Client made %d acquire calls, want about one per section (%d to %d)", n, sections, 2*sections-1)
 	}
 	if lf.Len() != 0 {
 		t.Errorf("%d idle keys left in the local queue", lf.Len())

@@ -1,0 +1,336 @@
+package leasehold_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+// hookStore counts acquire calls and lets a test step into one.
+type hookStore struct {
+	*memstore.Store
+	acquires atomic.Int64
+	// onAcquire, when set, runs before the store's Acquire; a non-nil
+	// error is returned instead of calling the store.
+	onAcquire atomic.Pointer[func(ctx context.Context) error]
+}
+
+func (s *hookStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	s.acquires.Add(1)
+	if f := s.onAcquire.Load(); f != nil {
+		if err := (*f)(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return s.Store.Acquire(ctx, key, token, ttl)
+}
+
+type waiterName struct{}
+
+// acquireIn starts a waiting Acquire of key named name, under ctx, and
+// returns the channel its lease arrives on (nil when it failed).
+func acquireIn(t *testing.T, ctx context.Context, c *leasehold.Client, key, name string) <-chan *leasehold.Lease {
+	got := make(chan *leasehold.Lease, 1)
+	go func() {
+		l, err := c.Acquire(context.WithValue(ctx, waiterName{}, name), key, time.Hour)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("waiter %s: %v", name, err)
+		}
+		got <- l
+	}()
+	return got
+}
+
+// received returns what ch has ready, without waiting.
+func received(ch <-chan *leasehold.Lease) (*leasehold.Lease, bool) {
+	select {
+	case l := <-ch:
+		return l, true
+	default:
+		return nil, false
+	}
+}
+
+// With 8 local waiters on one Client, each release makes one acquire call at
+// the store, not eight, and hands the key to the waiters in arrival order.
+// The backoff is an hour, so every hand-off is a wake-up, made while the fake
+// clock stands still.
+func TestReleaseWakesOneLocalWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		holder, err := c.TryAcquire(t.Context(), "k", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 8
+		got := make([]<-chan *leasehold.Lease, n)
+		for i := range n {
+			got[i] = acquireIn(t, t.Context(), c, "k", string(rune('A'+i)))
+			synctest.Wait() // queued before the next one comes
+		}
+		// The holder's attempt, then the head's two (before and after
+		// setting up its watch); the other seven made none.
+		if calls := store.acquires.Load(); calls != 3 {
+			t.Fatalf("%d acquire calls before the first release, want 3", calls)
+		}
+		if w := c.Waiting("k"); w != n {
+			t.Fatalf("Waiting = %d, want %d", w, n)
+		}
+		start := time.Now()
+		for i := range n {
+			before := store.acquires.Load()
+			if err := holder.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			for j := i + 1; j < n; j++ {
+				if _, ok := received(got[j]); ok {
+					t.Fatalf("release %d went to waiter %d, want waiter %d (arrival order)", i, j, i)
+				}
+			}
+			next, ok := received(got[i])
+			if !ok || next == nil {
+				t.Fatalf("release %d: waiter %d has no lease", i, i)
+			}
+			if calls := store.acquires.Load() - before; calls != 1 {
+				t.Fatalf("release %d with %d waiters made %d acquire calls, want 1", i, n-i, calls)
+			}
+			if next.Fence() <= holder.Fence() {
+				t.Fatalf("fence %d after %d", next.Fence(), holder.Fence())
+			}
+			holder = next
+		}
+		if time.Since(start) != 0 {
+			t.Fatalf("the fake clock moved %v: a hand-off waited for its backoff", time.Since(start))
+		}
+		if w := c.Waiting("k"); w != 0 {
+			t.Fatalf("Waiting = %d after every waiter acquired", w)
+		}
+	})
+}
+
+// A head that takes a wake-up and then gives up (its context ends during its
+// attempt) passes the wake-up on: the next waiter tries at once and gets the
+// key, though its backoff is an hour.
+func TestCancelledHeadPassesWakeOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		holder, err := c.TryAcquire(t.Context(), "k", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctxA, cancelA := context.WithCancel(t.Context())
+		defer cancelA()
+		gotA := acquireIn(t, ctxA, c, "k", "A")
+		synctest.Wait()
+		gotB := acquireIn(t, t.Context(), c, "k", "B")
+		synctest.Wait()
+
+		// A's next attempt is the one its wake-up starts: end A's context
+		// in it, before the store is asked.
+		cancelInA := func(ctx context.Context) error {
+			if ctx.Value(waiterName{}) == "A" {
+				cancelA()
+				return ctx.Err()
+			}
+			return nil
+		}
+		store.onAcquire.Store(&cancelInA)
+		before := store.acquires.Load()
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l, ok := received(gotA); !ok || l != nil {
+			t.Fatalf("A: lease %v, done %v; want A to have given up", l, ok)
+		}
+		if l, ok := received(gotB); !ok || l == nil {
+			t.Fatal("B did not get the key: A's wake-up was swallowed")
+		}
+		if calls := store.acquires.Load() - before; calls != 2 {
+			t.Fatalf("%d acquire calls after the release, want 2 (A's, cut short, and B's)", calls)
+		}
+	})
+}
+
+// A head that took the key at its first attempt never found it busy and set
+// up no watch. The next head must set one up before it waits; otherwise every
+// later head, waking on its backoff to a key released long ago, would win at
+// once and never watch either, and the queue would run on backoff for good.
+func TestNextHeadWatchesWhenFirstHeadDidNot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		unblock := make(chan struct{})
+		holdA := func(ctx context.Context) error {
+			if ctx.Value(waiterName{}) == "A" {
+				<-unblock
+			}
+			return nil
+		}
+		store.onAcquire.Store(&holdA)
+		gotA := acquireIn(t, t.Context(), c, "k", "A")
+		synctest.Wait() // A's first attempt is under way
+		gotB := acquireIn(t, t.Context(), c, "k", "B")
+		synctest.Wait() // B queued behind it
+		close(unblock)
+		synctest.Wait()
+		a, ok := received(gotA)
+		if !ok || a == nil {
+			t.Fatal("A did not get the free key")
+		}
+		if calls := store.acquires.Load(); calls != 2 {
+			t.Fatalf("%d acquire calls, want 2: A's, and B's after it set up its watch", calls)
+		}
+		if err := a.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l, ok := received(gotB); !ok || l == nil {
+			t.Fatal("B was not woken by A's release")
+		}
+	})
+}
+
+// A head whose context ends while it waits hands the turn to the next
+// waiter, which a later release then wakes.
+func TestCancelledHeadHandsOverItsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		holder, err := c.TryAcquire(t.Context(), "k", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctxA, cancelA := context.WithCancel(t.Context())
+		gotA := acquireIn(t, ctxA, c, "k", "A")
+		synctest.Wait()
+		gotB := acquireIn(t, t.Context(), c, "k", "B")
+		synctest.Wait()
+		cancelA()
+		synctest.Wait()
+		if l, ok := received(gotA); !ok || l != nil {
+			t.Fatalf("A: lease %v, done %v; want A to have given up", l, ok)
+		}
+		before := store.acquires.Load()
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l, ok := received(gotB); !ok || l == nil {
+			t.Fatal("B did not get the key after the release")
+		}
+		if calls := store.acquires.Load() - before; calls != 1 {
+			t.Fatalf("%d acquire calls after the release, want 1", calls)
+		}
+	})
+}
+
+// A head that wins the key on its backoff while a wake-up is pending leaves
+// the wake-up to the next waiter, which acts on it at once: a wake-up is
+// never dropped while others wait, even when it turns out to be spent.
+func TestHeadAcquiringOnBackoffLeavesWakeOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		holder, err := c.TryAcquire(t.Context(), "k", 2*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotA := acquireIn(t, t.Context(), c, "k", "A")
+		synctest.Wait()
+		gotB := acquireIn(t, t.Context(), c, "k", "B")
+		synctest.Wait()
+
+		// A's backoff attempt finds the holder releasing just before it:
+		// the release's wake-up lands while A is not listening.
+		var once sync.Once
+		releaseFirst := func(ctx context.Context) error {
+			if ctx.Value(waiterName{}) == "A" {
+				once.Do(func() {
+					if err := holder.Release(t.Context()); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			return nil
+		}
+		store.onAcquire.Store(&releaseFirst)
+		before := store.acquires.Load()
+		a := <-gotA // the fake clock moves until A's backoff runs out
+		if a == nil {
+			t.Fatal("A did not get the key on its backoff attempt")
+		}
+		synctest.Wait()
+		if _, ok := received(gotB); ok {
+			t.Fatal("B got the key A holds")
+		}
+		if calls := store.acquires.Load() - before; calls != 2 {
+			t.Fatalf("%d acquire calls, want 2: A's, and B's on the wake-up A left", calls)
+		}
+		if err := a.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l, ok := received(gotB); !ok || l == nil {
+			t.Fatal("B did not get the key after A's release")
+		}
+	})
+}
+
+// 8 goroutines of one Client take one key 50 times each, on the default
+// backoff: every one finishes, the key goes round in arrival order (no
+// goroutine takes it twice while another waits), and the store sees about
+// one acquire call per hand-off.
+func TestNoLocalWaiterStarves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, rounds = 8, 50
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store)
+		var (
+			mu     sync.Mutex
+			owners []int
+			wg     sync.WaitGroup
+		)
+		for w := range n {
+			wg.Go(func() {
+				for range rounds {
+					l, err := c.Acquire(t.Context(), "k", time.Minute)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					owners = append(owners, w)
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // the critical section, on the fake clock
+					if err := l.Release(t.Context()); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+			synctest.Wait() // each joins before the next: arrival order is w
+		}
+		wg.Wait()
+		if len(owners) != n*rounds {
+			t.Fatalf("%d acquisitions, want %d", len(owners), n*rounds)
+		}
+		for i := n; i < len(owners); i++ {
+			if owners[i] != owners[i-n] {
+				t.Fatalf("acquisition %d went to %d, want %d: the key did not go round in order (%v)", i, owners[i], owners[i-n], owners[max(0, i-2*n):i+1])
+			}
+		}
+		if calls := store.acquires.Load(); calls > n*rounds+2*n {
+			t.Fatalf("%d acquire calls for %d acquisitions", calls, n*rounds)
+		}
+	})
+}
