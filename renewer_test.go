@@ -641,3 +641,39 @@ func BenchmarkRenewerMemoryPerLease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRenewerSchedule is the cost of scheduling a lease's renewals on
+// a Renewer that already holds 10,000 (its heap insert, and the removal on
+// Stop): the per-lease bookkeeping of the shared renewer.
+//
+//	go test -run '^$' -bench RenewerSchedule
+func BenchmarkRenewerSchedule(b *testing.B) {
+	const n = 10_000
+	mem := memstore.New()
+	c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
+	r, err := leasehold.NewRenewer(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	for i := range n {
+		l, err := c.TryAcquire(b.Context(), fmt.Sprintf("held:%d", i), time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.KeepAlive(b.Context(), l); err != nil {
+			b.Fatal(err)
+		}
+	}
+	l, err := c.TryAcquire(b.Context(), "scheduled", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		k, err := r.KeepAlive(b.Context(), l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		k.Stop()
+	}
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // waitQueues orders the goroutines waiting in a Client's Acquire, per key, so
-// that a release wakes one of them instead of all (issue 9: with every local
+// that a release wakes one of them instead of all (with every local
 // waiter woken, 63 of 64 attempts lose and the winner's queues behind them).
 //
 // The waiters of a key form a FIFO queue. Only its front, the head, talks to

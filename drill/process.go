@@ -278,11 +278,12 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 	}
 }
 
-// working returns a random live worker in the work of a critical section,
-// with its key and fence, or nil.
-func (ps *procs) working() (*proc, string, int64) {
+// strike picks a random live worker in the work of a critical section,
+// marks it (under its lock, so that no other fault picks it too), names it
+// as the fault's target and records the fault's event on the key and fence
+// it holds.
+func (ps *procs) strike(e *Env, fault string, mark func(*proc)) (p *proc, key string, f int64, err error) {
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	var busy []*proc
 	for _, p := range ps.all {
 		p.mu.Lock()
@@ -291,13 +292,18 @@ func (ps *procs) working() (*proc, string, int64) {
 		}
 		p.mu.Unlock()
 	}
+	ps.mu.Unlock()
 	if len(busy) == 0 {
-		return nil, "", 0
+		return nil, "", 0, errNoWorkerWorking
 	}
-	p := busy[rand.IntN(len(busy))]
+	p = busy[rand.IntN(len(busy))]
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p, p.key, p.fence
+	key, f = p.key, p.fence
+	mark(p)
+	p.mu.Unlock()
+	e.target = p.spec.ID
+	ps.run.rec.event(Event{Fault: fault, Worker: p.spec.ID, Key: key, Fence: f, At: time.Now()})
+	return p, key, f, nil
 }
 
 // live returns the worker processes that have not exited.
@@ -321,19 +327,14 @@ var errNoWorkerWorking = errors.New("drill: no worker process is in a critical s
 // another worker holds its key (or after three TTLs): it wakes to write
 // and release on a lease that is gone.
 func (ps *procs) pause(ctx context.Context, e *Env) error {
-	p, key, f := ps.working()
-	if p == nil {
-		return errNoWorkerWorking
+	p, key, f, err := ps.strike(e, PauseWorker{}.Name(), func(p *proc) { p.stopped = true })
+	if err != nil {
+		return err
 	}
-	e.target = p.spec.ID
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	r := ps.run
-	r.rec.event(Event{Fault: PauseWorker{}.Name(), Worker: p.spec.ID, Key: key, Fence: f, At: time.Now()})
 	r.wg.Go(func() {
 		defer func() {
 			_ = p.cmd.Process.Signal(syscall.SIGCONT)
@@ -354,20 +355,15 @@ func (ps *procs) pause(ctx context.Context, e *Env) error {
 
 // kill SIGKILLs a worker in its critical section and starts a replacement.
 func (ps *procs) kill(ctx context.Context, e *Env) error {
-	p, key, f := ps.working()
-	if p == nil {
-		return errNoWorkerWorking
+	p, _, _, err := ps.strike(e, KillWorker{}.Name(), func(p *proc) { p.killed = true })
+	if err != nil {
+		return err
 	}
-	e.target = p.spec.ID
-	p.mu.Lock()
-	p.killed = true
-	p.mu.Unlock()
-	ps.run.rec.event(Event{Fault: KillWorker{}.Name(), Worker: p.spec.ID, Key: key, Fence: f, At: time.Now()})
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
 	<-p.exited
-	_, err := ps.spawn(ctx, p.spec.Starter)
+	_, err = ps.spawn(ctx, p.spec.Starter)
 	return err
 }
 

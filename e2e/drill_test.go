@@ -24,29 +24,9 @@ import (
 // stale write may get through, even with fences issued after Redis lost its
 // data.
 func TestDrillOnRedisAndPostgres(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	proxy := testserver.StartProxy(t, srv.Addr())
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
-	store, err := redisstore.New(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Thaw(); _ = store.Close(); _ = client.Close() })
-	jobs, err := pgjobs.New(pool, unique("drill_jobs_"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every fault type, the worker faults three times as often: a partition
-	// cuts every worker off, and too many of them would leave no takeover
-	// to measure.
-	faults := append(append(append(drill.DefaultFaults(), drill.DefaultFaults()...), drill.DefaultFaults()...),
-		drill.StoreRestart{Restart: srv.Restart},
-		drill.Partition{Freeze: proxy.Freeze, Thaw: proxy.Thaw})
-	rep, err := drill.Run(t.Context(), drill.Config{
-		Store: store, StoreName: "redis via proxy " + proxy.Addr(),
-		Storage: jobs, StorageName: "postgres",
-		Jobs: 50, Faults: faults, // the default time scale: TTL 600 ms, 200 ms of SLO slack
-	})
+	cfg, _, _ := drillOnRealServers(t)
+	cfg.Jobs = 50 // the default time scale: TTL 600 ms, 200 ms of SLO slack
+	rep, err := drill.Run(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +44,35 @@ func TestDrillOnRedisAndPostgres(t *testing.T) {
 		t.Fatalf("the drill proved little: %d restarts, %d partitions, %d stale writes refused",
 			rep.Faults["store-restart"], rep.Faults["silent-partition"], rep.StaleRefused)
 	}
+}
+
+// drillOnRealServers returns a drill's configuration on real servers: locks
+// in a fresh redis-server reached through a proxy that can freeze, jobs in
+// a fresh table of the shared PostgreSQL, and every
+// fault type: the worker faults three times as often, since a partition
+// cuts every worker off and too many would leave no takeover to measure.
+// It also returns the address the workers reach Redis on and the table.
+func drillOnRealServers(t *testing.T) (cfg drill.Config, redisAddr, table string) {
+	srv := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	store, err := redisstore.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Thaw(); _ = store.Close(); _ = client.Close() })
+	table = unique("drill_jobs_")
+	jobs, err := pgjobs.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults := append(append(append(drill.DefaultFaults(), drill.DefaultFaults()...), drill.DefaultFaults()...),
+		drill.StoreRestart{Restart: srv.Restart},
+		drill.Partition{Freeze: proxy.Freeze, Thaw: proxy.Thaw})
+	return drill.Config{
+		Store: store, StoreName: "redis via proxy " + proxy.Addr(),
+		Storage: jobs, StorageName: "postgres", Faults: faults,
+	}, proxy.Addr(), table
 }
 
 // The negative control on real servers: without fencing, PostgreSQL accepts
@@ -141,39 +150,18 @@ func serveDrillWorker(spec drill.WorkerSpec, specErr error) int {
 // are SIGSTOPped past their TTL and SIGKILLed in their critical sections. No
 // safety violation, and takeover p99 within TTL + one renewal interval.
 func TestDrillWorkerProcesses(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	proxy := testserver.StartProxy(t, srv.Addr())
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
-	store, err := redisstore.New(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Thaw(); _ = store.Close(); _ = client.Close() })
-	table := unique("drill_jobs_")
-	jobs, err := pgjobs.New(pool, table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, redisAddr, table := drillOnRealServers(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every fault type, the worker faults three times as often (as in
-	// TestDrillOnRedisAndPostgres).
-	faults := append(append(append(drill.DefaultFaults(), drill.DefaultFaults()...), drill.DefaultFaults()...),
-		drill.StoreRestart{Restart: srv.Restart},
-		drill.Partition{Freeze: proxy.Freeze, Thaw: proxy.Thaw})
-	rep, err := drill.Run(t.Context(), drill.Config{
-		Store: store, StoreName: "redis via proxy " + proxy.Addr(),
-		Storage: jobs, StorageName: "postgres",
-		Processes: drillProcesses, Jobs: drillProcessJobs, TimeScale: drillProcessScale, Faults: faults,
-		Timeout: 4 * time.Minute,
-		StartWorker: func() *exec.Cmd {
-			cmd := exec.Command(exe, "-test.run=^$")
-			cmd.Env = append(os.Environ(), envWorkerRedis+"="+proxy.Addr(), envWorkerPG+"="+pgSrv.DSN(), envWorkerTable+"="+table)
-			return cmd
-		},
-	})
+	cfg.Processes, cfg.Jobs, cfg.TimeScale, cfg.Timeout = drillProcesses, drillProcessJobs, drillProcessScale, 4*time.Minute
+	cfg.StartWorker = func() *exec.Cmd {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), envWorkerRedis+"="+redisAddr, envWorkerPG+"="+pgSrv.DSN(), envWorkerTable+"="+table)
+		return cmd
+	}
+	rep, err := drill.Run(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +177,7 @@ func TestDrillWorkerProcesses(t *testing.T) {
 	if rep.CriticalSections < drillProcessSections {
 		t.Errorf("%d critical sections, want at least %d", rep.CriticalSections, drillProcessSections)
 	}
-	for _, f := range faults {
+	for _, f := range cfg.Faults {
 		if rep.Faults[f.Name()] == 0 {
 			t.Errorf("fault %s was never injected", f.Name())
 		}
