@@ -115,6 +115,14 @@ func TestDrillWorkerProcesses(t *testing.T) {
 			t.Errorf("safety violation %s", v.Check)
 		}
 	}
+
+	// The negative control with worker processes: stale writes get through
+	// and the drill says so.
+	res = run(t, "drill", "--processes", "4", "--redis", "redis://"+r.Addr()+"/0", "--jobs-postgres", pg.DSN(),
+		"--time-scale", "1/200", "--jobs", "20", "--no-fencing")
+	if res.code != 1 || !strings.Contains(res.stdout, "stale-write-accepted") || !strings.Contains(res.stdout, "history-not-linearizable") {
+		t.Fatalf("drill --processes 4 --no-fencing: exit %d, want 1 with stale writes and a non-linearizable history:\n%s", res.code, res.stdout)
+	}
 }
 
 // --report writes the HTML page after the drill, also when it found
