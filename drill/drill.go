@@ -241,7 +241,7 @@ func (r *run) injectFaults(ctx context.Context) {
 	tick := time.NewTicker(r.ttl / 4)
 	defer tick.Stop()
 	lastProgress := time.Now()
-	for i := 0; r.remaining(ctx) > 0; i++ {
+	for i := 0; r.remaining(ctx) > 0 && !r.workersGone(); i++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -287,6 +287,12 @@ func (r *run) heal(ctx context.Context, env *Env, f Fault, worker int, since tim
 	if _, ok := f.(Partition); ok {
 		r.outages = append(r.outages, Window{since, now})
 	}
+}
+
+// workersGone reports whether a multi-process drill has no worker left
+// (they failed and were not replaced: see procs.read).
+func (r *run) workersGone() bool {
+	return r.procs != nil && len(r.procs.live()) == 0
 }
 
 func sum(m map[string]int) (n int) {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,7 +75,7 @@ func (w *lineWriter) send(l line) {
 	}
 }
 
-// ErrUnknownOutcome is the error of an operation whose worker process ended
+// errUnknownOutcome is the error of an operation whose worker process ended
 // (was killed) before the operation returned.
 const errUnknownOutcome = "worker process ended before the call returned: outcome unknown"
 
@@ -176,9 +177,10 @@ func (p *proc) command(s string) {
 
 // procs are the worker processes of a run.
 type procs struct {
-	run *run
-	mu  sync.Mutex
-	all []*proc // live and dead; dead ones have exited closed
+	run     *run
+	mu      sync.Mutex
+	all     []*proc      // live and dead; dead ones have exited closed
+	crashes atomic.Int64 // workers that exited on their own with an error
 }
 
 // startProcs starts cfg.Processes workers, half of them starters.
@@ -272,7 +274,13 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 	if err != nil && !killed && ctx.Err() == nil {
 		r.rec.event(Event{Fault: "worker-crashed", Worker: p.spec.ID, At: now})
 		slog.Default().Error("drill: worker process failed", "worker", p.spec.ID, "err", err, "stderr", p.stderr.String())
-		if _, err := ps.spawn(ctx, p.spec.Starter); err != nil {
+		// A worker that cannot run (a bad store address, say) would crash
+		// again at once: replace crashed workers only as many times as
+		// there are workers, so that such a drill ends with its jobs
+		// unfinished rather than starting processes until its timeout.
+		if ps.crashes.Add(1) > int64(r.cfg.Processes) {
+			slog.Default().Error("drill: too many worker processes failed; no more replacements", "failed", ps.crashes.Load())
+		} else if _, err := ps.spawn(ctx, p.spec.Starter); err != nil {
 			slog.Default().Error("drill: no replacement worker", "err", err)
 		}
 	}

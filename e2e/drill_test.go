@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,3 +199,27 @@ const (
 	drillProcessScale    = 1.0 / 200
 	drillProcessSections = 2000
 )
+
+// Worker processes that cannot run are replaced only as many times as there
+// are workers; the drill then ends at once with its jobs unfinished, rather
+// than starting processes until its timeout.
+func TestDrillWorkerProcessesThatCannotRun(t *testing.T) {
+	cfg, _, _ := drillOnRealServers(t)
+	cfg.Processes, cfg.Jobs, cfg.Faults = 2, 5, []drill.Fault{}
+	var started atomic.Int32 // replacements are started from the drill's goroutines
+	cfg.StartWorker = func() *exec.Cmd { started.Add(1); return exec.Command("false") }
+	rep, err := drill.Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int(started.Load()); n != 2*cfg.Processes {
+		t.Errorf("%d worker processes started, want %d: the workers and one replacement each", n, 2*cfg.Processes)
+	}
+	unfinished := false
+	for _, v := range rep.Violations {
+		unfinished = unfinished || v.Check == drill.CheckUnfinished
+	}
+	if !unfinished || rep.Effects["worker-crashed"] != 2*cfg.Processes {
+		t.Fatalf("violations %+v, %d crashes recorded; want jobs unfinished and %d crashes", rep.Violations, rep.Effects["worker-crashed"], 2*cfg.Processes)
+	}
+}
