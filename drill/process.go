@@ -181,7 +181,12 @@ type procs struct {
 	mu      sync.Mutex
 	all     []*proc      // live and dead; dead ones have exited closed
 	crashes atomic.Int64 // workers that exited on their own with an error
+	// stopping is set (under mu) when the drill stops its workers: no
+	// worker starts after that.
+	stopping bool
 }
+
+var errStopping = errors.New("drill: the drill is stopping its workers")
 
 // startProcs starts cfg.Processes workers, half of them starters.
 func (r *run) startProcs(ctx context.Context) error {
@@ -216,15 +221,20 @@ func (ps *procs) spawn(ctx context.Context, starter bool) (*proc, error) {
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
+	ps.mu.Lock()
+	if ps.stopping {
+		ps.mu.Unlock()
+		return nil, errStopping
+	}
 	if err := cmd.Start(); err != nil {
+		ps.mu.Unlock()
 		return nil, fmt.Errorf("drill: start worker process: %w", err)
 	}
+	ps.all = append(ps.all, p)
+	ps.mu.Unlock()
 	if d := r.knobs.latency.Load(); d > 0 {
 		p.command("latency " + strconv.FormatInt(d, 10))
 	}
-	ps.mu.Lock()
-	ps.all = append(ps.all, p)
-	ps.mu.Unlock()
 	r.wg.Go(func() { ps.read(ctx, p, stdout) })
 	return p, nil
 }
@@ -270,19 +280,22 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 	killed := p.killed
 	p.key = ""
 	p.mu.Unlock()
-	close(p.exited)
-	if err != nil && !killed && ctx.Err() == nil {
-		r.rec.event(Event{Fault: "worker-crashed", Worker: p.spec.ID, At: now})
-		slog.Default().Error("drill: worker process failed", "worker", p.spec.ID, "err", err, "stderr", p.stderr.String())
-		// A worker that cannot run (a bad store address, say) would crash
-		// again at once: replace crashed workers only as many times as
-		// there are workers, so that such a drill ends with its jobs
-		// unfinished rather than starting processes until its timeout.
-		if ps.crashes.Add(1) > int64(r.cfg.Processes) {
-			slog.Default().Error("drill: too many worker processes failed; no more replacements", "failed", ps.crashes.Load())
-		} else if _, err := ps.spawn(ctx, p.spec.Starter); err != nil {
-			slog.Default().Error("drill: no replacement worker", "err", err)
-		}
+	// The replacement starts before this worker counts as exited, so that
+	// the drill never sees a moment without workers it is about to have.
+	defer close(p.exited)
+	if err == nil || killed || ctx.Err() != nil {
+		return
+	}
+	r.rec.event(Event{Fault: "worker-crashed", Worker: p.spec.ID, At: now})
+	slog.Default().Error("drill: worker process failed", "worker", p.spec.ID, "err", err, "stderr", p.stderr.String())
+	// A worker that cannot run (a bad store address, say) would crash
+	// again at once: replace crashed workers only as many times as there
+	// are workers, so that such a drill ends with its jobs unfinished
+	// rather than starting processes until its timeout.
+	if ps.crashes.Add(1) > int64(r.cfg.Processes) {
+		slog.Default().Error("drill: too many worker processes failed; no more replacements", "failed", ps.crashes.Load())
+	} else if _, err := ps.spawn(ctx, p.spec.Starter); err != nil && !errors.Is(err, errStopping) {
+		slog.Default().Error("drill: no replacement worker", "err", err)
 	}
 }
 
@@ -370,8 +383,13 @@ func (ps *procs) kill(ctx context.Context, e *Env) error {
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
-	<-p.exited
+	// The replacement starts before the killed worker counts as exited
+	// (see read): the drill never sees a moment without workers.
 	_, err = ps.spawn(ctx, p.spec.Starter)
+	<-p.exited
+	if errors.Is(err, errStopping) {
+		return nil
+	}
 	return err
 }
 
@@ -403,6 +421,9 @@ func (ps *procs) latency(d time.Duration) {
 // stopAll asks every worker to stop, waits a bounded time and kills the
 // ones still running.
 func (ps *procs) stopAll() {
+	ps.mu.Lock()
+	ps.stopping = true
+	ps.mu.Unlock()
 	grace, cancel := context.WithTimeout(context.Background(), 2*ps.run.ttl+5*time.Second)
 	defer cancel()
 	for _, p := range ps.live() {
