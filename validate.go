@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -19,6 +20,11 @@ const (
 	// in the lock value.
 	MaxTokenLen = 256
 
+	// ReservedPrefix starts every key leasehold keeps for itself in a
+	// store's key space (Redis fence counters and marks, for one). No lock
+	// or fenced key may start with it, so no user key can reach them.
+	ReservedPrefix = "leasehold:"
+
 	// MinTTL is the shortest lease. Redis keeps expiries in whole
 	// milliseconds, so a shorter lease cannot be represented there.
 	MinTTL = time.Millisecond
@@ -30,8 +36,8 @@ const (
 )
 
 // ValidateKey checks a lock key: non-empty, at most MaxKeyLen bytes, valid
-// UTF-8 and free of control characters (which break log lines, the CLI's
-// tables and Redis inline commands).
+// UTF-8, free of control characters (which break log lines, the CLI's tables
+// and Redis inline commands) and not starting with ReservedPrefix.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -40,6 +46,8 @@ func ValidateKey(key string) error {
 		return &ArgumentError{Arg: "key", Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), MaxKeyLen)}
 	case !utf8.ValidString(key):
 		return &ArgumentError{Arg: "key", Reason: "not valid UTF-8"}
+	case strings.HasPrefix(key, ReservedPrefix):
+		return &ArgumentError{Arg: "key", Reason: fmt.Sprintf("starts with %q, which leasehold reserves for its own keys", ReservedPrefix)}
 	}
 	for i, r := range key {
 		if unicode.IsControl(r) {
@@ -62,13 +70,19 @@ func ValidateTTL(ttl time.Duration) error {
 	return nil
 }
 
-// ValidateToken checks an owner token: non-empty and at most MaxTokenLen bytes.
+// ValidateToken checks an owner token: 1 to MaxTokenLen bytes of printable
+// ASCII without space (0x21–0x7E), which every backend stores unchanged.
 func ValidateToken(token string) error {
 	switch {
 	case token == "":
 		return &ArgumentError{Arg: "token", Reason: "empty"}
 	case len(token) > MaxTokenLen:
 		return &ArgumentError{Arg: "token", Reason: fmt.Sprintf("%d bytes, longer than %d", len(token), MaxTokenLen)}
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c < 0x21 || c > 0x7e {
+			return &ArgumentError{Arg: "token", Reason: fmt.Sprintf("byte 0x%02x at %d is not printable ASCII", c, i)}
+		}
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) leasehold.Store) {
 		{"InspectUnknownKey", testInspectUnknown},
 		{"TTLBounds", testTTLBounds},
 		{"BadInputWritesNothing", testBadInput},
+		{"HostileKeysAndTokensRoundTrip", testHostileInput},
 		{"CancelledContextNeverAcquires", testCancelledContext},
 		{"ReleaseWakesWatchers", testReleaseWakesWatchers},
 		{"RenewBatchPerItem", testRenewBatch},
@@ -317,6 +318,9 @@ func testBadInput(t *testing.T, s leasehold.Store) {
 		"C1 control":      key + "\u0085",
 		"invalid UTF-8":   key + "\xff",
 		"carriage return": "\r" + key,
+		"reserved prefix": leasehold.ReservedPrefix + key,
+		"a fence counter": leasehold.ReservedPrefix + "fence:{ABC}:" + key,
+		"prefix alone":    leasehold.ReservedPrefix,
 	}
 	badTTLs := map[string]time.Duration{
 		"zero":         0,
@@ -327,8 +331,15 @@ func testBadInput(t *testing.T, s leasehold.Store) {
 		"1 nanosecond": 1,
 	}
 	badTokens := map[string]string{
-		"empty":    "",
-		"too long": strings.Repeat("t", leasehold.MaxTokenLen+1),
+		"empty":         "",
+		"too long":      strings.Repeat("t", leasehold.MaxTokenLen+1),
+		"NUL":           "tok\x00en",
+		"space":         "tok en",
+		"newline":       "token\n",
+		"tab":           "\ttoken",
+		"DEL":           "token\x7f",
+		"non-ASCII":     "tokén",
+		"invalid UTF-8": "token\xff",
 	}
 	wantArg := func(t *testing.T, what string, err error, arg string) {
 		t.Helper()
@@ -370,6 +381,45 @@ func testBadInput(t *testing.T, s leasehold.Store) {
 	}
 	if info := wantHeldBy(t, s, key, okTok); info.Fence != fence || info.TTL > longTTL {
 		t.Fatalf("rejected calls changed the lease: %+v", info)
+	}
+}
+
+// testHostileInput takes keys and tokens at the edges of what is allowed,
+// and keys that look alike, and checks each is stored as given and apart.
+func testHostileInput(t *testing.T, s leasehold.Store) {
+	ctx := t.Context()
+	base := Key(t)
+	var printable strings.Builder
+	for c := byte(0x21); c <= 0x7e; c++ {
+		printable.WriteByte(c)
+	}
+	keys := []string{
+		base, base + " ", " " + base, strings.ToUpper(base),
+		base + "{x}", "{" + base + "}", base + "}{", "{}" + base,
+		base + "*?[a]", base + "%s%d", base + "'\"\\", base + "é世",
+		base + "/../" + base, "Leasehold:" + base, "leasehold" + base,
+		base + strings.Repeat("k", leasehold.MaxKeyLen-len(base)),
+	}
+	tokens := []string{printable.String(), strings.Repeat("~", leasehold.MaxTokenLen), "nan", "-1", "1e300", "0"}
+	owners := make(map[string]string, len(keys))
+	fences := make(map[string]int64, len(keys))
+	for i, k := range keys {
+		tok := tokens[i%len(tokens)]
+		fences[k] = acquire(t, s, k, tok, longTTL)
+		owners[k] = tok
+	}
+	for _, k := range keys {
+		if info := wantHeldBy(t, s, k, owners[k]); info.Fence != fences[k] {
+			t.Fatalf("Inspect(%q).Fence = %d, want %d", k, info.Fence, fences[k])
+		}
+	}
+	for _, k := range keys {
+		if err := s.Release(ctx, k, owners[k]); err != nil {
+			t.Fatalf("Release(%q): %v", k, err)
+		}
+		if f := acquire(t, s, k, token(), longTTL); f <= fences[k] {
+			t.Fatalf("%q: fence %d after %d, want strictly increasing", k, f, fences[k])
+		}
 	}
 }
 
