@@ -5,6 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +38,7 @@ var (
 	inspectLua string
 
 	// Acquire and release must not run twice; renew and inspect may.
-	acquireScript = rscript.Once(acquireLua)
+	acquireScript = rscript.Once(rscript.Int64Lib + acquireLua)
 	releaseScript = rscript.Once(releaseLua)
 	renewScript   = rscript.New(renewLua)
 	inspectScript = rscript.New(inspectLua)
@@ -101,22 +104,53 @@ func millis(ttl time.Duration) int64 {
 }
 
 // Acquire implements leasehold.Store in one round trip (once the script is
-// cached on the server).
+// cached on the server). Besides the Store's errors, it refuses, writing
+// nothing, a key whose fence counter holds anything but a decimal in
+// 1..math.MaxInt64 (someone else wrote it) or has reached math.MaxInt64: the
+// error names the counter, and deleting it restarts it from the clock.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	res, err := acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Int64Slice()
+	res, err := acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Slice()
 	if err != nil {
-		return 0, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+		return 0, acquireError(key, err)
 	}
-	if len(res) != 2 {
-		return 0, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+	if len(res) == 2 {
+		switch got, _ := res[0].(int64); got {
+		case 0:
+			if pttl, ok := res[1].(int64); ok {
+				return 0, &leasehold.HeldError{Key: key, Remaining: heldFor(pttl)}
+			}
+		case 1:
+			if f, ok := res[1].(string); ok {
+				if fence, ok := parseFence(f); ok {
+					return fence, nil
+				}
+			}
+		}
 	}
-	if res[0] == 0 {
-		return 0, &leasehold.HeldError{Key: key, Remaining: heldFor(res[1])}
+	return 0, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+}
+
+// parseFence reads a fence as the scripts write it: a canonical decimal in
+// 1..math.MaxInt64.
+func parseFence(s string) (int64, bool) {
+	f, err := strconv.ParseInt(s, 10, 64)
+	return f, err == nil && f > 0 && strconv.FormatInt(f, 10) == s
+}
+
+// acquireError explains the acquire script's refusals of a bad counter.
+func acquireError(key string, err error) error {
+	if v, ok := strings.CutPrefix(err.Error(), "LEASEHOLD_BADFENCE "); ok {
+		return fmt.Errorf("redisstore: acquire %q: fence counter %q holds %s, not a decimal in 1..%d; nothing was written (delete the counter to restart it from the server clock)",
+			key, FenceKey(key), v, int64(math.MaxInt64))
 	}
-	return res[1], nil
+	if _, ok := strings.CutPrefix(err.Error(), "LEASEHOLD_FENCE_EXHAUSTED "); ok {
+		return fmt.Errorf("redisstore: acquire %q: fence counter %q is at %d and cannot rise; nothing was written (delete the counter to restart it from the server clock)",
+			key, FenceKey(key), int64(math.MaxInt64))
+	}
+	return fmt.Errorf("redisstore: acquire %q: %w", key, err)
 }
 
 // Release implements leasehold.Store in one round trip.
@@ -204,8 +238,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 		}
 	}
 	if f, ok := res[2].(string); ok {
-		if _, err := fmt.Sscan(f, &info.Fence); err != nil {
-			return info, fmt.Errorf("redisstore: inspect %q: fence %q: %w", key, f, err)
+		var ok bool
+		if info.Fence, ok = parseFence(f); !ok {
+			return info, fmt.Errorf("redisstore: inspect %q: fence counter %q holds %.32q, not a decimal in 1..%d", key, FenceKey(key), f, int64(math.MaxInt64))
 		}
 	}
 	return info, nil

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -71,22 +72,29 @@ func NewScript(src string) *Script { return &Script{s: rscript.Once(wrap(src))} 
 // follows it.
 const staleReply = "LEASEHOLD_STALE "
 
+// badMarkReply prefixes the error reply for a mark that is not a decimal in
+// 0..math.MaxInt64 (written by someone else); nothing is written then.
+const badMarkReply = "LEASEHOLD_BADMARK "
+
 // wrap puts the fence check around body. The caller's keys come first and
 // the mark's key last; the fence and the mode follow the caller's arguments.
 // They are removed from KEYS and ARGV before body runs.
 func wrap(body string) string {
-	return `local hwm = table.remove(KEYS)
+	return rscript.Int64Lib + `local hwm = table.remove(KEYS)
 local same = table.remove(ARGV) == '1'
 local fence = table.remove(ARGV)
-local f = tonumber(fence)
-local cur = tonumber(redis.call('GET', hwm) or '0')
-if f < cur or (f == cur and not same) then
-  return redis.error_reply('` + staleReply + `' .. string.format('%.0f', cur))
+local cur = redis.call('GET', hwm) or '0'
+if cur ~= '0' and not lh_int(cur) then
+  return redis.error_reply('` + badMarkReply + `' .. lh_show(cur))
+end
+local c = lh_cmp(fence, cur)
+if c < 0 or (c == 0 and not same) then
+  return redis.error_reply('` + staleReply + `' .. cur)
 end
 local result = (function()
 ` + body + `
 end)()
-if f > cur then
+if c > 0 then
   redis.call('SET', hwm, fence)
 end
 return result
@@ -155,6 +163,10 @@ func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceTo
 			return nil, w.cfg.Reject("redis", keys[0], fenceToken, cur)
 		}
 	}
+	if msg, ok := strings.CutPrefix(err.Error(), badMarkReply); ok {
+		return nil, fmt.Errorf("redisfence: %q: its mark %q holds %s, not a decimal in 0..%d; nothing was written",
+			keys[0], HighWaterKey(keys[0]), msg, int64(math.MaxInt64))
+	}
 	return nil, fmt.Errorf("redisfence: %q: %w", keys[0], err)
 }
 
@@ -181,8 +193,8 @@ func (w *Writer) Read(ctx context.Context, key string) ([]byte, int64, error) {
 	}
 	var mark int64
 	if m, ok := res[1].(string); ok {
-		if mark, err = strconv.ParseInt(m, 10, 64); err != nil {
-			return nil, 0, fmt.Errorf("redisfence: read %q: mark %q: %w", key, m, err)
+		if mark, err = strconv.ParseInt(m, 10, 64); err != nil || mark < 0 {
+			return nil, 0, fmt.Errorf("redisfence: read %q: mark %q holds %.32q, not a decimal in 0..%d", key, HighWaterKey(key), m, int64(math.MaxInt64))
 		}
 	}
 	return value, mark, nil

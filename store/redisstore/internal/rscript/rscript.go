@@ -4,10 +4,17 @@ package rscript
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// Int64Lib is Lua for exact int64 arithmetic on decimal strings (lh_int,
+// lh_cmp, lh_incr, lh_show and LH_MAX), to put before a script that uses it.
+//
+//go:embed int64.lua
+var Int64Lib string
 
 // Script is a Lua script sent as EVALSHA, with EVAL as the fallback when the
 // server does not have it cached.

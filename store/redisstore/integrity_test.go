@@ -1,0 +1,152 @@
+package redisstore_test
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+// Fences past 2^53, where a Lua double stops being exact, up to MaxInt64:
+// each is exact and one above the last, and the last one cannot be passed.
+func TestFencesAreExactInt64(t *testing.T) {
+	s := newStore(t, singleClient(shared.Addr()))
+	ctx := t.Context()
+	for _, start := range []int64{1<<53 - 2, 1<<53 + 1, 1<<62 + 12345, math.MaxInt64 - 3} {
+		key := storetest.Key(t)
+		setRaw(t, redisstore.FenceKey(key), strconv.FormatInt(start, 10))
+		want := start
+		for range 3 { // bounded: MaxInt64-3 reaches the top in 3 acquires
+			want++
+			tok := leasehold.NewToken()
+			f, err := s.Acquire(ctx, key, tok, time.Minute)
+			if err != nil {
+				t.Fatalf("counter %d: Acquire: %v", want-1, err)
+			}
+			if f != want {
+				t.Fatalf("counter %d: fence %d, want %d", want-1, f, want)
+			}
+			if info, err := s.Inspect(ctx, key); err != nil || info.Fence != want {
+				t.Fatalf("Inspect = (%+v, %v), want fence %d", info, err, want)
+			}
+			if err := s.Release(ctx, key, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want != math.MaxInt64 {
+			continue
+		}
+		_, err := s.Acquire(ctx, key, leasehold.NewToken(), time.Minute)
+		if err == nil || errors.Is(err, leasehold.ErrNotAcquired) || !strings.Contains(err.Error(), "cannot rise") {
+			t.Fatalf("Acquire with the counter at MaxInt64: %v, want an exhausted-counter error", err)
+		}
+		wantUntouched(t, key, strconv.FormatInt(math.MaxInt64, 10))
+	}
+}
+
+// A counter holding anything leasehold would not write is refused with an
+// error naming it; nothing is written, not even the lock key. Deleting the
+// counter restarts the fence from the server clock.
+func TestBadFenceCounterIsRefused(t *testing.T) {
+	s := newStore(t, singleClient(shared.Addr()))
+	ctx := t.Context()
+	bad := []string{
+		"nan", "inf", "-inf", "1e300", "1e3", "0x10", "abc", "", "0", "-5", "007",
+		"+3", " 12", "12 ", "1.5", "9223372036854775808", "18446744073709551616",
+		strings.Repeat("9", 40), "12\n", "１２",
+	}
+	for _, v := range bad {
+		key := storetest.Key(t)
+		setRaw(t, redisstore.FenceKey(key), v)
+		f, err := s.Acquire(ctx, key, leasehold.NewToken(), time.Minute)
+		if err == nil || f != 0 || errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("counter %q: Acquire = (%d, %v), want an error", v, f, err)
+		}
+		if !strings.Contains(err.Error(), redisstore.FenceKey(key)) {
+			t.Errorf("counter %q: error %q does not name the counter", v, err)
+		}
+		wantUntouched(t, key, v)
+		if _, err := s.Inspect(ctx, key); err == nil {
+			t.Errorf("counter %q: Inspect accepted it", v)
+		}
+		if _, err := shared.Do("DEL", redisstore.FenceKey(key)); err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now().UnixMicro()
+		if f, err = s.Acquire(ctx, key, leasehold.NewToken(), time.Minute); err != nil || f < before-int64(time.Minute/time.Microsecond) {
+			t.Fatalf("counter %q deleted: Acquire = (%d, %v), want a fence from the clock", v, f, err)
+		}
+	}
+}
+
+// No user key reaches leasehold's own keys: the fence counters, the fenced
+// writes' marks and everything else under the reserved prefix are refused,
+// with a token of "nan" too, and the victim's lease and counter stay as they were.
+func TestInternalKeysAreOutOfReach(t *testing.T) {
+	s := newStore(t, singleClient(shared.Addr()))
+	ctx := t.Context()
+	victim, tok := storetest.Key(t), leasehold.NewToken()
+	fence, err := s.Acquire(ctx, victim, tok, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	internal := []string{
+		redisstore.FenceKey(victim),
+		"leasehold:hwm:" + victim[len("storetest:"):],
+		redisstore.ReleaseChannel(victim),
+		"leasehold:anything",
+	}
+	for _, k := range internal {
+		for _, token := range []string{"nan", leasehold.NewToken()} {
+			_, err := s.Acquire(ctx, k, token, time.Minute)
+			wantKeyArg(t, "Acquire("+k+")", err)
+			wantKeyArg(t, "Release("+k+")", s.Release(ctx, k, token))
+			wantKeyArg(t, "Renew("+k+")", s.Renew(ctx, k, token, time.Minute))
+		}
+		_, err := s.Inspect(ctx, k)
+		wantKeyArg(t, "Inspect("+k+")", err)
+		for _, e := range s.RenewBatch(ctx, []leasehold.RenewItem{{Key: k, Token: tok, TTL: time.Minute}}) {
+			wantKeyArg(t, "RenewBatch("+k+")", e)
+		}
+	}
+	info, err := s.Inspect(ctx, victim)
+	if err != nil || !info.Held || info.Token != tok || info.Fence != fence {
+		t.Fatalf("the victim's lease changed: (%+v, %v), want held by its token with fence %d", info, err, fence)
+	}
+	if ttl, _ := shared.Do("PTTL", redisstore.FenceKey(victim)); ttl != "-1" {
+		t.Fatalf("the victim's fence counter has PTTL %s, want none", ttl)
+	}
+}
+
+func wantKeyArg(t *testing.T, what string, err error) {
+	t.Helper()
+	var ae *leasehold.ArgumentError
+	if !errors.As(err, &ae) || ae.Arg != "key" {
+		t.Errorf("%s: %v, want an *ArgumentError naming key", what, err)
+	}
+}
+
+func setRaw(t *testing.T, key, value string) {
+	t.Helper()
+	if _, err := shared.Do("SET", key, value); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantUntouched checks that a refused acquire left the lock key unset and
+// the counter as it was.
+func wantUntouched(t *testing.T, key, counter string) {
+	t.Helper()
+	if n, _ := shared.Do("EXISTS", key); n != "0" {
+		t.Fatalf("%q: a refused acquire left the lock key set", key)
+	}
+	if got, _ := shared.Do("GET", redisstore.FenceKey(key)); got != counter {
+		t.Fatalf("%q: counter %q after a refused acquire, want %q", key, got, counter)
+	}
+}
