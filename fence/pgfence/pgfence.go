@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -199,7 +200,8 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 // its fence accepted, and raises the row's fence when fn succeeds, so that
 // every statement fn runs commits under the one fence. fn is not called when
 // the fence is refused (*fence.StaleError) or the row is missing (ErrNoRow).
-// An error from fn rolls the transaction back, fence included.
+// An error from fn rolls the transaction back, fence included; so does a
+// panic in fn (which InTx then lets continue) or runtime.Goexit.
 func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
@@ -211,9 +213,11 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	if err != nil {
 		return fmt.Errorf("pgfence: begin: %w", err)
 	}
+	// Every way out but a commit rolls back: an error, a panic, a Goexit.
+	committed := false
 	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+		if !committed {
+			rollback(ctx, tx)
 		}
 	}()
 	var cur int64
@@ -235,7 +239,20 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgfence: commit: %w", err)
 	}
+	committed = true
 	return nil
+}
+
+// rollbackTimeout bounds the rollback of a transaction InTx gives up on, so
+// that a dead connection cannot hang it; pgx closes the connection then.
+const rollbackTimeout = 10 * time.Second
+
+// rollback ends tx, even when ctx is done: the row lock and the pool
+// connection must not outlive InTx.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx)
 }
 
 // Fence returns the fence of the row with key id, or ErrNoRow.
