@@ -180,3 +180,54 @@ func TestInTxDeadlineWhileWaitingForRow(t *testing.T) {
 	}
 	closeWithin(t, own)
 }
+
+// An fn that ends the transaction itself commits the raised fence with its
+// write, or rolls both back: never its write without the fence.
+func TestInTxFnEndsTheTransaction(t *testing.T) {
+	cases := []struct {
+		name     string
+		end      func(ctx context.Context, tx pgx.Tx) error
+		wantErr  bool
+		payload  string
+		fenceNow int64
+	}{
+		{"Commit", func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }, true, "by 9", 9},
+		{"COMMIT statement", func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "COMMIT"); return err }, false, "by 9", 9},
+		{"Rollback", func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }, true, "by 4", 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tbl, name := runsTable(t)
+			ctx := t.Context()
+			if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tbl.Update(ctx, pool, "R1", 4, "payload = $1", "by 4"); err != nil {
+				t.Fatal(err)
+			}
+			own := ownPool(t)
+			err := tbl.InTx(ctx, own, "R1", 9, func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "UPDATE "+name+" SET payload = 'by 9' WHERE run_id = 'R1'"); err != nil {
+					return err
+				}
+				return tc.end(ctx, tx)
+			})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("InTx = %v, want an error: %v", err, tc.wantErr)
+			}
+			if p, f := row(t, name, "R1"); p != tc.payload || f != tc.fenceNow {
+				t.Fatalf("row = (%q, fence %d), want (%q, fence %d)", p, f, tc.payload, tc.fenceNow)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, bound)
+			defer wcancel()
+			// Fence 5 was issued before 9: refused once 9 is in.
+			err = tbl.Update(wctx, pool, "R1", 5, "payload = $1", "by 5")
+			if tc.fenceNow == 9 {
+				wantStale(t, err, 5, 9)
+			} else if err != nil {
+				t.Fatalf("fence 5 after InTx rolled back: %v", err)
+			}
+			closeWithin(t, own)
+		})
+	}
+}

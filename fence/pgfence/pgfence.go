@@ -197,11 +197,14 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 }
 
 // InTx runs fn in a transaction in which the row with key id is locked and
-// its fence accepted, and raises the row's fence when fn succeeds, so that
-// every statement fn runs commits under the one fence. fn is not called when
-// the fence is refused (*fence.StaleError) or the row is missing (ErrNoRow).
+// its fence accepted and raised, and commits when fn succeeds, so that every
+// statement fn runs commits under the one fence. fn is not called when the
+// fence is refused (*fence.StaleError) or the row is missing (ErrNoRow).
 // An error from fn rolls the transaction back, fence included; so does a
 // panic in fn (which InTx then lets continue) or runtime.Goexit.
+//
+// fn sees the row's fence already raised. fn must not commit or roll back
+// tx; if it does, the fence goes with its writes, and InTx returns an error.
 func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
@@ -230,11 +233,15 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	case !t.cfg.Mode.Accepts(fenceToken, cur):
 		return t.cfg.Reject("postgres", t.resource(id), fenceToken, cur)
 	}
+	// The fence is raised before fn runs, so that it commits with fn's
+	// writes even if fn ends the transaction itself.
+	if fenceToken != cur {
+		if _, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1", t.qname, qcol, t.qkey), id, fenceToken); err != nil {
+			return t.translate("raise fence", err)
+		}
+	}
 	if err = fn(ctx, tx); err != nil {
 		return err
-	}
-	if _, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1", t.qname, qcol, t.qkey), id, fenceToken); err != nil {
-		return t.translate("raise fence", err)
 	}
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgfence: commit: %w", err)
