@@ -13,6 +13,7 @@
 // Table.Update and Table.Upsert fence one statement; Table.InTx checks the
 // fence and locks the row (SELECT … FOR UPDATE) so that several statements
 // commit under one fence. Table.Migrate adds the column to an existing table.
+// A NULL fence, in a column added by hand, reads as 0.
 // Register is a fenced key-value table for fence.Register users.
 package pgfence
 
@@ -102,6 +103,15 @@ func checkIdent(arg, s string, qualified bool) error {
 
 var qcol = pgx.Identifier{Column}.Sanitize()
 
+// fenceOf reads a row's fence, NULL as 0, so that a table whose column was
+// added by hand without NOT NULL still works.
+func fenceOf(alias string) string {
+	if alias != "" {
+		return "coalesce(" + alias + "." + qcol + ", 0)"
+	}
+	return "coalesce(" + qcol + ", 0)"
+}
+
 // Migrate adds the fence column (bigint NOT NULL DEFAULT 0) to the table if
 // it is not there, and checks its type if it is. The table must exist.
 func (t *Table) Migrate(ctx context.Context, q Querier) error {
@@ -137,7 +147,7 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64,
 	}
 	n := len(args)
 	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND $%d %s %s",
-		t.qname, set, qcol, n+2, t.qkey, n+1, n+2, t.cmp, qcol)
+		t.qname, set, qcol, n+2, t.qkey, n+1, n+2, t.cmp, fenceOf(""))
 	tag, err := q.Exec(ctx, sql, append(args, id, fenceToken)...)
 	if err != nil {
 		return t.translate("update", err)
@@ -183,9 +193,9 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 		args = append(args, row[c])
 	}
 	sets = append(sets, fmt.Sprintf("%s = EXCLUDED.%s", qcol, qcol))
-	sql := fmt.Sprintf("INSERT INTO %s AS t (%s, %s) VALUES (%s, $%d) ON CONFLICT (%s) DO UPDATE SET %s WHERE EXCLUDED.%s %s t.%s",
+	sql := fmt.Sprintf("INSERT INTO %s AS t (%s, %s) VALUES (%s, $%d) ON CONFLICT (%s) DO UPDATE SET %s WHERE EXCLUDED.%s %s %s",
 		t.qname, strings.Join(names, ", "), qcol, strings.Join(params, ", "), len(cols)+1,
-		t.qkey, strings.Join(sets, ", "), qcol, t.cmp, qcol)
+		t.qkey, strings.Join(sets, ", "), qcol, t.cmp, fenceOf("t"))
 	tag, err := q.Exec(ctx, sql, append(args, fenceToken)...)
 	if err != nil {
 		return t.translate("upsert", err)
@@ -224,7 +234,7 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 		}
 	}()
 	var cur int64
-	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 FOR UPDATE", qcol, t.qname, t.qkey), id).Scan(&cur)
+	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 FOR UPDATE", fenceOf(""), t.qname, t.qkey), id).Scan(&cur)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)
@@ -262,10 +272,10 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(ctx)
 }
 
-// Fence returns the fence of the row with key id, or ErrNoRow.
+// Fence returns the fence of the row with key id (0 for NULL), or ErrNoRow.
 func (t *Table) Fence(ctx context.Context, q Querier, id any) (int64, error) {
 	var cur int64
-	err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", qcol, t.qname, t.qkey), id).Scan(&cur)
+	err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", fenceOf(""), t.qname, t.qkey), id).Scan(&cur)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)

@@ -52,14 +52,14 @@ func (r *Register) Write(ctx context.Context, key string, fenceToken int64, valu
 	return r.t.Upsert(ctx, r.q, fenceToken, map[string]any{"key": key, "value": value})
 }
 
-// Read implements fence.Register.
+// Read implements fence.Register; a NULL fence reads as 0.
 func (r *Register) Read(ctx context.Context, key string) ([]byte, int64, error) {
 	if err := leasehold.ValidateKey(key); err != nil {
 		return nil, 0, err
 	}
 	var value []byte
 	var f int64
-	err := r.q.QueryRow(ctx, fmt.Sprintf("SELECT value, %s FROM %s WHERE key = $1", qcol, r.t.qname), key).Scan(&value, &f)
+	err := r.q.QueryRow(ctx, fmt.Sprintf("SELECT value, %s FROM %s WHERE key = $1", fenceOf(""), r.t.qname), key).Scan(&value, &f)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, 0, nil
