@@ -12,8 +12,9 @@
 //
 // Table.Update and Table.Upsert fence one statement; Table.InTx checks the
 // fence and locks the row (SELECT … FOR UPDATE) so that several statements
-// commit under one fence. Table.Migrate adds the column to an existing table.
-// A NULL fence, in a column added by hand, reads as 0.
+// commit under one fence. Table.Migrate adds the column to an existing table,
+// or makes a nullable one NOT NULL DEFAULT 0. A NULL fence, in a column added
+// by hand, reads as 0.
 // Register is a fenced key-value table for fence.Register users.
 package pgfence
 
@@ -112,23 +113,49 @@ func fenceOf(alias string) string {
 	return "coalesce(" + qcol + ", 0)"
 }
 
-// Migrate adds the fence column (bigint NOT NULL DEFAULT 0) to the table if
-// it is not there, and checks its type if it is. The table must exist.
+// Migrate makes the fence column bigint NOT NULL DEFAULT 0. The table must
+// exist. It adds the column if the table lacks it. An existing bigint column
+// that is nullable or has another default is repaired: NULL fences become 0
+// (what every helper reads them as), then the default and NOT NULL are set,
+// all in one transaction that locks the table; it is one multi-statement
+// Exec, so it is atomic whether q is a pool, a conn or a tx (then it commits
+// with the caller's transaction). A column of any other type is refused with
+// an error naming the table and the column, and left as it is. A column that
+// is already right is left alone without locking the table.
 func (t *Table) Migrate(ctx context.Context, q Querier) error {
-	_, err := q.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0", t.qname, qcol))
-	if err != nil {
-		return t.translate("migrate", err)
+	for range 2 { // the second look checks a column just added
+		typ, notNull, def, err := t.column(ctx, q)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			if _, err := q.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0", t.qname, qcol)); err != nil {
+				return t.translate("migrate", err)
+			}
+			continue
+		case err != nil:
+			return t.translate("migrate", err)
+		case typ != "bigint":
+			return fmt.Errorf("pgfence: migrate: column %s.%s is %s, want bigint", t.name, Column, typ)
+		case notNull && def == "0":
+			return nil
+		}
+		_, err = q.Exec(ctx, fmt.Sprintf(`LOCK TABLE %[1]s IN ACCESS EXCLUSIVE MODE;
+UPDATE %[1]s SET %[2]s = 0 WHERE %[2]s IS NULL;
+ALTER TABLE %[1]s ALTER COLUMN %[2]s SET DEFAULT 0, ALTER COLUMN %[2]s SET NOT NULL`, t.qname, qcol))
+		if err != nil {
+			return fmt.Errorf("pgfence: migrate: making column %s.%s NOT NULL DEFAULT 0: %w", t.name, Column, err)
+		}
+		return nil
 	}
-	var typ string
-	err = q.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`, t.qname, Column).Scan(&typ)
-	if err != nil {
-		return t.translate("migrate", err)
-	}
-	if typ != "bigint" {
-		return fmt.Errorf("pgfence: %s.%s is %s, want bigint", t.name, Column, typ)
-	}
-	return nil
+	return fmt.Errorf("pgfence: migrate: column %s.%s is still missing after adding it", t.name, Column)
+}
+
+// column describes the fence column: its type, whether it is NOT NULL, and
+// its default ("" for none). pgx.ErrNoRows means the table lacks it.
+func (t *Table) column(ctx context.Context, q Querier) (typ string, notNull bool, def string, err error) {
+	err = q.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod), a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped`, t.qname, Column).Scan(&typ, &notNull, &def)
+	return typ, notNull, def, err
 }
 
 // Update runs UPDATE table SET set, fence_token = fence WHERE key = id and

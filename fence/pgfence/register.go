@@ -34,14 +34,15 @@ func NewRegister(q Querier, table string, opts ...fence.Option) (*Register, erro
 	return &Register{t: t, q: q}, nil
 }
 
-// Migrate creates the register's table if it does not exist.
+// Migrate creates the register's table if it does not exist, and otherwise
+// checks and repairs its fence column as Table.Migrate does.
 func (r *Register) Migrate(ctx context.Context) error {
 	_, err := r.q.Exec(ctx, fmt.Sprintf(
 		"CREATE TABLE IF NOT EXISTS %s (key text PRIMARY KEY, value bytea, %s bigint NOT NULL DEFAULT 0)", r.t.qname, qcol))
 	if err != nil {
 		return r.t.translate("create", err)
 	}
-	return nil
+	return r.t.Migrate(ctx, r.q)
 }
 
 // Write implements fence.Register with an upsert.
