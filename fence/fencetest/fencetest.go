@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"slices"
 	"strings"
@@ -35,6 +36,7 @@ func Run(t *testing.T, newRegister func(t *testing.T, mode fence.Mode) fence.Reg
 		{"UnknownKey", testUnknownKey},
 		{"KeysAreIndependent", testKeysIndependent},
 		{"LargeFencesAreExact", testLargeFences},
+		{"BoundaryFences", testBoundaries},
 		{"BadInputWritesNothing", testBadInput},
 		{"ConcurrentWritersOneKey", testConcurrent},
 	}
@@ -131,23 +133,74 @@ func testLargeFences(t *testing.T, newRegister func(*testing.T, fence.Mode) fenc
 	wantValue(t, r, key, "newer by 1µs", big+1)
 }
 
+// boundaryMarks are marks where an inexact comparison goes wrong: the int32
+// and uint32 edges, the edge of the integers a float64 holds, the int64 top.
+var boundaryMarks = []int64{1, 1 << 31, 1 << 32, 1<<53 - 1, 1 << 53, 1<<53 + 1, math.MaxInt64 - 1, math.MaxInt64}
+
+// Every mark in both modes, presented with mark-1, mark and mark+1 (when
+// positive and in range), each case on a key of its own: the answer is
+// Mode.Accepts's, a refusal carries the exact fences, Read the exact write.
+func testBoundaries(t *testing.T, newRegister func(*testing.T, fence.Mode) fence.Register) {
+	for _, mode := range []fence.Mode{fence.Strict, fence.SameHolder} {
+		r := newRegister(t, mode)
+		for _, mark := range boundaryMarks {
+			for _, delta := range []int64{-1, 0, 1} {
+				if (delta < 0 && mark == 1) || (delta > 0 && mark == math.MaxInt64) {
+					continue // fence 0 is bad input; MaxInt64+1 is no int64
+				}
+				presented := mark + delta
+				t.Run(fmt.Sprintf("%v/%d%+d", mode, mark, delta), func(t *testing.T) {
+					want := delta > 0 || (delta == 0 && mode == fence.SameHolder)
+					if mode.Accepts(presented, mark) != want {
+						t.Fatalf("%v.Accepts(%d, %d) = %v, want %v", mode, presented, mark, !want, want)
+					}
+					key := Key(t)
+					markValue, presentedValue := fmt.Sprint("written with ", mark), fmt.Sprint("written with ", presented)
+					mustWrite(t, r, key, mark, markValue)
+					wantValue(t, r, key, markValue, mark)
+					err := write(t, r, key, presented, presentedValue)
+					if !want {
+						wantStale(t, err, presented, mark)
+						wantValue(t, r, key, markValue, mark)
+						return
+					}
+					if err != nil {
+						t.Fatalf("Write(fence %d) after fence %d: %v, want it accepted", presented, mark, err)
+					}
+					wantValue(t, r, key, presentedValue, presented)
+				})
+			}
+		}
+	}
+}
+
+// A fence that is not positive, or a bad key, is an *ArgumentError, and
+// nothing is written: not to a new key, not over a written one.
 func testBadInput(t *testing.T, newRegister func(*testing.T, fence.Mode) fence.Register) {
-	r, key := newRegister(t, fence.Strict), Key(t)
-	for _, f := range []int64{0, -1, -1 << 62} {
-		err := write(t, r, key, f, "x")
-		var ae *leasehold.ArgumentError
-		if !errors.As(err, &ae) || ae.Arg != "fence" {
-			t.Errorf("Write with fence %d: %v, want an *ArgumentError naming fence", f, err)
-		}
+	for _, mode := range []fence.Mode{fence.Strict, fence.SameHolder} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r, fresh, written := newRegister(t, mode), Key(t), Key(t)
+			mustWrite(t, r, written, 5, "kept")
+			for _, key := range []string{fresh, written} {
+				for _, f := range []int64{0, -1, -1 << 62, math.MinInt64} {
+					err := write(t, r, key, f, "x")
+					var ae *leasehold.ArgumentError
+					if !errors.As(err, &ae) || ae.Arg != "fence" {
+						t.Errorf("Write with fence %d: %v, want an *ArgumentError naming fence", f, err)
+					}
+				}
+			}
+			for _, k := range []string{"", "a\nb", strings.Repeat("k", leasehold.MaxKeyLen+1)} {
+				err := r.Write(t.Context(), k, 1, []byte("x"))
+				var ae *leasehold.ArgumentError
+				if !errors.As(err, &ae) || ae.Arg != "key" {
+					t.Errorf("Write with key %q: %v, want an *ArgumentError naming key", k, err)
+				}
+			}
+			wantValue(t, r, fresh, "", 0)
+			wantValue(t, r, written, "kept", 5)
+		})
 	}
-	for _, k := range []string{"", "a\nb", strings.Repeat("k", leasehold.MaxKeyLen+1)} {
-		err := r.Write(t.Context(), k, 1, []byte("x"))
-		var ae *leasehold.ArgumentError
-		if !errors.As(err, &ae) || ae.Arg != "key" {
-			t.Errorf("Write with key %q: %v, want an *ArgumentError naming key", k, err)
-		}
-	}
-	wantValue(t, r, key, "", 0)
 }
 
 // 32 writers, each with its own random fence, on one key.

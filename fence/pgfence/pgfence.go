@@ -12,7 +12,9 @@
 //
 // Table.Update and Table.Upsert fence one statement; Table.InTx checks the
 // fence and locks the row (SELECT … FOR UPDATE) so that several statements
-// commit under one fence. Table.Migrate adds the column to an existing table.
+// commit under one fence. Table.Migrate adds the column to an existing table,
+// or makes a nullable one NOT NULL DEFAULT 0. A NULL fence, in a column added
+// by hand, reads as 0.
 // Register is a fenced key-value table for fence.Register users.
 package pgfence
 
@@ -22,6 +24,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -101,23 +104,58 @@ func checkIdent(arg, s string, qualified bool) error {
 
 var qcol = pgx.Identifier{Column}.Sanitize()
 
-// Migrate adds the fence column (bigint NOT NULL DEFAULT 0) to the table if
-// it is not there, and checks its type if it is. The table must exist.
+// fenceOf reads a row's fence, NULL as 0, so that a table whose column was
+// added by hand without NOT NULL still works.
+func fenceOf(alias string) string {
+	if alias != "" {
+		return "coalesce(" + alias + "." + qcol + ", 0)"
+	}
+	return "coalesce(" + qcol + ", 0)"
+}
+
+// Migrate makes the fence column bigint NOT NULL DEFAULT 0. The table must
+// exist. It adds the column if the table lacks it. An existing bigint column
+// that is nullable or has another default is repaired: NULL fences become 0
+// (what every helper reads them as), then the default and NOT NULL are set,
+// all in one transaction that locks the table; it is one multi-statement
+// Exec, so it is atomic whether q is a pool, a conn or a tx (then it commits
+// with the caller's transaction). A column of any other type is refused with
+// an error naming the table and the column, and left as it is. A column that
+// is already right is left alone without locking the table.
 func (t *Table) Migrate(ctx context.Context, q Querier) error {
-	_, err := q.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0", t.qname, qcol))
-	if err != nil {
-		return t.translate("migrate", err)
+	for range 2 { // the second look checks a column just added
+		typ, notNull, def, err := t.column(ctx, q)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			if _, err := q.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s bigint NOT NULL DEFAULT 0", t.qname, qcol)); err != nil {
+				return t.translate("migrate", err)
+			}
+			continue
+		case err != nil:
+			return t.translate("migrate", err)
+		case typ != "bigint":
+			return fmt.Errorf("pgfence: migrate: column %s.%s is %s, want bigint", t.name, Column, typ)
+		case notNull && def == "0":
+			return nil
+		}
+		_, err = q.Exec(ctx, fmt.Sprintf(`LOCK TABLE %[1]s IN ACCESS EXCLUSIVE MODE;
+UPDATE %[1]s SET %[2]s = 0 WHERE %[2]s IS NULL;
+ALTER TABLE %[1]s ALTER COLUMN %[2]s SET DEFAULT 0, ALTER COLUMN %[2]s SET NOT NULL`, t.qname, qcol))
+		if err != nil {
+			return fmt.Errorf("pgfence: migrate: making column %s.%s NOT NULL DEFAULT 0: %w", t.name, Column, err)
+		}
+		return nil
 	}
-	var typ string
-	err = q.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`, t.qname, Column).Scan(&typ)
-	if err != nil {
-		return t.translate("migrate", err)
-	}
-	if typ != "bigint" {
-		return fmt.Errorf("pgfence: %s.%s is %s, want bigint", t.name, Column, typ)
-	}
-	return nil
+	return fmt.Errorf("pgfence: migrate: column %s.%s is still missing after adding it", t.name, Column)
+}
+
+// column describes the fence column: its type, whether it is NOT NULL, and
+// its default ("" for none). pgx.ErrNoRows means the table lacks it.
+func (t *Table) column(ctx context.Context, q Querier) (typ string, notNull bool, def string, err error) {
+	err = q.QueryRow(ctx, `SELECT format_type(a.atttypid, a.atttypmod), a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped`, t.qname, Column).Scan(&typ, &notNull, &def)
+	return typ, notNull, def, err
 }
 
 // Update runs UPDATE table SET set, fence_token = fence WHERE key = id and
@@ -136,7 +174,7 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64,
 	}
 	n := len(args)
 	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND $%d %s %s",
-		t.qname, set, qcol, n+2, t.qkey, n+1, n+2, t.cmp, qcol)
+		t.qname, set, qcol, n+2, t.qkey, n+1, n+2, t.cmp, fenceOf(""))
 	tag, err := q.Exec(ctx, sql, append(args, id, fenceToken)...)
 	if err != nil {
 		return t.translate("update", err)
@@ -182,9 +220,9 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 		args = append(args, row[c])
 	}
 	sets = append(sets, fmt.Sprintf("%s = EXCLUDED.%s", qcol, qcol))
-	sql := fmt.Sprintf("INSERT INTO %s AS t (%s, %s) VALUES (%s, $%d) ON CONFLICT (%s) DO UPDATE SET %s WHERE EXCLUDED.%s %s t.%s",
+	sql := fmt.Sprintf("INSERT INTO %s AS t (%s, %s) VALUES (%s, $%d) ON CONFLICT (%s) DO UPDATE SET %s WHERE EXCLUDED.%s %s %s",
 		t.qname, strings.Join(names, ", "), qcol, strings.Join(params, ", "), len(cols)+1,
-		t.qkey, strings.Join(sets, ", "), qcol, t.cmp, qcol)
+		t.qkey, strings.Join(sets, ", "), qcol, t.cmp, fenceOf("t"))
 	tag, err := q.Exec(ctx, sql, append(args, fenceToken)...)
 	if err != nil {
 		return t.translate("upsert", err)
@@ -196,10 +234,14 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 }
 
 // InTx runs fn in a transaction in which the row with key id is locked and
-// its fence accepted, and raises the row's fence when fn succeeds, so that
-// every statement fn runs commits under the one fence. fn is not called when
-// the fence is refused (*fence.StaleError) or the row is missing (ErrNoRow).
-// An error from fn rolls the transaction back, fence included.
+// its fence accepted and raised, and commits when fn succeeds, so that every
+// statement fn runs commits under the one fence. fn is not called when the
+// fence is refused (*fence.StaleError) or the row is missing (ErrNoRow).
+// An error from fn rolls the transaction back, fence included; so does a
+// panic in fn (which InTx then lets continue) or runtime.Goexit.
+//
+// fn sees the row's fence already raised. fn must not commit or roll back
+// tx; if it does, the fence goes with its writes, and InTx returns an error.
 func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
@@ -211,13 +253,15 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	if err != nil {
 		return fmt.Errorf("pgfence: begin: %w", err)
 	}
+	// Every way out but a commit rolls back: an error, a panic, a Goexit.
+	committed := false
 	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+		if !committed {
+			rollback(ctx, tx)
 		}
 	}()
 	var cur int64
-	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 FOR UPDATE", qcol, t.qname, t.qkey), id).Scan(&cur)
+	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 FOR UPDATE", fenceOf(""), t.qname, t.qkey), id).Scan(&cur)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)
@@ -226,22 +270,39 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	case !t.cfg.Mode.Accepts(fenceToken, cur):
 		return t.cfg.Reject("postgres", t.resource(id), fenceToken, cur)
 	}
+	// The fence is raised before fn runs, so that it commits with fn's
+	// writes even if fn ends the transaction itself.
+	if fenceToken != cur {
+		if _, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1", t.qname, qcol, t.qkey), id, fenceToken); err != nil {
+			return t.translate("raise fence", err)
+		}
+	}
 	if err = fn(ctx, tx); err != nil {
 		return err
-	}
-	if _, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET %s = $2 WHERE %s = $1", t.qname, qcol, t.qkey), id, fenceToken); err != nil {
-		return t.translate("raise fence", err)
 	}
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgfence: commit: %w", err)
 	}
+	committed = true
 	return nil
 }
 
-// Fence returns the fence of the row with key id, or ErrNoRow.
+// rollbackTimeout bounds the rollback of a transaction InTx gives up on, so
+// that a dead connection cannot hang it; pgx closes the connection then.
+const rollbackTimeout = 10 * time.Second
+
+// rollback ends tx, even when ctx is done: the row lock and the pool
+// connection must not outlive InTx.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// Fence returns the fence of the row with key id (0 for NULL), or ErrNoRow.
 func (t *Table) Fence(ctx context.Context, q Querier, id any) (int64, error) {
 	var cur int64
-	err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", qcol, t.qname, t.qkey), id).Scan(&cur)
+	err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", fenceOf(""), t.qname, t.qkey), id).Scan(&cur)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)

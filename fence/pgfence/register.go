@@ -34,14 +34,15 @@ func NewRegister(q Querier, table string, opts ...fence.Option) (*Register, erro
 	return &Register{t: t, q: q}, nil
 }
 
-// Migrate creates the register's table if it does not exist.
+// Migrate creates the register's table if it does not exist, and otherwise
+// checks and repairs its fence column as Table.Migrate does.
 func (r *Register) Migrate(ctx context.Context) error {
 	_, err := r.q.Exec(ctx, fmt.Sprintf(
 		"CREATE TABLE IF NOT EXISTS %s (key text PRIMARY KEY, value bytea, %s bigint NOT NULL DEFAULT 0)", r.t.qname, qcol))
 	if err != nil {
 		return r.t.translate("create", err)
 	}
-	return nil
+	return r.t.Migrate(ctx, r.q)
 }
 
 // Write implements fence.Register with an upsert.
@@ -52,14 +53,14 @@ func (r *Register) Write(ctx context.Context, key string, fenceToken int64, valu
 	return r.t.Upsert(ctx, r.q, fenceToken, map[string]any{"key": key, "value": value})
 }
 
-// Read implements fence.Register.
+// Read implements fence.Register; a NULL fence reads as 0.
 func (r *Register) Read(ctx context.Context, key string) ([]byte, int64, error) {
 	if err := leasehold.ValidateKey(key); err != nil {
 		return nil, 0, err
 	}
 	var value []byte
 	var f int64
-	err := r.q.QueryRow(ctx, fmt.Sprintf("SELECT value, %s FROM %s WHERE key = $1", qcol, r.t.qname), key).Scan(&value, &f)
+	err := r.q.QueryRow(ctx, fmt.Sprintf("SELECT value, %s FROM %s WHERE key = $1", fenceOf(""), r.t.qname), key).Scan(&value, &f)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, 0, nil

@@ -1,0 +1,233 @@
+package pgfence_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// bound is how long a step that should be instant may take before the test
+// fails instead of hanging: a lock wait, pool.Close, an InTx call.
+const bound = 5 * time.Second
+
+// ownPool is a pool for one test, so that the test can close it.
+func ownPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// closeWithin fails the test unless p.Close returns within bound: Close
+// waits for every connection taken from p, so a leaked one hangs it.
+func closeWithin(t *testing.T, p *pgxpool.Pool) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Fatalf("pool.Close did not return within %v: a connection was not released", bound)
+	}
+}
+
+// intxOutcome is how an InTx call ended.
+type intxOutcome struct {
+	err       error
+	returned  bool // false after a panic or runtime.Goexit
+	recovered any
+}
+
+// runInTx calls InTx in a goroutine of its own, so that fn may panic or call
+// runtime.Goexit, and waits for it within bound.
+func runInTx(t *testing.T, call func() error) intxOutcome {
+	t.Helper()
+	var out intxOutcome
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { out.recovered = recover() }()
+		out.err = call()
+		out.returned = true
+	}()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Fatalf("InTx did not return within %v", bound)
+	}
+	return out
+}
+
+// A transaction fn leaves in any way but returning nil is rolled back: the
+// row is unlocked for the next writer and the connection goes back to the
+// pool, whose Close then returns.
+func TestInTxHostileFn(t *testing.T) {
+	boom := errors.New("boom")
+	wantPanic := func(t *testing.T, out intxOutcome) {
+		if out.returned || out.recovered != boom {
+			t.Fatalf("InTx returned %v (returned %v), recovered %v; want fn's panic to go on", out.err, out.returned, out.recovered)
+		}
+	}
+	cases := []struct {
+		name string
+		then func(ctx context.Context, tx pgx.Tx, cancel context.CancelFunc) error // after fn's write
+		want func(t *testing.T, out intxOutcome)
+	}{
+		{"panic", func(context.Context, pgx.Tx, context.CancelFunc) error { panic(boom) }, wantPanic},
+		{"panic with rows open", func(ctx context.Context, tx pgx.Tx, _ context.CancelFunc) error {
+			rows, err := tx.Query(ctx, "SELECT generate_series(1, 1000)")
+			if err != nil {
+				return err
+			}
+			_ = rows // left open: the connection is busy when InTx rolls back
+			panic(boom)
+		}, wantPanic},
+		{"Goexit", func(context.Context, pgx.Tx, context.CancelFunc) error {
+			runtime.Goexit() // what t.FailNow does inside fn
+			return nil
+		}, func(t *testing.T, out intxOutcome) {
+			if out.returned || out.recovered != nil {
+				t.Fatalf("InTx returned %v, recovered %v; want the goroutine to exit", out.err, out.recovered)
+			}
+		}},
+		{"context canceled in fn", func(_ context.Context, _ pgx.Tx, cancel context.CancelFunc) error {
+			cancel()
+			return nil
+		}, func(t *testing.T, out intxOutcome) {
+			if !out.returned || !errors.Is(out.err, context.Canceled) {
+				t.Fatalf("InTx returned %v (returned %v), want context.Canceled", out.err, out.returned)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tbl, name := runsTable(t)
+			if _, err := pool.Exec(t.Context(), "INSERT INTO "+name+" (run_id, payload) VALUES ('R1', 'kept')"); err != nil {
+				t.Fatal(err)
+			}
+			own := ownPool(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			out := runInTx(t, func() error {
+				return tbl.InTx(ctx, own, "R1", 5, func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "UPDATE "+name+" SET payload = 'half' WHERE run_id = 'R1'"); err != nil {
+						return err
+					}
+					return tc.then(ctx, tx, cancel)
+				})
+			})
+			tc.want(t, out)
+
+			if p, f := row(t, name, "R1"); p != "kept" || f != 0 {
+				t.Fatalf("row = (%q, fence %d), want fn's write and the fence rolled back", p, f)
+			}
+			// Another connection writes the row at once; a lock wait runs
+			// into the deadline and fails the test.
+			wctx, wcancel := context.WithTimeout(t.Context(), bound)
+			defer wcancel()
+			if err := tbl.Update(wctx, pool, "R1", 6, "payload = $1", "next"); err != nil {
+				t.Fatalf("the next writer: %v", err)
+			}
+			closeWithin(t, own)
+		})
+	}
+}
+
+// InTx giving up while it waits for a locked row leaves nothing behind once
+// the lock's holder is done.
+func TestInTxDeadlineWhileWaitingForRow(t *testing.T) {
+	tbl, name := runsTable(t)
+	if _, err := pool.Exec(t.Context(), "INSERT INTO "+name+" (run_id, payload) VALUES ('R1', 'kept')"); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.WithoutCancel(t.Context())) }()
+	if _, err := holder.Exec(t.Context(), "SELECT 1 FROM "+name+" WHERE run_id = 'R1' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+
+	own := ownPool(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond) // fires while InTx waits
+	defer cancel()
+	called := false
+	out := runInTx(t, func() error {
+		return tbl.InTx(ctx, own, "R1", 5, func(context.Context, pgx.Tx) error { called = true; return nil })
+	})
+	if !out.returned || !errors.Is(out.err, context.DeadlineExceeded) || called {
+		t.Fatalf("InTx = %v (fn called: %v), want context.DeadlineExceeded without calling fn", out.err, called)
+	}
+	if err := holder.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), bound)
+	defer wcancel()
+	if err := tbl.Update(wctx, pool, "R1", 6, "payload = $1", "next"); err != nil {
+		t.Fatalf("the next writer: %v", err)
+	}
+	closeWithin(t, own)
+}
+
+// An fn that ends the transaction itself commits the raised fence with its
+// write, or rolls both back: never its write without the fence.
+func TestInTxFnEndsTheTransaction(t *testing.T) {
+	cases := []struct {
+		name     string
+		end      func(ctx context.Context, tx pgx.Tx) error
+		wantErr  bool
+		payload  string
+		fenceNow int64
+	}{
+		{"Commit", func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }, true, "by 9", 9},
+		{"COMMIT statement", func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "COMMIT"); return err }, false, "by 9", 9},
+		{"Rollback", func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }, true, "by 4", 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tbl, name := runsTable(t)
+			ctx := t.Context()
+			if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tbl.Update(ctx, pool, "R1", 4, "payload = $1", "by 4"); err != nil {
+				t.Fatal(err)
+			}
+			own := ownPool(t)
+			err := tbl.InTx(ctx, own, "R1", 9, func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "UPDATE "+name+" SET payload = 'by 9' WHERE run_id = 'R1'"); err != nil {
+					return err
+				}
+				return tc.end(ctx, tx)
+			})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("InTx = %v, want an error: %v", err, tc.wantErr)
+			}
+			if p, f := row(t, name, "R1"); p != tc.payload || f != tc.fenceNow {
+				t.Fatalf("row = (%q, fence %d), want (%q, fence %d)", p, f, tc.payload, tc.fenceNow)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, bound)
+			defer wcancel()
+			// Fence 5 was issued before 9: refused once 9 is in.
+			err = tbl.Update(wctx, pool, "R1", 5, "payload = $1", "by 5")
+			if tc.fenceNow == 9 {
+				wantStale(t, err, 5, 9)
+			} else if err != nil {
+				t.Fatalf("fence 5 after InTx rolled back: %v", err)
+			}
+			closeWithin(t, own)
+		})
+	}
+}
