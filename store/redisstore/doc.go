@@ -21,12 +21,35 @@
 //
 //   - Acquire, Release and Renew are atomic on the server holding the key;
 //     Release and Renew compare the token.
-//   - Fences are max(last fence + 1, server time in microseconds). They rise
+//   - Fences are max(last fence + 1, server time in microseconds), computed
+//     exactly over the whole int64 range (never in Lua's doubles). They rise
 //     strictly while the data lives, and keep rising after it is lost
 //     (restart without persistence, FLUSHALL, failover to a replica that
-//     missed writes), provided the clock of the server issuing the next fence
-//     is not behind the fence already issued (NTP-disciplined clocks within
-//     seconds of each other are enough after any real outage).
+//     missed writes) under the clock condition below.
+//   - A fence counter holding anything leasehold would not write (a decimal
+//     outside 1..MaxInt64, "nan", "1e300") makes Acquire fail, writing
+//     nothing, with an error naming the counter; deleting the counter
+//     restarts it from the clock. Keys starting with "leasehold:" are
+//     refused (leasehold.ReservedPrefix), so no lock key reaches a counter.
+//
+// # The clock condition
+//
+// After the data is lost, the next fence is the issuing server's clock in
+// microseconds. Fences issued before the loss were at most the old server's
+// clock at that time (plus one per acquire within the same microsecond). So
+// if the server issuing the next fence has a clock Δ behind the old one, its
+// first fences may be below those issued in the last Δ − D before the loss,
+// where D is the time from the last acquire to the first one after it (at
+// least the failover time). Example: Sentinel with down-after-milliseconds
+// 5000 fails over in about 5–6 s; a replica clock up to 5 s behind is safe
+// even for a key acquired just before the failure. NTP keeps clocks within
+// milliseconds, far inside that; a clock stepped back by minutes is not
+// covered, and an operator who sees one should delete no counters and let
+// the old fences stand (a higher stored counter always wins over the clock).
+//
+// New refuses a server whose maxmemory-policy is not noeviction (or warns,
+// with WithEvictionWarning): any other policy may evict a held lock key,
+// and volatile-* policies pick exactly such keys, since they have a TTL.
 //
 // # What it does not guarantee
 //

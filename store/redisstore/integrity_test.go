@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"errors"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
 )
@@ -148,5 +150,40 @@ func wantUntouched(t *testing.T, key, counter string) {
 	}
 	if got, _ := shared.Do("GET", redisstore.FenceKey(key)); got != counter {
 		t.Fatalf("%q: counter %q after a refused acquire, want %q", key, got, counter)
+	}
+}
+
+// A server that may evict keys is refused by default, because an evicted
+// lock key lets a second owner in; WithEvictionWarning only warns.
+func TestEvictionPolicyIsChecked(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	for _, policy := range []string{"allkeys-lru", "volatile-lru", "volatile-ttl", "allkeys-random"} {
+		if _, err := srv.Do("CONFIG", "SET", "maxmemory-policy", policy); err != nil {
+			t.Fatal(err)
+		}
+		c := singleClient(srv.Addr())
+		s, err := redisstore.New(c)
+		if s != nil || err == nil || !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "noeviction") {
+			t.Fatalf("%s: New = (%v, %v), want a refusal naming the policy and the fix", policy, s, err)
+		}
+		var logged strings.Builder
+		s, err = redisstore.New(c, redisstore.WithEvictionWarning(),
+			redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+		if err != nil || s == nil {
+			t.Fatalf("%s with WithEvictionWarning: %v", policy, err)
+		}
+		if !strings.Contains(logged.String(), policy) {
+			t.Fatalf("%s: warning %q does not name the policy", policy, logged.String())
+		}
+		_ = c.Close()
+	}
+	if _, err := srv.Do("CONFIG", "SET", "maxmemory-policy", "noeviction"); err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	c := singleClient(srv.Addr())
+	defer c.Close()
+	if _, err := redisstore.New(c, redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil)))); err != nil || logged.Len() != 0 {
+		t.Fatalf("noeviction: (%v, log %q), want accepted in silence", err, logged.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -56,6 +57,34 @@ type Store struct {
 	subs   subscriptions
 }
 
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	log          *slog.Logger
+	warnEviction bool
+}
+
+// WithLogger sets where New reports an eviction policy it only warns about,
+// or could not read. Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithEvictionWarning makes New log a warning instead of refusing a server
+// whose maxmemory-policy is not noeviction. Default: refuse, since any other
+// policy may evict a held lock and let a second owner in.
+func WithEvictionWarning() Option { return func(o *options) { o.warnEviction = true } }
+
+// evictionCheckTimeout bounds New's one INFO call: a server that does not
+// answer delays start-up by at most this, and the check is skipped with a
+// warning (lock operations will then report the outage themselves).
+const evictionCheckTimeout = 2 * time.Second
+
 // New returns a Store that keeps its locks in client: a *redis.Client, a
 // failover (Sentinel) client or a *redis.ClusterClient. The Store does not own
 // the client; Close the Store before the client.
@@ -67,16 +96,72 @@ type Store struct {
 // hashing, so a lock key and its fence key could land on different servers
 // and the scripts would no longer be atomic.
 //
+// New reads the server's maxmemory-policy (INFO memory, on every primary of
+// a cluster) and refuses any policy but noeviction, or warns with
+// WithEvictionWarning. When it cannot read it (no INFO permission, no
+// answer within 2 s) it logs a warning and goes on.
+//
 // The client's retry settings need no change: the acquire and release
 // scripts, which must not run twice, are sent as commands go-redis never
 // retries once written; renew and inspect, which may, are retried as usual.
-func New(client redis.UniversalClient) (*Store, error) {
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err := rscript.CheckClient("redisstore", client); err != nil {
 		return nil, err
+	}
+	o := options{log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	defer cancel()
+	switch policy, err := evictionPolicy(ctx, client); {
+	case err != nil:
+		o.log.Warn("redisstore: could not check the server's maxmemory-policy; a policy other than noeviction may evict held locks",
+			slog.Any("error", err))
+	case policy == "noeviction":
+	case o.warnEviction:
+		o.log.Warn("redisstore: the server may evict held locks; set maxmemory-policy to noeviction",
+			slog.String("maxmemory-policy", policy))
+	default:
+		return nil, fmt.Errorf("redisstore: the server's maxmemory-policy is %q, which may evict a held lock and let a second owner in: "+
+			"set it to noeviction (CONFIG SET maxmemory-policy noeviction), or pass WithEvictionWarning", policy)
 	}
 	s := &Store{client: client}
 	s.subs.client = client
 	return s, nil
+}
+
+// evictionPolicy reads maxmemory-policy from INFO memory: the first policy
+// other than noeviction among a cluster's primaries, or noeviction.
+func evictionPolicy(ctx context.Context, client redis.UniversalClient) (string, error) {
+	read := func(ctx context.Context, c redis.UniversalClient) (string, error) {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return "", err
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+				return v, nil
+			}
+		}
+		return "", errors.New("INFO memory has no maxmemory_policy")
+	}
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return read(ctx, client)
+	}
+	var mu sync.Mutex
+	policy := "noeviction"
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		p, err := read(ctx, c)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && p != "noeviction" {
+			policy = p
+		}
+		return err
+	})
+	return policy, err
 }
 
 // heldFor is the holder's remaining TTL from PTTL's answer. PTTL counts

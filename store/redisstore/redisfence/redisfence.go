@@ -193,7 +193,7 @@ func (w *Writer) Read(ctx context.Context, key string) ([]byte, int64, error) {
 	}
 	var mark int64
 	if m, ok := res[1].(string); ok {
-		if mark, err = strconv.ParseInt(m, 10, 64); err != nil || mark < 0 {
+		if mark, err = strconv.ParseInt(m, 10, 64); err != nil || mark < 0 || strconv.FormatInt(mark, 10) != m {
 			return nil, 0, fmt.Errorf("redisfence: read %q: mark %q holds %.32q, not a decimal in 0..%d", key, HighWaterKey(key), m, int64(math.MaxInt64))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencetest"
 	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/store/redisstore/redisfence"
 )
 
@@ -211,5 +213,56 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 	if _, err := redisfence.New(redis.NewClient(&redis.Options{Addr: srv.Addr()})); err == nil {
 		t.Fatal("a client without ContextTimeoutEnabled was accepted")
+	}
+}
+
+// A fenced write aimed at another key's mark, or at a lock's fence counter,
+// is refused; the victim's mark keeps refusing its stale writer.
+func TestInternalKeysAreOutOfReach(t *testing.T) {
+	w := newWriter(t, single(shared.Addr()))
+	ctx, victim := t.Context(), fencetest.Key(t)
+	if err := w.Set(ctx, victim, 100, "v100"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{redisfence.HighWaterKey(victim), redisstore.FenceKey(victim), "leasehold:x"} {
+		for _, err := range []error{
+			w.Set(ctx, k, 1, "0"),
+			w.Del(ctx, k, 1),
+			func() error {
+				_, err := w.Run(ctx, redisfence.NewScript("return 1"), []string{victim, k}, 200)
+				return err
+			}(),
+		} {
+			var ae *leasehold.ArgumentError
+			if !errors.As(err, &ae) || ae.Arg != "key" {
+				t.Errorf("write to %q: %v, want an *ArgumentError naming key", k, err)
+			}
+		}
+	}
+	var se *fence.StaleError
+	if err := w.Set(ctx, victim, 99, "stale"); !errors.As(err, &se) || se.Current != 100 {
+		t.Fatalf("stale write after the attacks: %v, want refused against mark 100", err)
+	}
+}
+
+// A mark holding anything but a decimal in 0..MaxInt64 is an error naming
+// it, and nothing is written.
+func TestBadMarkIsRefused(t *testing.T) {
+	w := newWriter(t, single(shared.Addr()))
+	for _, v := range []string{"nan", "inf", "1e300", "-1", "007", "9223372036854775808", "x"} {
+		key := fencetest.Key(t)
+		if _, err := shared.Do("SET", redisfence.HighWaterKey(key), v); err != nil {
+			t.Fatal(err)
+		}
+		err := w.Set(t.Context(), key, 1<<62, "v")
+		if err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), redisfence.HighWaterKey(key)) {
+			t.Fatalf("mark %q: %v, want an error naming the mark", v, err)
+		}
+		if n, _ := shared.Do("EXISTS", key); n != "0" {
+			t.Fatalf("mark %q: the write landed", v)
+		}
+		if _, _, err := w.Read(t.Context(), key); err == nil {
+			t.Errorf("mark %q: Read accepted it", v)
+		}
 	}
 }
