@@ -17,9 +17,13 @@
 //     then hold the key. Nothing in a lock service can stop the paused owner
 //     from acting on stale belief; only the fence check at the storage can
 //     reject its writes.
-//   - Bad input (an empty key, a key with control characters, a TTL outside
-//     [MinTTL, MaxTTL], an empty token) is an *ArgumentError naming the
-//     argument, returned before anything is written.
+//   - Bad input (an empty key, a key with control characters or starting
+//     with ReservedPrefix, a TTL outside [MinTTL, MaxTTL], a token that is
+//     not 1–256 bytes of printable ASCII) is an *ArgumentError naming the
+//     argument, returned before anything is written. The rules are the same
+//     on every backend.
+//   - A fence is an exact int64 on every backend, and the Client refuses a
+//     fence that is not positive from any store.
 //   - "Held by someone else" (ErrNotAcquired) is never confused with "the
 //     store failed" (the store's own error, wrapped).
 //
@@ -30,6 +34,11 @@
 // hand the same key to two owners at once. The fence still rises in that case
 // (see store/redisstore), which is why the fence check at the storage
 // boundary, not the lock, is what keeps data correct.
+//
+// An acquire request delayed in the network can land after its caller gave
+// up and after the caller's clean-up release: the key is then held under a
+// token nobody has until its TTL runs out. That costs liveness (one TTL),
+// never safety.
 //
 // Client starts no goroutines. A store may (redisstore keeps one for release
 // notifications) and documents who stops it. A Lease.KeepAlive runs one
