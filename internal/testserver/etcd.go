@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,11 +81,7 @@ type EtcdServer struct {
 	peerPort   int
 	dir        string   // temporary directory, removed by Close
 	args       []string // full argument list, reused by Start and Restart
-
-	mu     sync.Mutex
-	proc   *process // running process; nil when stopped
-	pid    int      // pid of the last started process
-	closed bool
+	supervisor
 }
 
 // NewEtcdServer starts a single-member etcd on free ports of 127.0.0.1 and
@@ -205,51 +202,32 @@ func newEtcdMembers(bin string, n int) ([]*EtcdServer, error) {
 // all of them are healthy, within one etcdReadyTimeout: no member can be
 // healthy before a quorum of them runs.
 func startNewMembers(members []*EtcdServer) error {
-	procs := make([]*process, len(members))
-	for i, m := range members {
+	for _, m := range members {
 		m.mu.Lock()
-		p, err := m.launch()
+		err := m.launch(m.program())
 		m.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		procs[i] = p
 	}
 	deadline := time.Now().Add(etcdReadyTimeout)
-	for i, m := range members {
-		if err := m.waitReady(procs[i], deadline); err != nil {
+	for _, m := range members {
+		if err := m.waitReady(deadline); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// launch starts the etcd process without waiting for it. The caller holds
-// s.mu and s.proc is nil.
-func (s *EtcdServer) launch() (*process, error) {
-	out, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("testserver: %w", err)
+// program is how the supervisor runs this member.
+func (s *EtcdServer) program() program {
+	return program{
+		name: "etcd " + s.name, addr: s.clientURL(), bin: s.bin, args: s.args, dir: s.dir,
+		env: etcdEnv(), out: s.logPath(), logs: []string{s.logPath()},
+		ready: s.check, readyWhat: "report itself healthy", poll: etcdPollInterval,
+		exitCause:  portInUse,
+		stopSignal: syscall.SIGTERM, stopGrace: etcdStopTimeout,
 	}
-	defer out.Close()
-
-	cmd := exec.Command(s.bin, s.args...)
-	cmd.Dir = s.dir
-	cmd.Env = etcdEnv()
-	cmd.Stdout = out
-	cmd.Stderr = out
-	setParentDeathSignal(cmd)
-	if err := startLockedThread(cmd); err != nil {
-		return nil, fmt.Errorf("testserver: start etcd: %w", err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-	s.pid = cmd.Process.Pid
-	return p, nil
 }
 
 // etcdEnv is our environment without etcd's ETCD_* variables, which etcd
@@ -267,64 +245,13 @@ func etcdEnv() []string {
 // start launches the member and waits until it is healthy. The caller holds
 // s.mu and s.proc is nil.
 func (s *EtcdServer) start() error {
-	p, err := s.launch()
-	if err != nil {
-		return err
-	}
-	return s.waitReady(p, time.Now().Add(etcdReadyTimeout))
-}
-
-// waitReady polls until the member reports itself healthy, the process
-// exits, or the deadline passes. On failure the process is stopped. The
-// caller holds s.mu, or has not shared s yet.
-func (s *EtcdServer) waitReady(p *process, deadline time.Time) error {
-	problem := errors.New("no check was made")
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return s.failStart(s.exitedEarly(p))
-		default:
-		}
-		if problem = s.check(); problem == nil {
-			select {
-			case <-p.done: // another process answered on our port
-				return s.failStart(s.exitedEarly(p))
-			default:
-				return nil
-			}
-		}
-		select {
-		case <-p.done:
-			return s.failStart(s.exitedEarly(p))
-		case <-time.After(etcdPollInterval):
-		}
-	}
-	return s.failStart(fmt.Errorf("testserver: etcd %s (pid %d) on %s not healthy within %v: %v%s",
-		s.name, s.pid, s.clientURL(), etcdReadyTimeout, problem, s.logTail()))
-}
-
-// failStart stops the process of a failed start and returns err.
-func (s *EtcdServer) failStart(err error) error {
-	s.stop(syscall.SIGKILL)
-	return err
-}
-
-// exitedEarly builds the error for a process that exited before it was
-// healthy. A failed bind is marked with errPortInUse, so that a new server
-// or cluster is retried on other ports.
-func (s *EtcdServer) exitedEarly(p *process) error {
-	tail := s.logTail()
-	if strings.Contains(tail, "address already in use") {
-		return fmt.Errorf("testserver: etcd %s on %s: %w%s", s.name, s.clientURL(), errPortInUse, tail)
-	}
-	return fmt.Errorf("testserver: etcd %s (pid %d) on %s exited before it was healthy (%v)%s",
-		s.name, s.pid, s.clientURL(), p.err, tail)
+	return s.run(s.program(), time.Now().Add(etcdReadyTimeout))
 }
 
 // check returns nil when the member answers on its client port, reports
 // itself healthy, and is ours: another test's etcd may have won the race for
 // the port, so it asks the member for its name.
-func (s *EtcdServer) check() error {
+func (s *EtcdServer) check(context.Context) error {
 	if err := s.Healthy(); err != nil {
 		return err
 	}
@@ -401,31 +328,6 @@ func (s *EtcdServer) gateway(path string, out any) error {
 	return nil
 }
 
-// stop ends the running process, if any: sig (SIGTERM for a graceful stop,
-// SIGKILL when the data is thrown away anyway), then SIGKILL after
-// etcdStopTimeout. The caller holds s.mu.
-func (s *EtcdServer) stop(sig syscall.Signal) error {
-	p := s.proc
-	if p == nil {
-		return nil
-	}
-	s.proc = nil
-	// Signal fails only if the process is already gone, which is fine.
-	p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(etcdStopTimeout):
-	}
-	p.cmd.Process.Kill()
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(killTimeout):
-		return fmt.Errorf("testserver: etcd %s (pid %d) did not exit after SIGKILL", s.name, p.cmd.Process.Pid)
-	}
-}
-
 // Endpoints returns the member's client URL, "http://127.0.0.1:PORT", as
 // the one-element list that clientv3.Config.Endpoints takes.
 func (s *EtcdServer) Endpoints() []string { return []string{s.clientURL()} }
@@ -445,97 +347,32 @@ func (s *EtcdServer) Pid() int {
 // leadership to another member) and waits until the process has exited,
 // sending SIGKILL after 10 s. Its data directory is kept; Start brings it
 // back. Stop fails if the server is closed or not running.
-func (s *EtcdServer) Stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: stop etcd %s: server is closed", s.clientURL())
-	}
-	if s.proc == nil {
-		return fmt.Errorf("testserver: stop etcd %s: server is not running", s.clientURL())
-	}
-	return s.stop(syscall.SIGTERM)
-}
+func (s *EtcdServer) Stop() error { return s.do("stop", running, s.stop) }
 
 // Kill crashes the member: SIGKILL, no leadership hand-over, so a killed
 // leader leaves its cluster to notice and elect a new one (about one
 // election timeout, 0.5 s here). It waits until the process has exited.
 // Every write etcd acknowledged is on disk, so Start brings the member back
 // with its data. Kill fails if the server is closed or not running.
-func (s *EtcdServer) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: kill etcd %s: server is closed", s.clientURL())
-	}
-	if s.proc == nil {
-		return fmt.Errorf("testserver: kill etcd %s: server is not running", s.clientURL())
-	}
-	return s.stop(syscall.SIGKILL)
-}
+func (s *EtcdServer) Kill() error { return s.do("kill", running, s.kill) }
 
 // Start starts the member again after Stop or Kill, on the same ports with the same
 // data directory (so every committed write is still there), and waits (at
 // most 20 s) until it is healthy. A cluster member is healthy only while a
 // quorum of its cluster is up, itself included. Start fails if the server is
 // running, is closed, or if one of its ports was taken while it was down.
-func (s *EtcdServer) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: start etcd %s: server is closed", s.clientURL())
-	}
-	if s.proc != nil {
-		return fmt.Errorf("testserver: start etcd %s: server is already running", s.clientURL())
-	}
-	return s.startAgain("start")
-}
+func (s *EtcdServer) Start() error { return s.resume(s.start) }
 
 // Restart stops the member (as Stop) and starts it again (as Start): same
 // ports, same data, healthy within 20 s. After Stop or Kill it just starts
 // it.
-func (s *EtcdServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: restart etcd %s: server is closed", s.clientURL())
-	}
-	if err := s.stop(syscall.SIGTERM); err != nil {
-		return err
-	}
-	return s.startAgain("restart")
-}
-
-// startAgain starts a stopped member on its old ports. The caller holds s.mu.
-func (s *EtcdServer) startAgain(what string) error {
-	err := s.start()
-	if errors.Is(err, errPortInUse) {
-		return fmt.Errorf("testserver: %s etcd %s: a port was taken by another process while the server was down: %w",
-			what, s.clientURL(), err)
-	}
-	if err != nil {
-		return fmt.Errorf("testserver: %s etcd %s: %w", what, s.clientURL(), err)
-	}
-	return nil
-}
+func (s *EtcdServer) Restart() error { return s.restart(s.start) }
 
 // Close kills the member (SIGKILL: its data is thrown away, so there is
 // nothing to shut down cleanly), waits for the process to exit and removes
 // its temporary directory with all data. Calling Close again does nothing
 // and returns nil.
-func (s *EtcdServer) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	err := s.stop(syscall.SIGKILL)
-	if rmErr := os.RemoveAll(s.dir); rmErr != nil {
-		err = errors.Join(err, fmt.Errorf("testserver: %w", rmErr))
-	}
-	return err
-}
+func (s *EtcdServer) Close() error { return s.close(s.kill, s.dir) }
 
 // clientURL is "http://127.0.0.1:PORT" of the client port.
 func (s *EtcdServer) clientURL() string {
@@ -552,20 +389,6 @@ func (s *EtcdServer) dataDir() string { return filepath.Join(s.dir, "data") }
 
 // logPath is where the member's output goes, over all its runs.
 func (s *EtcdServer) logPath() string { return filepath.Join(s.dir, "etcd.log") }
-
-// logTail returns the last lines of etcd.log, ready to append to an error
-// message, or "" if it is empty.
-func (s *EtcdServer) logTail() string {
-	data, err := os.ReadFile(s.logPath())
-	if err != nil || len(strings.TrimSpace(string(data))) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > logTailLines {
-		lines = lines[len(lines)-logTailLines:]
-	}
-	return fmt.Sprintf("\nlast lines of %s:\n%s", s.logPath(), strings.Join(lines, "\n"))
-}
 
 // EtcdCluster is a real etcd cluster of several members on 127.0.0.1, each
 // an EtcdServer with its own ports and data directory, that can be stopped

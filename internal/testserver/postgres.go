@@ -11,11 +11,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,9 +49,6 @@ const (
 	// pgRelaunchPause is the pause before starting postgres again when the
 	// processes of a killed server still hold the data directory.
 	pgRelaunchPause = 50 * time.Millisecond
-	// pgWaitDelay is how long a command gets to close its output after
-	// its context is done or it has exited.
-	pgWaitDelay = time.Second
 )
 
 // pgVersionsDir is where Debian installs each PostgreSQL major version, as
@@ -80,11 +75,7 @@ type PostgresServer struct {
 	dir     string // temporary directory, removed by Close
 	port    int    // TCP port on 127.0.0.1
 	runAs   *osUser
-
-	mu     sync.Mutex
-	proc   *process // running postmaster; nil when stopped
-	pid    int      // pid of the last started postmaster
-	closed bool
+	supervisor
 }
 
 // osUser is the user that the PostgreSQL programs run as when the test runs
@@ -160,7 +151,7 @@ func findPostgresBinDir() (string, error) {
 	if pgConfig, err := exec.LookPath("pg_config"); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), pgToolTimeout)
 		cmd := exec.CommandContext(ctx, pgConfig, "--bindir")
-		cmd.WaitDelay = pgWaitDelay
+		cmd.WaitDelay = cmdWaitDelay
 		out, err := cmd.Output()
 		cancel()
 		// Debian's pg_config comes with libpq-dev and may name a version
@@ -286,9 +277,9 @@ func (s *PostgresServer) initdb() error {
 	defer cancel()
 	// --locale=C makes the cluster independent of the host's locale
 	// settings (initdb fails on a locale that is not installed) and keeps
-	// server messages in English, which exitedEarly relies on.
-	cmd, err := s.command(ctx, filepath.Join(s.binDir, "initdb"),
-		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	// server messages in English, which postgresExitCause relies on.
+	cmd, err := s.tool(filepath.Join(s.binDir, "initdb"),
+		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync").command(ctx)
 	if err != nil {
 		return err
 	}
@@ -324,30 +315,11 @@ func chownTree(root string, uid, gid int) error {
 	})
 }
 
-// command prepares one of the PostgreSQL programs: working directory the
-// temporary directory (the postgres user may not be able to read ours),
-// clean environment, parent-death signal, own process group, and the
-// postgres user when we are root. With a context, the whole process group
-// is killed when the context is done.
-func (s *PostgresServer) command(ctx context.Context, bin string, args ...string) (*exec.Cmd, error) {
-	var cmd *exec.Cmd
-	if ctx != nil {
-		cmd = exec.CommandContext(ctx, bin, args...)
-		cmd.Cancel = func() error { _, err := killProcessGroup(cmd.Process.Pid); return err }
-		cmd.WaitDelay = pgWaitDelay
-	} else {
-		cmd = exec.Command(bin, args...)
-	}
-	cmd.Dir = s.dir
-	cmd.Env = postgresEnv()
-	setParentDeathSignal(cmd)
-	setProcessGroup(cmd)
-	if s.runAs != nil {
-		if err := setCredential(cmd, s.runAs.uid, s.runAs.gid); err != nil {
-			return nil, err
-		}
-	}
-	return cmd, nil
+// tool is one of the PostgreSQL programs: working directory the temporary
+// directory (the postgres user may not be able to read ours), clean
+// environment, own process group, and the postgres user when we are root.
+func (s *PostgresServer) tool(bin string, args ...string) program {
+	return program{bin: bin, args: args, dir: s.dir, env: postgresEnv(), runAs: s.runAs, group: true}
 }
 
 // postgresEnv is our environment without libpq's PG* variables (a
@@ -363,14 +335,6 @@ func postgresEnv() []string {
 	}
 	// exec.Cmd uses the last value of a duplicated name, so LC_ALL wins.
 	return append(env, "LC_ALL=C", "PGCLIENTENCODING=UTF8", "PGCONNECT_TIMEOUT=5")
-}
-
-// startLockedThread starts cmd with the goroutine locked to its OS thread;
-// see setParentDeathSignal for why.
-func startLockedThread(cmd *exec.Cmd) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	return cmd.Start()
 }
 
 // postgresArgs is the postgres command line.
@@ -403,15 +367,17 @@ func (s *PostgresServer) postgresArgs() []string {
 func (s *PostgresServer) start() error {
 	deadline := time.Now().Add(pgReadyTimeout)
 	for {
-		err := s.launch(deadline)
-		if err == nil || !errors.Is(err, errDataDirBusy) || time.Now().Add(pgRelaunchPause).After(deadline) {
+		err := s.run(s.program(), deadline)
+		if !errors.Is(err, errDataDirBusy) || time.Now().Add(pgRelaunchPause).After(deadline) {
 			return err
 		}
 		time.Sleep(pgRelaunchPause)
 	}
 }
 
-// launch makes one attempt of start.
+// program is how the supervisor runs the server: SIGINT is PostgreSQL's fast
+// shutdown (roll back open transactions, checkpoint, exit); a kill takes the
+// postmaster and all its children.
 //
 // The server is run directly as our child, not with pg_ctl: pg_ctl starts
 // it in the background and exits, so the server would not be our child. We
@@ -419,101 +385,32 @@ func (s *PostgresServer) start() error {
 // leave it running), not wait for it, not see at once when it exits early,
 // and not kill it (or its process group) for Kill; we would have to go by
 // the pid in postmaster.pid instead.
-func (s *PostgresServer) launch(deadline time.Time) error {
-	var logStart int64
-	if fi, err := os.Stat(s.logPath()); err == nil {
-		logStart = fi.Size()
-	}
-	out, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("testserver: %w", err)
-	}
-	defer out.Close()
-
-	cmd, err := s.command(nil, filepath.Join(s.binDir, "postgres"), s.postgresArgs()...)
-	if err != nil {
-		return err
-	}
-	cmd.Stdout = out
-	cmd.Stderr = out
-	if err := startLockedThread(cmd); err != nil {
-		return fmt.Errorf("testserver: start postgres: %w", err)
-	}
-
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-	s.pid = cmd.Process.Pid
-
-	if err := s.waitReady(p, deadline, logStart); err != nil {
-		s.stop()
-		return err
-	}
-	return nil
+func (s *PostgresServer) program() program {
+	prog := s.tool(filepath.Join(s.binDir, "postgres"), s.postgresArgs()...)
+	prog.name, prog.addr = "postgres", s.Addr()
+	prog.out, prog.logs = s.logPath(), []string{s.logPath()}
+	prog.ready, prog.readyWhat, prog.poll = s.ready, "accept queries", pgReadyPollInterval
+	prog.exitCause = postgresExitCause
+	prog.stopSignal, prog.stopGrace = syscall.SIGINT, pgStopTimeout
+	return prog
 }
 
-// waitReady polls until our server answers a query, the process exits, or
-// the deadline passes. logStart is the size of postgres.log before the
-// launch, so that only this run's messages are looked at.
-func (s *PostgresServer) waitReady(p *process, deadline time.Time, logStart int64) error {
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return s.exitedEarly(p, logStart)
-		default:
-		}
-		if s.isReady(p, deadline) {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return s.exitedEarly(p, logStart)
-		case <-time.After(pgReadyPollInterval):
-		}
-	}
-	return fmt.Errorf("testserver: postgres (pid %d) on %s did not accept queries within %v%s",
-		s.pid, s.Addr(), pgReadyTimeout, s.logTail())
-}
-
-// isReady reports whether our server accepts TCP connections and answers a
+// ready returns nil when our server accepts TCP connections and answers a
 // query. It asks for the data directory, because another test's server may
 // have won the race for the port; ours then exits and is retried.
-func (s *PostgresServer) isReady(p *process, deadline time.Time) bool {
+func (s *PostgresServer) ready(ctx context.Context) error {
 	conn, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
 	if err != nil {
-		return false
+		return err
 	}
 	conn.Close()
-	probeDeadline := time.Now().Add(pgProbeTimeout)
-	if deadline.Before(probeDeadline) {
-		probeDeadline = deadline
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), probeDeadline)
+	ctx, cancel := context.WithTimeout(ctx, pgProbeTimeout)
 	defer cancel()
-	// If the port belongs to someone else, psql may wait for an answer
-	// that never comes; stop it as soon as our process is gone.
-	probeDone := make(chan struct{})
-	defer close(probeDone)
-	go func() {
-		select {
-		case <-p.done:
-			cancel()
-		case <-probeDone:
-		}
-	}()
 	dataDir, err := s.psql(ctx, "SELECT current_setting('data_directory')")
-	if err != nil || !sameDir(dataDir, s.dataDir()) {
-		return false
+	if err == nil && !sameDir(dataDir, s.dataDir()) {
+		err = fmt.Errorf("the server on %s has data directory %s, not ours", s.Addr(), dataDir)
 	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
+	return err
 }
 
 // sameDir reports whether a and b name the same existing directory.
@@ -526,89 +423,19 @@ func sameDir(a, b string) bool {
 	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
-// exitedEarly builds the error for a postmaster that exited before it was
-// ready. A failed bind is marked with errPortInUse (retried on another port
-// by NewPostgresServer), a data directory still in use after Kill with
+// postgresExitCause reads the log of a postmaster that exited before it was
+// ready: a failed bind is errPortInUse (retried on another port by
+// NewPostgresServer), a data directory still in use after Kill
 // errDataDirBusy (retried by start).
-func (s *PostgresServer) exitedEarly(p *process, logStart int64) error {
-	fresh := s.logSince(logStart)
-	tail := s.logTail()
+func postgresExitCause(output string) error {
 	switch {
-	case strings.Contains(fresh, "could not bind") || strings.Contains(fresh, "Address already in use"):
-		return fmt.Errorf("testserver: postgres on %s: %w%s", s.Addr(), errPortInUse, tail)
-	case strings.Contains(fresh, "pre-existing shared memory block") ||
-		(strings.Contains(fresh, "lock file") && strings.Contains(fresh, "already exists")):
-		return fmt.Errorf("testserver: postgres on %s: %w%s", s.Addr(), errDataDirBusy, tail)
+	case strings.Contains(output, "could not bind") || portInUse(output) != nil:
+		return errPortInUse
+	case strings.Contains(output, "pre-existing shared memory block") ||
+		(strings.Contains(output, "lock file") && strings.Contains(output, "already exists")):
+		return errDataDirBusy
 	}
-	return fmt.Errorf("testserver: postgres (pid %d) on %s exited before it accepted queries (%v)%s",
-		s.pid, s.Addr(), p.err, tail)
-}
-
-// stop shuts the running server down, if any: SIGINT (PostgreSQL's fast
-// shutdown: roll back open transactions, checkpoint, exit), then SIGKILL to
-// its process group after pgStopTimeout. The caller holds s.mu.
-func (s *PostgresServer) stop() error {
-	p := s.proc
-	if p == nil {
-		return nil
-	}
-	s.proc = nil
-	// Signal fails only if the process is already gone, which is fine.
-	p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(pgStopTimeout):
-	}
-	return s.kill(p)
-}
-
-// kill sends SIGKILL to the postmaster and all its children (its process
-// group) and waits until the postmaster has exited. The children are reaped
-// by init; start copes with any that are still exiting. The caller holds
-// s.mu and has taken p out of s.proc.
-func (s *PostgresServer) kill(p *process) error {
-	select {
-	case <-p.done:
-		// Already reaped: its process group id may belong to someone
-		// else by now, so send nothing.
-		return nil
-	default:
-	}
-	// Fails only if the processes are already gone, which is fine.
-	children, _ := killProcessGroup(p.cmd.Process.Pid)
-	deadline := time.After(killTimeout)
-	select {
-	case <-p.done:
-	case <-deadline:
-		return fmt.Errorf("testserver: postgres (pid %d) on %s did not exit after SIGKILL",
-			p.cmd.Process.Pid, s.Addr())
-	}
-	// A crash leaves nothing running: no backend may go on with a query
-	// (and commit it) after Kill returns.
-	for _, c := range children {
-		for processAlive(c) {
-			select {
-			case <-deadline:
-				return fmt.Errorf("testserver: backend %d of postgres on %s still running after SIGKILL", c, s.Addr())
-			case <-time.After(readyPollInterval):
-			}
-		}
-	}
-	// The postmaster is reaped, but its children, killed with it, may still
-	// be on their way out holding the listening socket. Return once the
-	// port is free, so that Start (or a test taking the port) can bind it.
-	for {
-		ln, err := net.Listen("tcp", s.Addr())
-		if err == nil {
-			return ln.Close()
-		}
-		select {
-		case <-deadline:
-			return fmt.Errorf("testserver: port of postgres on %s still taken after SIGKILL: %w", s.Addr(), err)
-		case <-time.After(readyPollInterval):
-		}
-	}
+	return nil
 }
 
 // Addr returns the server's address, "127.0.0.1:PORT".
@@ -626,19 +453,7 @@ func (s *PostgresServer) DSN() string {
 // Close stops the server (fast shutdown with SIGINT, then SIGKILL after
 // 10 s), waits for it to exit and removes its temporary directory with all
 // data. Calling Close again does nothing and returns nil.
-func (s *PostgresServer) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	err := s.stop()
-	if rmErr := os.RemoveAll(s.dir); rmErr != nil {
-		err = errors.Join(err, fmt.Errorf("testserver: %w", rmErr))
-	}
-	return err
-}
+func (s *PostgresServer) Close() error { return s.close(s.stop, s.dir) }
 
 // Restart stops the server (fast shutdown, as Close) and starts it again on
 // the same port with the same data directory, so all committed data is
@@ -647,65 +462,20 @@ func (s *PostgresServer) Close() error {
 //
 // Restart fails if the port was taken while the server was down; there is
 // no retry, since the point is to keep the address.
-func (s *PostgresServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: restart %s: server is closed", s.Addr())
-	}
-	if err := s.stop(); err != nil {
-		return err
-	}
-	return s.startAgain("restart")
-}
+func (s *PostgresServer) Restart() error { return s.restart(s.start) }
 
 // Kill crashes the server: SIGKILL to the postmaster and all its processes
-// at once, no shutdown checkpoint. It waits until the postmaster has exited.
-// Call Start to bring the server back; it then recovers from its write-ahead
-// log, so every committed transaction is still there. Kill fails if the
-// server is not running.
-func (s *PostgresServer) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: kill %s: server is closed", s.Addr())
-	}
-	p := s.proc
-	if p == nil {
-		return fmt.Errorf("testserver: kill %s: server is not running", s.Addr())
-	}
-	s.proc = nil
-	return s.kill(p)
-}
+// at once, no shutdown checkpoint. It waits until the postmaster and its
+// backends are gone and the port is free. Call Start to bring the server
+// back; it then recovers from its write-ahead log, so every committed
+// transaction is still there. Kill fails if the server is not running.
+func (s *PostgresServer) Kill() error { return s.do("kill", running, s.kill) }
 
 // Start starts the server again after Kill, on the same port with the same
 // data directory, and waits (at most 30 s) until it has recovered and
 // accepts queries. It fails if the server is running, is closed, or if its
 // port was taken while it was down.
-func (s *PostgresServer) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: start %s: server is closed", s.Addr())
-	}
-	if s.proc != nil {
-		return fmt.Errorf("testserver: start %s: server is already running", s.Addr())
-	}
-	return s.startAgain("start")
-}
-
-// startAgain starts a stopped server on its old port. The caller holds s.mu.
-func (s *PostgresServer) startAgain(what string) error {
-	err := s.start()
-	if errors.Is(err, errPortInUse) {
-		return fmt.Errorf("testserver: %s %s: the port was taken by another process while the server was down: %w",
-			what, s.Addr(), err)
-	}
-	if err != nil {
-		return fmt.Errorf("testserver: %s %s: %w", what, s.Addr(), err)
-	}
-	return nil
-}
+func (s *PostgresServer) Start() error { return s.resume(s.start) }
 
 // Psql runs sql with psql as user postgres on database postgres, with
 // ON_ERROR_STOP, unaligned output without headers or footers, and no
@@ -730,10 +500,10 @@ func (s *PostgresServer) Psql(sql string) (string, error) {
 
 // psql runs sql with psql; see Psql.
 func (s *PostgresServer) psql(ctx context.Context, sql string) (string, error) {
-	cmd, err := s.command(ctx, s.psqlBin,
+	cmd, err := s.tool(s.psqlBin,
 		"-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
 		"-h", "127.0.0.1", "-p", strconv.Itoa(s.port),
-		"-U", "postgres", "-d", "postgres", "-c", sql)
+		"-U", "postgres", "-d", "postgres", "-c", sql).command(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -761,29 +531,6 @@ func (s *PostgresServer) socketDir() string { return filepath.Join(s.dir, "sock"
 
 // logPath is where the server's stdout and stderr go, over all its runs.
 func (s *PostgresServer) logPath() string { return filepath.Join(s.dir, "postgres.log") }
-
-// logSince returns what postgres.log got after its first offset bytes.
-func (s *PostgresServer) logSince(offset int64) string {
-	data, err := os.ReadFile(s.logPath())
-	if err != nil || int64(len(data)) < offset {
-		return ""
-	}
-	return string(data[offset:])
-}
-
-// logTail returns the last lines of postgres.log, ready to append to an
-// error message, or "" if it is empty.
-func (s *PostgresServer) logTail() string {
-	data, err := os.ReadFile(s.logPath())
-	if err != nil || len(strings.TrimSpace(string(data))) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > logTailLines {
-		lines = lines[len(lines)-logTailLines:]
-	}
-	return fmt.Sprintf("\nlast lines of %s:\n%s", s.logPath(), strings.Join(lines, "\n"))
-}
 
 // StartPostgres starts a server for a test or benchmark and registers
 // tb.Cleanup to close it. If the server cannot be started it calls

@@ -2,16 +2,15 @@ package testserver
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,16 +24,12 @@ const (
 	// stopTimeout is how long a server gets to exit after SIGTERM before it
 	// is sent SIGKILL.
 	stopTimeout = 5 * time.Second
-	// killTimeout is how long we wait for the process to go after SIGKILL.
-	killTimeout = 5 * time.Second
 	// maxPortAttempts bounds the retries when the chosen port was taken by
 	// someone else between our check and the server's bind.
 	maxPortAttempts = 5
 	// dialTimeout and commandTimeout bound each command sent with Do.
 	dialTimeout    = 2 * time.Second
 	commandTimeout = 10 * time.Second
-	// logTailLines is how many lines of redis.log go into error messages.
-	logTailLines = 20
 )
 
 // errNotFound is returned when redis-server is not on PATH.
@@ -82,18 +77,7 @@ type RedisServer struct {
 	busPort int      // cluster bus port; 0 when not a cluster node
 	dir     string   // temporary directory, removed by Close
 	args    []string // full argument list, reused by Restart
-
-	mu     sync.Mutex
-	proc   *process // running process; nil when stopped
-	pid    int      // pid of the last started process
-	closed bool
-}
-
-// process is one run of redis-server.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd.Wait has returned
-	err  error         // result of cmd.Wait; read only after done is closed
+	supervisor
 }
 
 // NewRedisServer starts redis-server on a free port of 127.0.0.1 and waits
@@ -199,131 +183,43 @@ func freePorts(n int) ([]int, error) {
 // start launches redis-server with s.args and waits until it answers PING.
 // The caller holds s.mu and s.proc is nil.
 func (s *RedisServer) start() error {
-	// stdout and stderr go to a file: redis writes to redis.log once it has
-	// read its arguments, but errors in the arguments themselves go to stderr.
-	out, err := os.OpenFile(s.outPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("testserver: %w", err)
-	}
-	defer out.Close()
-
-	cmd := exec.Command(s.bin, s.args...)
-	cmd.Dir = s.dir
-	cmd.Stdout = out
-	cmd.Stderr = out
-	setParentDeathSignal(cmd)
-
-	// See setParentDeathSignal for why the thread is locked.
-	runtime.LockOSThread()
-	err = cmd.Start()
-	runtime.UnlockOSThread()
-	if err != nil {
-		return fmt.Errorf("testserver: start redis-server: %w", err)
-	}
-
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-	s.pid = cmd.Process.Pid
-
-	if err := s.waitReady(p); err != nil {
-		s.stop()
-		return err
-	}
-	return nil
+	// stdout and stderr go to redis.out: redis writes to redis.log once it
+	// has read its arguments, but errors in the arguments go to stderr.
+	return s.run(program{
+		name: "redis-server", addr: s.Addr(), bin: s.bin, args: s.args, dir: s.dir,
+		out: s.outPath(), logs: []string{s.outPath(), s.logPath()},
+		ready: s.ping, readyWhat: "answer PING", poll: readyPollInterval,
+		exitCause:  portInUse,
+		stopSignal: syscall.SIGTERM, stopGrace: stopTimeout,
+	}, time.Now().Add(readyTimeout))
 }
 
-// waitReady polls until the server answers PING, the process exits, or
-// readyTimeout passes.
-func (s *RedisServer) waitReady(p *process) error {
-	deadline := time.Now().Add(readyTimeout)
-	maxPolls := int(readyTimeout/readyPollInterval) + 1
-	for poll := 0; poll < maxPolls && time.Now().Before(deadline); poll++ {
-		select {
-		case <-p.done:
-			return s.exitedEarly(p)
-		default:
-		}
-		if s.answersPing() {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return s.exitedEarly(p)
-		case <-time.After(readyPollInterval):
-		}
-	}
-	return fmt.Errorf("testserver: redis-server (pid %d) on %s did not answer PING within %v%s",
-		s.pid, s.Addr(), readyTimeout, s.logTail())
-}
-
-// exitedEarly builds the error for a process that exited before it was
-// ready. A failed bind is marked with errPortInUse so that the start is
-// retried on other ports.
-func (s *RedisServer) exitedEarly(p *process) error {
-	tail := s.logTail()
-	if strings.Contains(tail, "Address already in use") {
-		return fmt.Errorf("testserver: redis-server on %s: %w%s", s.Addr(), errPortInUse, tail)
-	}
-	return fmt.Errorf("testserver: redis-server (pid %d) on %s exited before answering PING (%v)%s",
-		s.pid, s.Addr(), p.err, tail)
-}
-
-// answersPing reports whether our process answers an inline PING on the
-// port. It also checks the pid, because another test's redis-server may
-// have won the race for the port; ours then exits and is retried.
-func (s *RedisServer) answersPing() bool {
+// ping returns nil if our process answers an inline PING on the port. It
+// also checks the pid, because another test's redis-server may have won the
+// race for the port; ours then exits and is retried.
+func (s *RedisServer) ping(context.Context) error {
 	conn, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
 	if err != nil {
-		return false
+		return err
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(time.Second))
 	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return false
+		return err
 	}
 	r := bufio.NewReader(conn)
-	line, err := readLine(r)
-	if err != nil || line != "+PONG" {
-		return false
+	if line, err := readLine(r); err != nil || line != "+PONG" {
+		return fmt.Errorf("PING: %q, %v", line, err)
 	}
 	if err := writeCommand(conn, []string{"INFO", "server"}); err != nil {
-		return false
+		return err
 	}
 	reply, err := readReply(r)
-	if err != nil {
-		return false
-	}
 	info, _ := reply.(string)
-	return infoField(info, "process_id") == strconv.Itoa(s.pid)
-}
-
-// stop ends the running process, if any: SIGTERM, then SIGKILL after
-// stopTimeout. The caller holds s.mu.
-func (s *RedisServer) stop() error {
-	p := s.proc
-	if p == nil {
-		return nil
+	if pid := infoField(info, "process_id"); err != nil || pid != strconv.Itoa(s.pid) {
+		return fmt.Errorf("INFO server: process_id %q, want %d (%v)", pid, s.pid, err)
 	}
-	s.proc = nil
-	// Signal fails only if the process is already gone, which is fine.
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(stopTimeout):
-	}
-	p.cmd.Process.Kill()
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(killTimeout):
-		return fmt.Errorf("testserver: redis-server (pid %d) on %s did not exit after SIGKILL",
-			p.cmd.Process.Pid, s.Addr())
-	}
+	return nil
 }
 
 // Addr returns the server's address, "127.0.0.1:PORT".
@@ -342,19 +238,7 @@ func (s *RedisServer) Pid() int {
 // Close stops the server (SIGTERM, then SIGKILL after 5 s), waits for the
 // process to exit and removes its temporary directory. Calling Close again
 // does nothing and returns nil.
-func (s *RedisServer) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	err := s.stop()
-	if rmErr := os.RemoveAll(s.dir); rmErr != nil {
-		err = errors.Join(err, fmt.Errorf("testserver: %w", rmErr))
-	}
-	return err
-}
+func (s *RedisServer) Close() error { return s.close(s.stop, s.dir) }
 
 // Restart stops the server and starts it again on the same port with the
 // same arguments, then waits (at most 10 s) until it answers PING. There is
@@ -363,20 +247,7 @@ func (s *RedisServer) Close() error {
 //
 // Restart fails if the port was taken while the server was down; there is
 // no retry, since the point is to keep the address.
-func (s *RedisServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserver: restart %s: server is closed", s.Addr())
-	}
-	if err := s.stop(); err != nil {
-		return err
-	}
-	if err := s.start(); err != nil {
-		return fmt.Errorf("testserver: restart %s: %w", s.Addr(), err)
-	}
-	return nil
-}
+func (s *RedisServer) Restart() error { return s.restart(s.start) }
 
 // Do sends one command on a new connection and returns the reply as a
 // string: a simple or bulk string as it is, an integer in decimal. A nil
@@ -441,24 +312,6 @@ func (s *RedisServer) logPath() string { return filepath.Join(s.dir, "redis.log"
 
 // outPath is where the process's stdout and stderr go.
 func (s *RedisServer) outPath() string { return filepath.Join(s.dir, "redis.out") }
-
-// logTail returns the last lines of redis.log and of stdout/stderr, ready to
-// append to an error message, or "" if both are empty.
-func (s *RedisServer) logTail() string {
-	var b strings.Builder
-	for _, path := range []string{s.outPath(), s.logPath()} {
-		data, err := os.ReadFile(path)
-		if err != nil || len(strings.TrimSpace(string(data))) == 0 {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > logTailLines {
-			lines = lines[len(lines)-logTailLines:]
-		}
-		fmt.Fprintf(&b, "\nlast lines of %s:\n%s", path, strings.Join(lines, "\n"))
-	}
-	return b.String()
-}
 
 // infoField returns the value of "name:value" in the text of an INFO or
 // CLUSTER INFO reply, or "" if it is not there.
