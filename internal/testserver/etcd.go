@@ -124,34 +124,25 @@ func startEtcdMembers(n int) ([]*EtcdServer, error) {
 	if err != nil {
 		return nil, errEtcdNotFound
 	}
-	var lastErr error
-	for attempt := 1; attempt <= maxPortAttempts; attempt++ {
-		members, err := newEtcdMembers(bin, n)
+	return onFreePorts(2*n, func(ports []int) ([]*EtcdServer, error) {
+		members, err := newEtcdMembers(bin, ports)
 		if err != nil {
 			return nil, err
 		}
-		if err = startNewMembers(members); err == nil {
-			return members, nil
-		}
-		for _, m := range members {
-			m.Close()
-		}
-		if !errors.Is(err, errPortInUse) {
+		if err := startNewMembers(members); err != nil {
+			for _, m := range members {
+				m.Close()
+			}
 			return nil, err
 		}
-		lastErr = err
-	}
-	return nil, fmt.Errorf("testserver: gave up after %d attempts to find free ports: %w",
-		maxPortAttempts, lastErr)
+		return members, nil
+	})
 }
 
-// newEtcdMembers picks the ports, makes the directories and builds the
-// command lines of n members of one new cluster. Nothing is started yet.
-func newEtcdMembers(bin string, n int) ([]*EtcdServer, error) {
-	ports, err := freePorts(2 * n)
-	if err != nil {
-		return nil, err
-	}
+// newEtcdMembers makes the directories and builds the command lines of the
+// members of one new cluster, two ports each. Nothing is started yet.
+func newEtcdMembers(bin string, ports []int) ([]*EtcdServer, error) {
+	n := len(ports) / 2
 	members := make([]*EtcdServer, n)
 	peers := make([]string, n)
 	for i := range members {

@@ -118,29 +118,15 @@ func NewPostgresServer() (*PostgresServer, error) {
 		return nil, err
 	}
 
-	var lastErr error
-	for attempt := 1; attempt <= maxPortAttempts; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	_, err = onFreePorts(1, func(ports []int) (*PostgresServer, error) {
 		s.port = ports[0]
-		s.mu.Lock()
-		err = s.start()
-		s.mu.Unlock()
-		if err == nil {
-			return s, nil
-		}
-		if !errors.Is(err, errPortInUse) {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		lastErr = err
+		return s, s.do("start", anyState, s.start)
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, fmt.Errorf("testserver: gave up after %d attempts to find a free port: %w",
-		maxPortAttempts, lastErr)
+	return s, nil
 }
 
 // findPostgresBinDir returns the directory that holds initdb and postgres:

@@ -24,9 +24,6 @@ const (
 	// stopTimeout is how long a server gets to exit after SIGTERM before it
 	// is sent SIGKILL.
 	stopTimeout = 5 * time.Second
-	// maxPortAttempts bounds the retries when the chosen port was taken by
-	// someone else between our check and the server's bind.
-	maxPortAttempts = 5
 	// dialTimeout and commandTimeout bound each command sent with Do.
 	dialTimeout    = 2 * time.Second
 	commandTimeout = 10 * time.Second
@@ -35,10 +32,6 @@ const (
 // errNotFound is returned when redis-server is not on PATH.
 var errNotFound = errors.New("testserver: redis-server not found on PATH: " +
 	"install the Debian package redis-server (make test does this when run as root)")
-
-// errPortInUse marks a start that failed because a port was already taken;
-// such a start is retried with new ports.
-var errPortInUse = errors.New("port already in use")
 
 // RedisOption configures a server started by NewRedisServer, StartRedis or
 // NewRedisCluster.
@@ -94,31 +87,17 @@ func NewRedisServer(opts ...RedisOption) (*RedisServer, error) {
 	if err != nil {
 		return nil, errNotFound
 	}
-	var lastErr error
-	for attempt := 1; attempt <= maxPortAttempts; attempt++ {
-		s, err := startOnFreePorts(bin, cfg)
-		if err == nil {
-			return s, nil
-		}
-		if !errors.Is(err, errPortInUse) {
-			return nil, err
-		}
-		lastErr = err
-	}
-	return nil, fmt.Errorf("testserver: gave up after %d attempts to find a free port: %w",
-		maxPortAttempts, lastErr)
-}
-
-// startOnFreePorts makes one attempt: pick ports, make the directory, start.
-func startOnFreePorts(bin string, cfg redisConfig) (*RedisServer, error) {
 	nPorts := 1
 	if cfg.cluster {
 		nPorts = 2
 	}
-	ports, err := freePorts(nPorts)
-	if err != nil {
-		return nil, err
-	}
+	return onFreePorts(nPorts, func(ports []int) (*RedisServer, error) {
+		return startRedis(bin, cfg, ports)
+	})
+}
+
+// startRedis makes one attempt on the given ports: make the directory, start.
+func startRedis(bin string, cfg redisConfig, ports []int) (*RedisServer, error) {
 	dir, err := os.MkdirTemp("", "leasehold-redis-")
 	if err != nil {
 		return nil, fmt.Errorf("testserver: %w", err)
@@ -148,36 +127,11 @@ func startOnFreePorts(bin string, cfg redisConfig) (*RedisServer, error) {
 	}
 	s.args = append(s.args, cfg.args...)
 
-	s.mu.Lock()
-	err = s.start()
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.do("start", anyState, s.start); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The ports are
-// free when we look; someone else may take them before redis-server binds,
-// which the caller handles by retrying.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testserver: find a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // start launches redis-server with s.args and waits until it answers PING.
