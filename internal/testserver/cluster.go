@@ -210,13 +210,5 @@ func (c *RedisCluster) Close() error {
 func StartRedisCluster(tb testing.TB, masters int) *RedisCluster {
 	tb.Helper()
 	c, err := NewRedisCluster(masters)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			tb.Errorf("%v", err)
-		}
-	})
-	return c
+	return started(tb, c, err)
 }

@@ -3,7 +3,9 @@ package testserver
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"testing"
 )
 
 // maxPortAttempts bounds the retries when the chosen port was taken by
@@ -54,4 +56,19 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// started is the end of the Start functions: tb.Fatalf on err, else
+// tb.Cleanup to close v, reporting an error of Close.
+func started[T io.Closer](tb testing.TB, v T, err error) T {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := v.Close(); err != nil {
+			tb.Errorf("%v", err)
+		}
+	})
+	return v
 }

@@ -105,15 +105,7 @@ func NewEtcdServer() (*EtcdServer, error) {
 func StartEtcd(tb testing.TB) *EtcdServer {
 	tb.Helper()
 	s, err := NewEtcdServer()
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			tb.Errorf("%v", err)
-		}
-	})
-	return s
+	return started(tb, s, err)
 }
 
 // startEtcdMembers starts a new cluster of n members and waits until every
@@ -407,15 +399,7 @@ func NewEtcdCluster(n int) (*EtcdCluster, error) {
 func StartEtcdCluster(tb testing.TB, n int) *EtcdCluster {
 	tb.Helper()
 	c, err := NewEtcdCluster(n)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			tb.Errorf("%v", err)
-		}
-	})
-	return c
+	return started(tb, c, err)
 }
 
 // Endpoints returns the client URLs of all members, in member order,

@@ -525,13 +525,5 @@ func (s *PostgresServer) logPath() string { return filepath.Join(s.dir, "postgre
 func StartPostgres(tb testing.TB) *PostgresServer {
 	tb.Helper()
 	s, err := NewPostgresServer()
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			tb.Errorf("%v", err)
-		}
-	})
-	return s
+	return started(tb, s, err)
 }

@@ -286,13 +286,5 @@ func infoField(info, name string) string {
 func StartRedis(tb testing.TB, opts ...RedisOption) *RedisServer {
 	tb.Helper()
 	s, err := NewRedisServer(opts...)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			tb.Errorf("%v", err)
-		}
-	})
-	return s
+	return started(tb, s, err)
 }
