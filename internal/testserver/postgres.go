@@ -264,19 +264,10 @@ func (s *PostgresServer) initdb() error {
 	// --locale=C makes the cluster independent of the host's locale
 	// settings (initdb fails on a locale that is not installed) and keeps
 	// server messages in English, which postgresExitCause relies on.
-	cmd, err := s.tool(filepath.Join(s.binDir, "initdb"),
-		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync").command(ctx)
-	if err != nil {
-		return err
-	}
 	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	err = startLockedThread(cmd)
-	if err == nil {
-		err = cmd.Wait()
-	}
-	if err != nil {
+	initdb := s.tool(filepath.Join(s.binDir, "initdb"),
+		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	if err := initdb.runToEnd(ctx, &out, &out); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("did not finish within %v", pgInitdbTimeout)
 		}
@@ -486,20 +477,11 @@ func (s *PostgresServer) Psql(sql string) (string, error) {
 
 // psql runs sql with psql; see Psql.
 func (s *PostgresServer) psql(ctx context.Context, sql string) (string, error) {
-	cmd, err := s.tool(s.psqlBin,
+	var stdout, stderr bytes.Buffer
+	err := s.tool(s.psqlBin,
 		"-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
 		"-h", "127.0.0.1", "-p", strconv.Itoa(s.port),
-		"-U", "postgres", "-d", "postgres", "-c", sql).command(ctx)
-	if err != nil {
-		return "", err
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	err = startLockedThread(cmd)
-	if err == nil {
-		err = cmd.Wait()
-	}
+		"-U", "postgres", "-d", "postgres", "-c", sql).runToEnd(ctx, &stdout, &stderr)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("did not finish in time (%v)", ctx.Err())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -105,6 +106,19 @@ func (prog program) command(ctx context.Context) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
+// runToEnd runs prog under ctx with the given output and waits for its end.
+func (prog program) runToEnd(ctx context.Context, stdout, stderr io.Writer) error {
+	cmd, err := prog.command(ctx)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := startLockedThread(cmd); err != nil {
+		return err
+	}
+	return cmd.Wait()
+}
+
 // startLockedThread starts cmd with the goroutine locked to its OS thread;
 // see setParentDeathSignal for why.
 func startLockedThread(cmd *exec.Cmd) error {
@@ -121,7 +135,7 @@ func (sv *supervisor) run(prog program, deadline time.Time) error {
 	return sv.waitReady(deadline)
 }
 
-// launch starts prog without waiting for it; sv.proc is nil.
+// launch starts prog without waiting for it; sv.proc must be nil.
 func (sv *supervisor) launch(prog program) error {
 	sv.prog = prog
 	sv.logStart = make([]int64, len(prog.logs))
