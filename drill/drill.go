@@ -38,7 +38,7 @@ type Config struct {
 	// 1.5 × TTL (0.8 TTL on average), about 12 seconds at the default time
 	// scale, long enough for some eighty faults.
 	Jobs int
-	// TimeScale compresses the production lock timings of DESIGN.md §5 (the
+	// TimeScale compresses the production lock timings of docs/design.md §5 (the
 	// scheduler job path: TTL 60 s, renewal every 20 s). Default: 1/100,
 	// so the TTL is 600 ms and a drill takes seconds.
 	TimeScale float64
@@ -185,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return r.report(time.Since(start)), nil
 }
 
-// scaledTTL is the scheduler path's 60 s TTL (DESIGN.md §5) at scale.
+// scaledTTL is the scheduler path's 60 s TTL (docs/design.md §5) at scale.
 func scaledTTL(scale float64) (time.Duration, error) {
 	if scale <= 0 || scale > 1 {
 		return 0, &leasehold.ArgumentError{Arg: "time scale", Reason: fmt.Sprintf("%v is not in (0, 1]", scale)}

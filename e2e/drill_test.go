@@ -191,8 +191,8 @@ func TestDrillWorkerProcesses(t *testing.T) {
 
 // The scale of TestDrillWorkerProcesses: 16 processes (8 start jobs, 8
 // take over), TTL 300 ms; 1,400 jobs make about 1.6 critical sections each
-// (takeovers, renewal failures), a margin over the 2,000 sections DESIGN.md
-// §9 asks of a drill. About 80 s on 2 cores.
+// (takeovers, renewal failures), a margin over the 2,000 sections the test
+// asserts (docs/design.md §9 asks for thousands). About 80 s on 2 cores.
 const (
 	drillProcesses       = 16
 	drillProcessJobs     = 1400

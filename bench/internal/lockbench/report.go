@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// cycleTarget is DESIGN.md §9's bound: acquire+release cycles at 80 % of the
-// raw round-trip rate halved.
+// cycleTarget is the bench's own bound, acquire+release cycles at 80 % of
+// the raw round-trip rate halved; docs/design.md §9 has the peer targets.
 const cycleTarget = 0.8
 
 // Markdown renders the report; chart is the chart's file name relative to
@@ -68,7 +68,7 @@ func Markdown(r *Result, s Summary, chart string) string {
 	p("## Not measured yet")
 	p("")
 	if !cfg.Runs(SectionScale) {
-		p("- **Scale** (DESIGN.md §9: one process holds 100 000 leases with renewals batched): not")
+		p("- **Scale** (design.md §9: one process holds 100 000 leases with renewals batched): not")
 		p("  measured in this run; `--only scale` measures it alone.")
 	}
 	if !cfg.Runs(SectionLocks) {
@@ -77,7 +77,7 @@ func Markdown(r *Result, s Summary, chart string) string {
 	}
 	p("- Redis Cluster and Sentinel, TLS, and a Redis on another machine: all figures here are")
 	p("  one redis-server on loopback.")
-	p("- The drills' numbers (DESIGN.md §9) come from `leasehold drill`, not from this command.")
+	p("- The drills' numbers ([design.md §9](design.md#9-numbers-this-project-is-judged-by)) come from `leasehold drill`, not from this command.")
 	return b.String()
 }
 
@@ -103,7 +103,7 @@ func verdict(ok bool) string {
 
 func targets(b *strings.Builder, r *Result, s Summary) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format+"\n", args...) }
-	p("## Targets (DESIGN.md §9)")
+	p("## Targets (design.md §9)")
 	p("")
 	p("| target | measured | |")
 	p("|---|---|---|")

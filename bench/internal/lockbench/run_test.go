@@ -56,13 +56,13 @@ func TestRunTiny(t *testing.T) {
 			positive(o.ID+" "+name+" round trips", v)
 		}
 		if o.ID == "leasehold" && (o.Acquire != 1 || o.Release != 1 || o.Renew != 1) {
-			t.Errorf("leasehold round trips acquire/release/renew = %v/%v/%v, want 1/1/1 (DESIGN.md §9)", o.Acquire, o.Release, o.Renew)
+			t.Errorf("leasehold round trips acquire/release/renew = %v/%v/%v, want 1/1/1 (docs/design.md §9)", o.Acquire, o.Release, o.Renew)
 		}
 	}
 
 	md := Markdown(res, s, "handoff.svg")
 	for _, want := range []string{
-		"## Targets (DESIGN.md §9)", "## 1. Raw round trips", "## 2. Uncontended acquire+release",
+		"## Targets (design.md §9)", "## 1. Raw round trips", "## 2. Uncontended acquire+release",
 		"## 3. Contended hand-off", "## 4. Round trips per operation", "## Reading the figures",
 		"## Method", "## Not measured yet", "100 000 leases", "(handoff.svg)",
 		"runtime.NumCPU", res.Env.GoVersion, "Redis | " + res.Env.Redis, "go test", "`--only scale`",

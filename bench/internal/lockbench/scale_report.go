@@ -9,7 +9,7 @@ import (
 	"github.com/leasehold/leasehold"
 )
 
-// scaleTargetLeases is DESIGN.md §9's scale: 100 000 leases in one process.
+// scaleTargetLeases is docs/design.md §9's scale: 100 000 leases in one process.
 const scaleTargetLeases = 100_000
 
 // scaleGoroutineSlack is how many goroutines a Renewer cell may add whatever
