@@ -13,6 +13,8 @@
 //     SLO that cannot be met, a metric missing), ExitUsage (the command line
 //     was wrong: an unknown command or flag, a bad value, a missing
 //     argument, no store or two stores, an invalid key).
+//   - No message, report or output shows a password: stores are named by
+//     host:port/database, URLs by safeURL, unusable addresses by addrError.
 //   - The commands only read: nothing here writes to a store.
 //
 // # Lock class

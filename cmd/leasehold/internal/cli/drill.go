@@ -76,10 +76,10 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				defer b.close()
 				cfg.Store, cfg.StoreName = b.store, b.String()
 			}
-			if jobsPG != "" {
-				pool, err := pgxpool.New(cmd.Context(), jobsPG)
+			if flagSet(cmd.Flags(), "jobs-postgres") {
+				pool, err := openJobsPool(cmd, jobsPG, a.global.timeout)
 				if err != nil {
-					return usagef("--jobs-postgres: %v", err)
+					return err
 				}
 				defer pool.Close()
 				if cfg.Storage, err = pgjobs.New(pool, jobsTable); err != nil {
@@ -177,9 +177,9 @@ func (a *app) drillWorkerCommand() *cobra.Command {
 				return err
 			}
 			defer b.close()
-			pool, err := pgxpool.New(cmd.Context(), jobsPG)
+			pool, err := openJobsPool(cmd, jobsPG, a.global.timeout)
 			if err != nil {
-				return usagef("--jobs-postgres: %v", err)
+				return err
 			}
 			defer pool.Close()
 			jobs, err := pgjobs.New(pool, jobsTable)
@@ -201,6 +201,19 @@ func writeHTMLReport(f *os.File, rep *drill.Report) error {
 		err = cerr
 	}
 	return err
+}
+
+// openJobsPool opens the PostgreSQL pool of the drill's job storage.
+func openJobsPool(cmd *cobra.Command, dsn string, timeout time.Duration) (*pgxpool.Pool, error) {
+	cfg, _, err := parsePostgres("--jobs-postgres", dsn, timeout)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(cmd.Context(), cfg)
+	if err != nil {
+		return nil, usagef("--jobs-postgres: %v", err)
+	}
+	return pool, nil
 }
 
 // parseScale reads "1/100" or "0.01".

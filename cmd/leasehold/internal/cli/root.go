@@ -90,7 +90,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
 		code = ExitUsage
 	}
-	msg := oneLine(strings.TrimPrefix(err.Error(), "leasehold: "))
+	msg := hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), args)
 	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
@@ -161,13 +161,14 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 		if len(args) == len(names) {
 			return nil
 		}
+		// The arguments are not quoted: a misplaced store URL may be one.
 		if len(names) == 0 {
-			return fmt.Errorf("%s takes no arguments; got %q", cmd.Name(), args)
+			return fmt.Errorf("%s takes no arguments; got %d", cmd.Name(), len(args))
 		}
 		if len(args) < len(names) {
 			return fmt.Errorf("%s needs %s", cmd.Name(), strings.Join(names[len(args):], " "))
 		}
-		return fmt.Errorf("%s takes %d argument(s), %s; got %d: %q", cmd.Name(), len(names), strings.Join(names, " "), len(args), args)
+		return fmt.Errorf("%s takes %d argument(s), %s; got %d", cmd.Name(), len(names), strings.Join(names, " "), len(args))
 	}
 }
 

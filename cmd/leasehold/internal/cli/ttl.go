@@ -113,16 +113,20 @@ says so.`,
 			}
 			var src *sourceJSON
 			if fromURL {
-				buckets, err := fetchHeld(cmd.Context(), from, ns, a.global.timeout)
+				u, err := parseMetricsURL(from)
+				if err != nil {
+					return err
+				}
+				buckets, err := fetchHeld(cmd.Context(), u, ns, a.global.timeout)
 				if err != nil {
 					return err
 				}
 				est, err := HistogramQuantile(quantile, buckets)
 				if err != nil {
-					return fmt.Errorf("%s{namespace=%q} at %s: %w", HeldMetric, ns, redactURL(from), err)
+					return fmt.Errorf("%s{namespace=%q} at %s: %w", HeldMetric, ns, safeURL(u), err)
 				}
 				in.ExecP99 = time.Duration(est.Seconds * float64(time.Second)).Round(time.Millisecond)
-				src = &sourceJSON{URL: redactURL(from), Metric: HeldMetric, Namespace: ns, Quantile: quantile, Observations: est.Count, AboveTopBucket: est.AboveTop}
+				src = &sourceJSON{URL: safeURL(u), Metric: HeldMetric, Namespace: ns, Quantile: quantile, Observations: est.Count, AboveTopBucket: est.AboveTop}
 			}
 			p, err := PlanTTL(in)
 			if err != nil {
