@@ -21,7 +21,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ls", "--redis", closed, "--etcd", "127.0.0.1:2379", "x"}, "choose one store: --redis and --etcd"},
 		{[]string{"inspect", "--redis", closed, "--postgres", "postgres://x@127.0.0.1/db", "k"}, "choose one store"},
 		{[]string{"--timeout", "abc", "inspect", "--redis", closed, "k"}, `invalid argument "abc" for "--timeout"`},
-		{[]string{"--timeout", "0s", "inspect", "--redis", closed, "k"}, "--timeout must be positive"},
+		{[]string{"--timeout", "0s", "inspect", "--redis", closed, "k"}, "--timeout must be between 1ns and 10m0s, not 0s"},
 		{[]string{"inspect", "--redis", closed}, "inspect needs KEY"},
 		{[]string{"inspect", "--redis", closed, "a", "b"}, "inspect takes 1 argument"},
 		{[]string{"inspect", "k"}, "no store selected: pass --redis, --etcd or --postgres"},
@@ -44,8 +44,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ttl", "--exec-p99", "1s", "--from", "http://127.0.0.1:1/metrics", "--namespace", "workflow", "--jitter", "1s", "--guard", "1s"}, "not both"},
 		{[]string{"ttl", "--from", "http://127.0.0.1:1/metrics", "--jitter", "1s", "--guard", "1s"}, "--from needs --namespace"},
 		{[]string{"ttl", "--from", "ftp://127.0.0.1/metrics", "--namespace", "workflow", "--jitter", "1s", "--guard", "1s"}, "--from needs an http:// or https:// URL"},
-		{[]string{"ttl", "--exec-p99", "20h", "--jitter", "5h", "--guard", "0s"}, "invalid ttl: 25h0m0s is longer than 24h0m0s"},
-		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "-1s", "--guard", "0s"}, "invalid jitter"},
+		{[]string{"ttl", "--exec-p99", "20h", "--jitter", "5h", "--guard", "0s"}, "invalid ttl (--exec-p99 + --jitter + --guard): 25h0m0s is longer than 24h0m0s"},
+		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "-1s", "--guard", "0s"}, "--jitter must be between 0s and 24h0m0s, not -1s"},
 		{[]string{"ttl", "surplus", "--exec-p99", "1s", "--jitter", "1s", "--guard", "1s"}, "ttl takes no arguments"},
 	} {
 		r := failsWith(t, 2, []string{tc.want}, tc.args...)

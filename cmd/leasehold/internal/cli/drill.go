@@ -54,6 +54,9 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				return usageError{err}
 			}
 			cfg.TimeScale = scale
+			if err := checkDrillFlags(cfg); err != nil {
+				return err
+			}
 			var html *os.File
 			if htmlPath != "" {
 				// Created before the drill runs: a path that cannot be
@@ -129,15 +132,15 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 		}),
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Workers, "workers", 8, "concurrent workers; half start new jobs, half are headroom that takes over orphaned jobs")
-	f.IntVar(&cfg.Jobs, "jobs", 100, "jobs to move from queued to done; 100 give about 150 critical sections and 120 faults at 1/100")
-	f.StringVar(&timeScale, "time-scale", "1/100", "compresses the production timings: 1/100 turns the 60 s TTL into 600 ms")
+	f.IntVar(&cfg.Workers, "workers", 8, fmt.Sprintf("concurrent workers (2 to %d); half start new jobs, half are headroom that takes over orphaned jobs", MaxWorkers))
+	f.IntVar(&cfg.Jobs, "jobs", 100, fmt.Sprintf("jobs to move from queued to done (1 to %d); 100 give about 150 critical sections and 120 faults at 1/100", MaxJobs))
+	f.StringVar(&timeScale, "time-scale", "1/100", "compresses the production timings, in [1/10000, 1]: 1/100 turns the 60 s TTL into 600 ms")
 	f.BoolVar(&cfg.UnsafeRelease, "unsafe-release", false, "negative control: releases delete the key whoever holds it; the drill must report violations")
 	f.BoolVar(&cfg.NoFencing, "no-fencing", false, "negative control: the job storage accepts any fence; the drill must report violations")
-	f.DurationVar(&cfg.Timeout, "drill-timeout", 2*time.Minute, "bound on the whole drill")
+	f.DurationVar(&cfg.Timeout, "drill-timeout", 2*time.Minute, fmt.Sprintf("bound on the whole drill (at most %v)", MaxDrillTimeout))
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (no progress line)")
 	f.StringVar(&jobsPG, "jobs-postgres", "", "keep the jobs fenced in this PostgreSQL (URL or DSN) instead of in-process")
-	f.IntVar(&cfg.Processes, "processes", 0, "run the workers as this many separate OS processes (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers")
+	f.IntVar(&cfg.Processes, "processes", 0, fmt.Sprintf("run the workers as this many separate OS processes, 2 to %d (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers", MaxProcesses))
 	f.StringVar(&htmlPath, "report", "", "also write the report as a self-contained HTML page to this file, violations or not")
 	return cmd
 }
@@ -203,6 +206,19 @@ func writeHTMLReport(f *os.File, rep *drill.Report) error {
 	return err
 }
 
+// checkDrillFlags checks drill's numeric flags: the drill package would
+// take a zero for its default, and a huge value for a real one.
+func checkDrillFlags(cfg drill.Config) error {
+	if cfg.Processes != 0 && (cfg.Processes < 2 || cfg.Processes > MaxProcesses) {
+		return usagef("--processes must be 0 (workers in this process) or between 2 and %d, not %d", MaxProcesses, cfg.Processes)
+	}
+	return firstError(
+		checkInt("--workers", cfg.Workers, 2, MaxWorkers),
+		checkInt("--jobs", cfg.Jobs, 1, MaxJobs),
+		checkDuration("--drill-timeout", cfg.Timeout, 1, MaxDrillTimeout),
+	)
+}
+
 // openJobsPool opens the PostgreSQL pool of the drill's job storage.
 func openJobsPool(cmd *cobra.Command, dsn string, timeout time.Duration) (*pgxpool.Pool, error) {
 	cfg, _, err := parsePostgres("--jobs-postgres", dsn, timeout)
@@ -228,8 +244,8 @@ func parseScale(s string) (float64, error) {
 			err = fmt.Errorf("division by zero")
 		}
 	}
-	if err != nil || n <= 0 || n > 1 {
-		return 0, fmt.Errorf("--time-scale %q: want a fraction in (0, 1] such as 1/100 or 0.01", s)
+	if err != nil || !(n >= MinTimeScale && n <= 1) {
+		return 0, fmt.Errorf("--time-scale %q: want a fraction in [1/10000, 1] such as 1/100 or 0.01", s)
 	}
 	return n, nil
 }

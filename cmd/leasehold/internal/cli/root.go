@@ -137,7 +137,7 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 	pf.StringVar(&g.postgresDSN, "postgres", "", "PostgreSQL URL or key=value DSN, as pgx takes it")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", etcdstore.DefaultPrefix, "with --etcd: the key prefix the applications' etcdstore uses (its WithPrefix; the default is etcdstore.DefaultPrefix)")
 	pf.StringVar(&g.pgTable, "pg-table", pgstore.DefaultTable, "with --postgres: the lease table the applications' pgstore uses (its WithTable; the default is pgstore.DefaultTable)")
-	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call, connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
+	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
 	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lsCommand(), a.ttlCommand(), a.versionCommand())
 	return root
@@ -148,8 +148,8 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 func (a *app) run(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		a.ran = true
-		if a.global.timeout <= 0 {
-			return usagef("--timeout must be positive, not %v", a.global.timeout)
+		if err := checkDuration("--timeout", a.global.timeout, 1, MaxTimeout); err != nil {
+			return err
 		}
 		return f(cmd, args)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
 )
 
 // DefaultQuantile is the quantile ttl --from reads as the exec p99: the
@@ -111,6 +113,9 @@ says so.`,
 			case !(quantile > 0 && quantile <= 1):
 				return usagef("--quantile must be in (0, 1], not %v", quantile)
 			}
+			if err := checkTTLFlags(in, fromURL); err != nil {
+				return err
+			}
 			var src *sourceJSON
 			if fromURL {
 				u, err := parseMetricsURL(from)
@@ -157,6 +162,24 @@ says so.`,
 	f.Float64Var(&quantile, "quantile", DefaultQuantile, "with --from: the quantile taken as the exec p99; 0.99 is the p99 the TTL formula is written for")
 	f.BoolVar(&asJSON, "json", false, "print a JSON object instead of text")
 	return cmd
+}
+
+// checkTTLFlags checks ttl's durations, each against leasehold.MaxTTL, and
+// their sum, the TTL, when --exec-p99 is given.
+func checkTTLFlags(in PlanInput, fromURL bool) error {
+	err := firstError(
+		checkDuration("--jitter", in.Jitter, 0, leasehold.MaxTTL),
+		checkDuration("--guard", in.Guard, 0, leasehold.MaxTTL),
+		checkDuration("--retry", in.Retry, 0, leasehold.MaxTTL),
+		checkDuration("--slo", in.SLO, 0, leasehold.MaxTTL),
+	)
+	if err != nil || fromURL {
+		return err
+	}
+	return firstError(
+		checkDuration("--exec-p99", in.ExecP99, 1, leasehold.MaxTTL),
+		checkTTLSum(in.ExecP99, in.Jitter, in.Guard),
+	)
 }
 
 // planJSON is p as ttl --json prints it.
