@@ -7,12 +7,8 @@ import (
 	"testing"
 )
 
-// TestNumericFlagBounds runs every numeric flag at and just past each end
-// of its range. Past it: exit 2 and a message that names the flag. At it:
-// the flag is accepted, and the command goes on to fail for a reason of
-// its own (a closed port: exit 1; for drill, an uncreatable --report: exit
-// 2 naming --report, which drill checks after its numbers and before it
-// starts anything).
+// TestNumericFlagBounds: just past a bound, exit 2 naming the flag; at it,
+// accepted, so the run fails later (closed port: exit 1; drill: its bad --report).
 func TestNumericFlagBounds(t *testing.T) {
 	t.Parallel()
 	closedPG := "postgres://postgres@" + closedAddr(t) + "/postgres?sslmode=disable"

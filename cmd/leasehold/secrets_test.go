@@ -16,17 +16,14 @@ import (
 	"github.com/leasehold/leasehold/store/pgstore"
 )
 
-// hostilePasswords each hold a character that ends or splits a URL's
-// user information when not percent-encoded; the digit-led ones would
-// read as a port.
+// hostilePasswords hold URL delimiters, unencoded; digit-led ones read as a port.
 var hostilePasswords = []string{
 	"Qx7v/Zk9w", "Qx7v#Zk9w", "Qx7v@Zk9w", "Qx7v%Zk9w", "Qx7v:Zk9w", "Qx7v?Zk9w",
 	"4321/Zk9w", "4321#Zk9w", "4321?Zk9w", "Qx/7#v@Z%k:9w",
 }
 
-// leak returns a piece of pw, at least 3 characters long, that out holds,
-// or "". The addresses in safe (loopback host:ports) are taken out of out
-// first: their digits may match a digit-led password's.
+// leak returns a piece of pw (3+ characters) found in out, ignoring the
+// addresses in safe, whose digits may match a digit-led password's.
 func leak(out, pw string, safe ...string) string {
 	for _, s := range safe {
 		out = strings.ReplaceAll(out, s, "ADDR")
@@ -51,10 +48,8 @@ func checkNoLeak(t *testing.T, r result, args []string, safe []string, pws ...st
 	}
 }
 
-// TestPasswordsNeverShown: for every flag that takes a URL or DSN, a
-// password with a URL delimiter in it, unencoded, gives an error (a usage
-// error, or a refused connection on a closed loopback port) that shows no
-// piece of it.
+// TestPasswordsNeverShown: on every URL or DSN flag, an unencoded hostile
+// password gives an error (usage, or a closed port) with no piece of it.
 func TestPasswordsNeverShown(t *testing.T) {
 	t.Parallel()
 	closed := closedAddr(t)
@@ -95,8 +90,8 @@ func TestPasswordsNeverShown(t *testing.T) {
 	}
 }
 
-// TestEtcdCredentialsRefused: the CLI has no etcd auth, so credentials in
-// an endpoint are a usage error, before any connection, that says so.
+// TestEtcdCredentialsRefused: with no etcd auth, credentials in an endpoint
+// are a usage error that says so.
 func TestEtcdCredentialsRefused(t *testing.T) {
 	t.Parallel()
 	args := []string{"inspect", "--etcd", "http://root:hunter7@" + closedAddr(t), "k"}
@@ -104,17 +99,24 @@ func TestEtcdCredentialsRefused(t *testing.T) {
 	checkNoLeak(t, r, args, nil, "hunter7")
 }
 
-// userURL is scheme://user:pw@addr/path with pw percent-encoded, as an
-// operator should write it.
+// TestFromURLShownRedacted: ttl --from names its endpoint as
+// scheme://***@host/path, without the query.
+func TestFromURLShownRedacted(t *testing.T) {
+	t.Parallel()
+	closed := closedAddr(t)
+	args := []string{"ttl", "--from", userURL("http", "opsuser", "Qx7v/Zk9w", closed, "/metrics") + "?token=Zq8tok",
+		"--namespace", "workflow", "--jitter", "0s", "--guard", "0s"}
+	r := failsWith(t, 1, []string{"http://***@" + closed + "/metrics: ", "connection refused"}, args...)
+	checkNoLeak(t, r, args, []string{closed}, "Qx7v/Zk9w", "Zq8tok")
+}
+
+// userURL is scheme://user:pw@addr/path, pw percent-encoded.
 func userURL(scheme, user, pw, addr, path string) string {
 	return (&url.URL{Scheme: scheme, User: url.UserPassword(user, pw), Host: addr, Path: path}).String()
 }
 
-// TestPasswordsWithRealServers: a Redis user and a PostgreSQL role whose
-// password holds every URL delimiter. With the password percent-encoded,
-// inspect, ls and a drill (text, JSON and HTML reports, progress, worker
-// processes) work and print no piece of it; with a wrong password the
-// servers refuse, and the error shows neither password.
+// TestPasswordsWithRealServers: a Redis user and a PostgreSQL role with a
+// hostile password: inspect, ls and drill work and never show it; a wrong one is refused unshown.
 func TestPasswordsWithRealServers(t *testing.T) {
 	t.Parallel()
 	const pw, wrong = "Qx/7#v@Z%k:9w?'\\", "Wr0ng/#@%:?pw"
@@ -173,9 +175,8 @@ func TestPasswordsWithRealServers(t *testing.T) {
 	checkNoLeak(t, result{stdout: string(page)}, []string{"--report"}, safe, all...)
 }
 
-// startPasswordPostgres starts a PostgreSQL whose TCP connections need a
-// password (SCRAM), except user postgres's (testserver's own checks), with
-// a superuser role user, password pw, and pgstore's table.
+// startPasswordPostgres starts a PostgreSQL where TCP logins but postgres's
+// need a SCRAM password, with role user (password pw), pgstore's table and a lock.
 func startPasswordPostgres(t *testing.T, user, pw string) *testserver.PostgresServer {
 	t.Helper()
 	srv := testserver.StartPostgres(t)

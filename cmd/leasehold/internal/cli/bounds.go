@@ -7,8 +7,8 @@ import (
 	"github.com/leasehold/leasehold"
 )
 
-// Bounds of the numeric flags. A value out of its range is a usage error
-// naming the flag (ExitUsage): none is clamped or replaced by a default.
+// Bounds of the numeric flags: out of range is a usage error naming the
+// flag, never clamped or replaced by a default.
 const (
 	// MaxTimeout bounds --timeout: a store call or metrics fetch still
 	// unanswered after 10 minutes is broken, and a larger bound is no bound.
@@ -60,8 +60,8 @@ func firstError(errs ...error) error {
 	return nil
 }
 
-// checkTTLSum is a usage error when exec p99 + jitter + guard, the TTL ttl
-// computes, is out of leasehold's range.
+// checkTTLSum is a usage error when the TTL, exec p99 + jitter + guard, is
+// out of leasehold's range.
 func checkTTLSum(execP99, jitter, guard time.Duration) error {
 	var ae *leasehold.ArgumentError
 	if err := leasehold.ValidateTTL(execP99 + jitter + guard); errors.As(err, &ae) {

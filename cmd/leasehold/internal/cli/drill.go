@@ -206,8 +206,8 @@ func writeHTMLReport(f *os.File, rep *drill.Report) error {
 	return err
 }
 
-// checkDrillFlags checks drill's numeric flags: the drill package would
-// take a zero for its default, and a huge value for a real one.
+// checkDrillFlags checks drill's numbers: package drill would take a zero
+// for its default.
 func checkDrillFlags(cfg drill.Config) error {
 	if cfg.Processes != 0 && (cfg.Processes < 2 || cfg.Processes > MaxProcesses) {
 		return usagef("--processes must be 0 (workers in this process) or between 2 and %d, not %d", MaxProcesses, cfg.Processes)

@@ -54,9 +54,8 @@ func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Durati
 	return b, nil
 }
 
-// parseEtcdEndpoints splits --etcd into its endpoints, each host:port or
-// http(s)://host:port. Credentials are refused (the CLI has no etcd auth
-// yet), and no error quotes an endpoint: it may hold a password.
+// parseEtcdEndpoints splits --etcd into host:port or http(s)://host:port
+// endpoints; credentials are refused (no etcd auth yet), and never quoted.
 func parseEtcdEndpoints(endpoints string) ([]string, error) {
 	var eps []string
 	for e := range strings.SplitSeq(endpoints, ",") {

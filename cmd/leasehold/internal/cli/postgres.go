@@ -58,10 +58,8 @@ func openPostgres(ctx context.Context, dsn, table string, timeout time.Duration)
 	return b, nil
 }
 
-// parsePostgres parses dsn, given to flag, as pgx does, with a connect
-// timeout of at most timeout. where is its host:port/database, for
-// messages. No error quotes dsn: pgx's redaction of a password is best
-// effort on a string that does not parse.
+// parsePostgres parses dsn, given to flag, as pgx does, connect timeout at
+// most timeout; where is host:port/db. No error quotes dsn (pgx's may).
 func parsePostgres(flag, dsn string, timeout time.Duration) (cfg *pgxpool.Config, where string, err error) {
 	if dsn == "" {
 		return nil, "", usagef("%s needs a DSN, such as postgres://user@127.0.0.1:5432/db", flag)
@@ -79,10 +77,8 @@ func parsePostgres(flag, dsn string, timeout time.Duration) (cfg *pgxpool.Config
 	return cfg, net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))) + "/" + cc.Database, nil
 }
 
-// checkPostgresURL refuses a postgres:// URL whose '@' pgx would not take
-// as the end of the user name and password: pgx, like libpq, ends them at
-// the first '@' before the first '/', so an unencoded '/' or '@' in a
-// password would put the rest of it in the host or database name.
+// checkPostgresURL refuses an '@' that pgx (like libpq: the first '@' before
+// the first '/') would not take as the end of the userinfo.
 func checkPostgresURL(flag, dsn string) error {
 	rest, ok := strings.CutPrefix(dsn, "postgresql://")
 	if !ok {
@@ -98,7 +94,7 @@ func checkPostgresURL(flag, dsn string) error {
 	return nil
 }
 
-// pgReason is a fixed description of pgx's ParseConfig error.
+// pgReason describes pgx's ParseConfig error in fixed words.
 func pgReason(err error) string {
 	msg := err.Error()
 	switch {

@@ -7,14 +7,6 @@ import (
 	"strings"
 )
 
-// The CLI never prints a password: a store or endpoint address appears in
-// messages and output only as what safeURL or the backends' where make of
-// it, and an address that cannot be used is named by its flag and a fixed
-// reason (addrError), never by any of its text. Parsers' own errors are
-// not shown: net/url's repeat the URL or the bytes around the fault,
-// go-redis's the path or scheme, pgx's the connection string with a
-// best-effort redaction.
-
 // notShown stands for an address in a message: any part of it may be a password.
 const notShown = "not shown: it may contain a password"
 
@@ -24,11 +16,8 @@ func addrError(flag, what, reason string) error {
 	return usagef("%s: invalid %s (%s): %s", flag, what, notShown, reason)
 }
 
-// parseURL parses raw, given to flag, as scheme://[user[:password]@]host...
-// It fails with addrError on anything net/url refuses, on a URL without
-// "//" and on an '@' after the host: the sign of a '/', '?' or '#' in a user
-// name or password that was not percent-encoded, which would otherwise move
-// part of the password into the host, path or query.
+// parseURL parses raw, given to flag, as scheme://[userinfo@]host...; an '@'
+// after the host means an unencoded '/', '?' or '#' in a password: refused.
 func parseURL(flag, raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	switch {
@@ -42,8 +31,8 @@ func parseURL(flag, raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// urlReason is a fixed description of url.Parse's error, whose own text
-// quotes the URL or the characters at fault.
+// urlReason describes url.Parse's error in fixed words: its own text quotes
+// the URL or the bytes at fault.
 func urlReason(err error) string {
 	var ee url.EscapeError
 	var he url.InvalidHostError
@@ -63,9 +52,8 @@ func urlReason(err error) string {
 	return "it does not parse as a URL"
 }
 
-// safeURL is u as messages and output may show it: scheme://***@host/path,
-// the user name and password replaced by ***, the query and fragment left
-// out (a query may carry a password too).
+// safeURL is u for messages and output: scheme://***@host/path, without the
+// query and fragment (a query may carry a password too).
 func safeURL(u *url.URL) string {
 	v := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
 	s := v.String()
@@ -75,9 +63,8 @@ func safeURL(u *url.URL) string {
 	return s
 }
 
-// hideSecretArgs replaces, in msg, every command-line argument that may
-// carry a password (a URL with '@', a DSN with password=): cobra quotes
-// unknown commands and surplus arguments verbatim.
+// hideSecretArgs hides in msg each argument that may carry a password:
+// cobra quotes unknown commands verbatim.
 func hideSecretArgs(msg string, args []string) string {
 	for _, a := range args {
 		if !mayHoldSecret(a) {

@@ -65,8 +65,8 @@ func openRedis(rawURL string, timeout time.Duration) (*backend, error) {
 	return b, nil
 }
 
-// redisReason is a fixed description of go-redis ParseURL's error, whose
-// own text quotes the URL's path or query.
+// redisReason describes go-redis ParseURL's error in fixed words: its own
+// text quotes the URL's path or query.
 func redisReason(err error) string {
 	msg := err.Error()
 	switch {

@@ -164,8 +164,8 @@ says so.`,
 	return cmd
 }
 
-// checkTTLFlags checks ttl's durations, each against leasehold.MaxTTL, and
-// their sum, the TTL, when --exec-p99 is given.
+// checkTTLFlags checks ttl's durations against leasehold.MaxTTL, and their
+// sum, the TTL, when --exec-p99 is given.
 func checkTTLFlags(in PlanInput, fromURL bool) error {
 	err := firstError(
 		checkDuration("--jitter", in.Jitter, 0, leasehold.MaxTTL),
