@@ -13,6 +13,10 @@
 //     SLO that cannot be met, a metric missing), ExitUsage (the command line
 //     was wrong: an unknown command or flag, a bad value, a missing
 //     argument, no store or two stores, an invalid key).
+//   - No message, report or output shows a password: stores are named by
+//     host:port/database, URLs by safeURL, unusable addresses by addrError.
+//   - A numeric flag out of its range (bounds.go) is a usage error naming
+//     it, never clamped or replaced by a default.
 //   - The commands only read: nothing here writes to a store.
 //
 // # Lock class

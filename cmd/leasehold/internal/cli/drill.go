@@ -54,6 +54,9 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				return usageError{err}
 			}
 			cfg.TimeScale = scale
+			if err := checkDrillFlags(cfg); err != nil {
+				return err
+			}
 			var html *os.File
 			if htmlPath != "" {
 				// Created before the drill runs: a path that cannot be
@@ -76,10 +79,10 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				defer b.close()
 				cfg.Store, cfg.StoreName = b.store, b.String()
 			}
-			if jobsPG != "" {
-				pool, err := pgxpool.New(cmd.Context(), jobsPG)
+			if flagSet(cmd.Flags(), "jobs-postgres") {
+				pool, err := openJobsPool(cmd, jobsPG, a.global.timeout)
 				if err != nil {
-					return usagef("--jobs-postgres: %v", err)
+					return err
 				}
 				defer pool.Close()
 				if cfg.Storage, err = pgjobs.New(pool, jobsTable); err != nil {
@@ -129,15 +132,15 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 		}),
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Workers, "workers", 8, "concurrent workers; half start new jobs, half are headroom that takes over orphaned jobs")
-	f.IntVar(&cfg.Jobs, "jobs", 100, "jobs to move from queued to done; 100 give about 150 critical sections and 120 faults at 1/100")
-	f.StringVar(&timeScale, "time-scale", "1/100", "compresses the production timings: 1/100 turns the 60 s TTL into 600 ms")
+	f.IntVar(&cfg.Workers, "workers", 8, fmt.Sprintf("concurrent workers (2 to %d); half start new jobs, half are headroom that takes over orphaned jobs", MaxWorkers))
+	f.IntVar(&cfg.Jobs, "jobs", 100, fmt.Sprintf("jobs to move from queued to done (1 to %d); 100 give about 150 critical sections and 120 faults at 1/100", MaxJobs))
+	f.StringVar(&timeScale, "time-scale", "1/100", "compresses the production timings, in [1/10000, 1]: 1/100 turns the 60 s TTL into 600 ms")
 	f.BoolVar(&cfg.UnsafeRelease, "unsafe-release", false, "negative control: releases delete the key whoever holds it; the drill must report violations")
 	f.BoolVar(&cfg.NoFencing, "no-fencing", false, "negative control: the job storage accepts any fence; the drill must report violations")
-	f.DurationVar(&cfg.Timeout, "drill-timeout", 2*time.Minute, "bound on the whole drill")
+	f.DurationVar(&cfg.Timeout, "drill-timeout", 2*time.Minute, fmt.Sprintf("bound on the whole drill (at most %v)", MaxDrillTimeout))
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (no progress line)")
 	f.StringVar(&jobsPG, "jobs-postgres", "", "keep the jobs fenced in this PostgreSQL (URL or DSN) instead of in-process")
-	f.IntVar(&cfg.Processes, "processes", 0, "run the workers as this many separate OS processes (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers")
+	f.IntVar(&cfg.Processes, "processes", 0, fmt.Sprintf("run the workers as this many separate OS processes, 2 to %d (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers", MaxProcesses))
 	f.StringVar(&htmlPath, "report", "", "also write the report as a self-contained HTML page to this file, violations or not")
 	return cmd
 }
@@ -177,9 +180,9 @@ func (a *app) drillWorkerCommand() *cobra.Command {
 				return err
 			}
 			defer b.close()
-			pool, err := pgxpool.New(cmd.Context(), jobsPG)
+			pool, err := openJobsPool(cmd, jobsPG, a.global.timeout)
 			if err != nil {
-				return usagef("--jobs-postgres: %v", err)
+				return err
 			}
 			defer pool.Close()
 			jobs, err := pgjobs.New(pool, jobsTable)
@@ -203,6 +206,32 @@ func writeHTMLReport(f *os.File, rep *drill.Report) error {
 	return err
 }
 
+// checkDrillFlags checks drill's numbers: package drill would take a zero
+// for its default.
+func checkDrillFlags(cfg drill.Config) error {
+	if cfg.Processes != 0 && (cfg.Processes < 2 || cfg.Processes > MaxProcesses) {
+		return usagef("--processes must be 0 (workers in this process) or between 2 and %d, not %d", MaxProcesses, cfg.Processes)
+	}
+	return firstError(
+		checkInt("--workers", cfg.Workers, 2, MaxWorkers),
+		checkInt("--jobs", cfg.Jobs, 1, MaxJobs),
+		checkDuration("--drill-timeout", cfg.Timeout, 1, MaxDrillTimeout),
+	)
+}
+
+// openJobsPool opens the PostgreSQL pool of the drill's job storage.
+func openJobsPool(cmd *cobra.Command, dsn string, timeout time.Duration) (*pgxpool.Pool, error) {
+	cfg, _, err := parsePostgres("--jobs-postgres", dsn, timeout)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(cmd.Context(), cfg)
+	if err != nil {
+		return nil, usagef("--jobs-postgres: %v", err)
+	}
+	return pool, nil
+}
+
 // parseScale reads "1/100" or "0.01".
 func parseScale(s string) (float64, error) {
 	num, den, isFraction := strings.Cut(s, "/")
@@ -215,8 +244,8 @@ func parseScale(s string) (float64, error) {
 			err = fmt.Errorf("division by zero")
 		}
 	}
-	if err != nil || n <= 0 || n > 1 {
-		return 0, fmt.Errorf("--time-scale %q: want a fraction in (0, 1] such as 1/100 or 0.01", s)
+	if err != nil || !(n >= MinTimeScale && n <= 1) {
+		return 0, fmt.Errorf("--time-scale %q: want a fraction in [1/10000, 1] such as 1/100 or 0.01", s)
 	}
 	return n, nil
 }

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,14 +21,9 @@ import (
 // retry notes would break the CLI's one-line errors, and every failure
 // reaches the CLI as an error anyway.
 func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Duration) (*backend, error) {
-	var eps []string
-	for e := range strings.SplitSeq(endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	if len(eps) == 0 {
-		return nil, usagef("--etcd needs at least one endpoint, such as 127.0.0.1:2379")
+	eps, err := parseEtcdEndpoints(endpoints)
+	if err != nil {
+		return nil, err
 	}
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   eps,
@@ -35,6 +32,7 @@ func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Durati
 		Context:     ctx,
 	})
 	if err != nil {
+		// The endpoints were checked, and hold no credentials: safe to show.
 		return nil, usagef("--etcd: %v", err)
 	}
 	st, err := etcdstore.New(client, etcdstore.WithPrefix(prefix))
@@ -54,6 +52,42 @@ func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Durati
 		return etcdList(ctx, b, client, st, pattern, pageSize, emit)
 	}
 	return b, nil
+}
+
+// parseEtcdEndpoints splits --etcd into host:port or http(s)://host:port
+// endpoints; credentials are refused (no etcd auth yet), and never quoted.
+func parseEtcdEndpoints(endpoints string) ([]string, error) {
+	var eps []string
+	for e := range strings.SplitSeq(endpoints, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		n := len(eps) + 1
+		if !strings.Contains(e, "://") {
+			host, port, err := net.SplitHostPort(e)
+			if _, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || host == "" || strings.ContainsAny(e, "@/?#") {
+				return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d is not host:port or http://host:port", n))
+			}
+			eps = append(eps, e)
+			continue
+		}
+		u, err := parseURL("--etcd", e)
+		switch {
+		case err != nil:
+			return nil, err
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d: the scheme is not http:// or https://", n))
+		case u.User != nil:
+			return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d has a user name or password, which the CLI does not take (no etcd auth yet)", n))
+		case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+			return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d is not http(s)://host:port", n))
+		}
+		eps = append(eps, u.Scheme+"://"+u.Host)
+	}
+	if len(eps) == 0 {
+		return nil, usagef("--etcd needs at least one endpoint, such as 127.0.0.1:2379")
+	}
+	return eps, nil
 }
 
 // etcdList reads the lock keys under the store's lock prefix followed by the

@@ -102,16 +102,24 @@ func HistogramQuantile(q float64, buckets []Bucket) (Estimate, error) {
 	return est, nil
 }
 
+// parseMetricsURL checks --from: an http(s) URL with a host.
+func parseMetricsURL(raw string) (*url.URL, error) {
+	u, err := parseURL("--from", raw)
+	if err != nil {
+		return nil, err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usagef("--from needs an http:// or https:// URL of a metrics endpoint, not %s", safeURL(u))
+	}
+	return u, nil
+}
+
 // fetchHeld reads HeldMetric's buckets for namespace from the Prometheus
-// text exposition at rawURL (a /metrics endpoint). Series of the namespace
+// text exposition at u (a /metrics endpoint). Series of the namespace
 // that differ in other labels (an endpoint that federates several
 // instances) are summed bucket by bucket, as sum by (le) would.
-func fetchHeld(ctx context.Context, rawURL, namespace string, timeout time.Duration) ([]Bucket, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usagef("--from needs an http:// or https:// URL of a metrics endpoint, not %q", redactURL(rawURL))
-	}
-	where := u.Redacted()
+func fetchHeld(ctx context.Context, u *url.URL, namespace string, timeout time.Duration) ([]Bucket, error) {
+	where := safeURL(u)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -123,10 +131,15 @@ func fetchHeld(ctx context.Context, rawURL, namespace string, timeout time.Durat
 	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		// *url.Error names the URL, query included: where names it instead.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s did not answer within %v (--timeout): %w", where, timeout, err)
 		}
-		return nil, err // *url.Error names the URL
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -191,12 +204,4 @@ func fetchHeld(ctx context.Context, rawURL, namespace string, timeout time.Durat
 		buckets = append(buckets, Bucket{UpperBound: ub, Count: c})
 	}
 	return buckets, nil
-}
-
-// redactURL hides a password in a URL that is to be printed.
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable URL)"
 }

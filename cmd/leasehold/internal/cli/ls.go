@@ -74,13 +74,11 @@ which ones, on Redis, depends on SCAN's order. Every store call is bounded by
 		Args: exactArgs("PATTERN"),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			pattern := args[0]
-			switch {
-			case pattern == "":
+			if pattern == "" {
 				return usagef("PATTERN is empty; use '*' for every key")
-			case limit < 1 || limit > MaxLimit:
-				return usagef("--limit must be between 1 and %d, not %d", MaxLimit, limit)
-			case pageSize < 1 || pageSize > MaxPageSize:
-				return usagef("--page-size must be between 1 and %d, not %d", MaxPageSize, pageSize)
+			}
+			if err := firstError(checkInt("--limit", limit, 1, MaxLimit), checkInt("--page-size", pageSize, 1, MaxPageSize)); err != nil {
+				return err
 			}
 			b, err := a.openBackend(cmd.Context(), cmd)
 			if err != nil {

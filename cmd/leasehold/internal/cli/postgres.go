@@ -30,17 +30,11 @@ const pgListSQL = `SELECT key, token, fence, expires_at - now()
 // pgstore keeps its leases in table. The pool holds at most two
 // connections: the commands run one statement at a time.
 func openPostgres(ctx context.Context, dsn, table string, timeout time.Duration) (*backend, error) {
-	if dsn == "" {
-		return nil, usagef("--postgres needs a DSN, such as postgres://user@127.0.0.1:5432/db")
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, where, err := parsePostgres("--postgres", dsn, timeout)
 	if err != nil {
-		return nil, usagef("--postgres: %v", err) // pgconn leaves the password out
+		return nil, err
 	}
 	cfg.MaxConns = 2
-	if cc := cfg.ConnConfig; cc.ConnectTimeout == 0 || cc.ConnectTimeout > timeout {
-		cc.ConnectTimeout = timeout
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, usagef("--postgres: %v", err)
@@ -50,10 +44,9 @@ func openPostgres(ctx context.Context, dsn, table string, timeout time.Duration)
 		pool.Close()
 		return nil, err
 	}
-	cc := cfg.ConnConfig
 	b := &backend{
 		kind:    "postgres",
-		where:   net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))) + "/" + cc.Database,
+		where:   where,
 		timeout: timeout,
 		store:   &pgTableHint{Store: st, table: table},
 		close:   func() { st.Close(); pool.Close() },
@@ -63,6 +56,58 @@ func openPostgres(ctx context.Context, dsn, table string, timeout time.Duration)
 		return pgList(ctx, b, pool, quoted, table, pattern, pageSize, emit)
 	}
 	return b, nil
+}
+
+// parsePostgres parses dsn, given to flag, as pgx does, connect timeout at
+// most timeout; where is host:port/db. No error quotes dsn (pgx's may).
+func parsePostgres(flag, dsn string, timeout time.Duration) (cfg *pgxpool.Config, where string, err error) {
+	if dsn == "" {
+		return nil, "", usagef("%s needs a DSN, such as postgres://user@127.0.0.1:5432/db", flag)
+	}
+	if err := checkPostgresURL(flag, dsn); err != nil {
+		return nil, "", err
+	}
+	if cfg, err = pgxpool.ParseConfig(dsn); err != nil {
+		return nil, "", addrError(flag, "DSN", pgReason(err))
+	}
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout == 0 || cc.ConnectTimeout > timeout {
+		cc.ConnectTimeout = timeout
+	}
+	return cfg, net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))) + "/" + cc.Database, nil
+}
+
+// checkPostgresURL refuses an '@' that pgx (like libpq: the first '@' before
+// the first '/') would not take as the end of the userinfo.
+func checkPostgresURL(flag, dsn string) error {
+	rest, ok := strings.CutPrefix(dsn, "postgresql://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(dsn, "postgres://"); !ok {
+			return nil // key=value
+		}
+	}
+	at := strings.IndexByte(rest, '@')
+	slash := strings.IndexByte(rest, '/')
+	if strings.Count(rest, "@") > 1 || (at >= 0 && slash >= 0 && at > slash) {
+		return addrError(flag, "URL", "an '@' that does not end the user name and password: in them, write '@' as %40 and '/' as %2F")
+	}
+	return nil
+}
+
+// pgReason describes pgx's ParseConfig error in fixed words.
+func pgReason(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "percent-encoded"):
+		return "a '%' that does not start a %XX escape: write '%' as %25 in a user name or password"
+	case strings.Contains(msg, "invalid port"):
+		return "a port that is not a number: in a user name or password, write '/' as %2F and ':' as %3A"
+	case strings.Contains(msg, "keyword/value"):
+		return "not key=value pairs: quote a value that has blanks or quotes in single quotes ('it\\'s')"
+	case strings.Contains(msg, "ssl"):
+		return "its TLS settings (sslmode, sslcert, sslkey, sslrootcert) cannot be used"
+	}
+	return "pgx does not take it as a PostgreSQL URL or key=value DSN"
 }
 
 // pgList pages through the held locks whose key matches pattern (translated

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -34,14 +33,16 @@ func openRedis(rawURL string, timeout time.Duration) (*backend, error) {
 	if rawURL == "" {
 		return nil, usagef("--redis needs a URL, such as redis://127.0.0.1:6379/0")
 	}
+	u, err := parseURL("--redis", rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
+		return nil, addrError("--redis", "URL", "the scheme is not redis://, rediss:// or unix://")
+	}
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		// url.Error repeats the URL, password included: keep the reason only.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, usagef("--redis: not a Redis URL (redis://host:port/db): %v", err)
+		return nil, addrError("--redis", "URL", redisReason(err))
 	}
 	opts.ContextTimeoutEnabled = true
 	redis.SetLogger(quietRedisLog{})
@@ -62,6 +63,23 @@ func openRedis(rawURL string, timeout time.Duration) (*backend, error) {
 		return redisList(ctx, b, client, pattern, pageSize, emit)
 	}
 	return b, nil
+}
+
+// redisReason describes go-redis ParseURL's error in fixed words: its own
+// text quotes the URL's path or query.
+func redisReason(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "database number"), strings.Contains(msg, "URL path"):
+		return "the path is not a database number such as /0"
+	case strings.Contains(msg, "unexpected option"):
+		return "a query parameter that go-redis does not know"
+	case strings.Contains(msg, "unix socket path"):
+		return "no socket path"
+	case strings.Contains(msg, "number"), strings.Contains(msg, "duration"), strings.Contains(msg, "boolean"):
+		return "a query parameter whose value does not parse"
+	}
+	return "go-redis does not take it"
 }
 
 // redisList walks the keyspace with SCAN MATCH pattern COUNT pageSize TYPE

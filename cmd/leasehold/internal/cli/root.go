@@ -90,7 +90,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
 		code = ExitUsage
 	}
-	msg := oneLine(strings.TrimPrefix(err.Error(), "leasehold: "))
+	msg := hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), args)
 	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
@@ -137,7 +137,7 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 	pf.StringVar(&g.postgresDSN, "postgres", "", "PostgreSQL URL or key=value DSN, as pgx takes it")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", etcdstore.DefaultPrefix, "with --etcd: the key prefix the applications' etcdstore uses (its WithPrefix; the default is etcdstore.DefaultPrefix)")
 	pf.StringVar(&g.pgTable, "pg-table", pgstore.DefaultTable, "with --postgres: the lease table the applications' pgstore uses (its WithTable; the default is pgstore.DefaultTable)")
-	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call, connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
+	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
 	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lsCommand(), a.ttlCommand(), a.versionCommand())
 	return root
@@ -148,8 +148,8 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 func (a *app) run(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		a.ran = true
-		if a.global.timeout <= 0 {
-			return usagef("--timeout must be positive, not %v", a.global.timeout)
+		if err := checkDuration("--timeout", a.global.timeout, 1, MaxTimeout); err != nil {
+			return err
 		}
 		return f(cmd, args)
 	}
@@ -161,13 +161,14 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 		if len(args) == len(names) {
 			return nil
 		}
+		// The arguments are not quoted: a misplaced store URL may be one.
 		if len(names) == 0 {
-			return fmt.Errorf("%s takes no arguments; got %q", cmd.Name(), args)
+			return fmt.Errorf("%s takes no arguments; got %d", cmd.Name(), len(args))
 		}
 		if len(args) < len(names) {
 			return fmt.Errorf("%s needs %s", cmd.Name(), strings.Join(names[len(args):], " "))
 		}
-		return fmt.Errorf("%s takes %d argument(s), %s; got %d: %q", cmd.Name(), len(names), strings.Join(names, " "), len(args), args)
+		return fmt.Errorf("%s takes %d argument(s), %s; got %d", cmd.Name(), len(names), strings.Join(names, " "), len(args))
 	}
 }
 

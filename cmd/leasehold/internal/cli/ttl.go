@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
 )
 
 // DefaultQuantile is the quantile ttl --from reads as the exec p99: the
@@ -111,18 +113,25 @@ says so.`,
 			case !(quantile > 0 && quantile <= 1):
 				return usagef("--quantile must be in (0, 1], not %v", quantile)
 			}
+			if err := checkTTLFlags(in, fromURL); err != nil {
+				return err
+			}
 			var src *sourceJSON
 			if fromURL {
-				buckets, err := fetchHeld(cmd.Context(), from, ns, a.global.timeout)
+				u, err := parseMetricsURL(from)
+				if err != nil {
+					return err
+				}
+				buckets, err := fetchHeld(cmd.Context(), u, ns, a.global.timeout)
 				if err != nil {
 					return err
 				}
 				est, err := HistogramQuantile(quantile, buckets)
 				if err != nil {
-					return fmt.Errorf("%s{namespace=%q} at %s: %w", HeldMetric, ns, redactURL(from), err)
+					return fmt.Errorf("%s{namespace=%q} at %s: %w", HeldMetric, ns, safeURL(u), err)
 				}
 				in.ExecP99 = time.Duration(est.Seconds * float64(time.Second)).Round(time.Millisecond)
-				src = &sourceJSON{URL: redactURL(from), Metric: HeldMetric, Namespace: ns, Quantile: quantile, Observations: est.Count, AboveTopBucket: est.AboveTop}
+				src = &sourceJSON{URL: safeURL(u), Metric: HeldMetric, Namespace: ns, Quantile: quantile, Observations: est.Count, AboveTopBucket: est.AboveTop}
 			}
 			p, err := PlanTTL(in)
 			if err != nil {
@@ -153,6 +162,24 @@ says so.`,
 	f.Float64Var(&quantile, "quantile", DefaultQuantile, "with --from: the quantile taken as the exec p99; 0.99 is the p99 the TTL formula is written for")
 	f.BoolVar(&asJSON, "json", false, "print a JSON object instead of text")
 	return cmd
+}
+
+// checkTTLFlags checks ttl's durations against leasehold.MaxTTL, and their
+// sum, the TTL, when --exec-p99 is given.
+func checkTTLFlags(in PlanInput, fromURL bool) error {
+	err := firstError(
+		checkDuration("--jitter", in.Jitter, 0, leasehold.MaxTTL),
+		checkDuration("--guard", in.Guard, 0, leasehold.MaxTTL),
+		checkDuration("--retry", in.Retry, 0, leasehold.MaxTTL),
+		checkDuration("--slo", in.SLO, 0, leasehold.MaxTTL),
+	)
+	if err != nil || fromURL {
+		return err
+	}
+	return firstError(
+		checkDuration("--exec-p99", in.ExecP99, 1, leasehold.MaxTTL),
+		checkTTLSum(in.ExecP99, in.Jitter, in.Guard),
+	)
 }
 
 // planJSON is p as ttl --json prints it.

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// notShown stands for an address in a message: any part of it may be a password.
+const notShown = "not shown: it may contain a password"
+
+// addrError is the usage error for an unusable address given to flag; what
+// is "URL", "DSN" or "endpoint", reason a fixed text, never the address's.
+func addrError(flag, what, reason string) error {
+	return usagef("%s: invalid %s (%s): %s", flag, what, notShown, reason)
+}
+
+// parseURL parses raw, given to flag, as scheme://[userinfo@]host...; an '@'
+// after the host means an unencoded '/', '?' or '#' in a password: refused.
+func parseURL(flag, raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, addrError(flag, "URL", urlReason(err))
+	case u.Opaque != "" || !strings.Contains(raw, "://"):
+		return nil, addrError(flag, "URL", "not scheme://host:port")
+	case strings.Contains(u.EscapedPath()+u.RawQuery+u.Fragment, "@"):
+		return nil, addrError(flag, "URL", "an '@' after the host: in a user name or password, write '/' as %2F, '?' as %3F, '#' as %23")
+	}
+	return u, nil
+}
+
+// urlReason describes url.Parse's error in fixed words: its own text quotes
+// the URL or the bytes at fault.
+func urlReason(err error) string {
+	var ee url.EscapeError
+	var he url.InvalidHostError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &ee):
+		return "a '%' that does not start a %XX escape: write '%' as %25 in a user name or password"
+	case errors.As(err, &he):
+		return "a character that a host name cannot have"
+	case strings.Contains(msg, "invalid port"):
+		return "the text after the host's ':' is not a port number: in a user name or password, write '/' as %2F, '?' as %3F, '#' as %23"
+	case strings.Contains(msg, "missing protocol scheme"), strings.Contains(msg, "first path segment in URL cannot contain colon"):
+		return "no scheme: want scheme://host:port"
+	case strings.Contains(msg, "control character"):
+		return "a control character"
+	}
+	return "it does not parse as a URL"
+}
+
+// safeURL is u for messages and output: scheme://***@host/path, without the
+// query and fragment (a query may carry a password too).
+func safeURL(u *url.URL) string {
+	v := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	s := v.String()
+	if u.User != nil {
+		s = strings.Replace(s, "://", "://***@", 1)
+	}
+	return s
+}
+
+// hideSecretArgs hides in msg each argument that may carry a password:
+// cobra quotes unknown commands verbatim.
+func hideSecretArgs(msg string, args []string) string {
+	for _, a := range args {
+		if !mayHoldSecret(a) {
+			continue
+		}
+		for _, form := range []string{a, strings.Trim(strconv.Quote(a), `"`)} {
+			msg = strings.ReplaceAll(msg, form, "("+notShown+")")
+		}
+	}
+	return msg
+}
+
+// mayHoldSecret reports an argument that looks like an address with credentials.
+func mayHoldSecret(a string) bool {
+	l := strings.ToLower(a)
+	return strings.Contains(l, "password") || strings.Contains(l, "@") && strings.Contains(l, ":")
+}

@@ -1,0 +1,231 @@
+package main_test
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/store/pgstore"
+)
+
+// hostilePasswords hold URL delimiters, unencoded; digit-led ones read as a port.
+var hostilePasswords = []string{
+	"Qx7v/Zk9w", "Qx7v#Zk9w", "Qx7v@Zk9w", "Qx7v%Zk9w", "Qx7v:Zk9w", "Qx7v?Zk9w",
+	"4321/Zk9w", "4321#Zk9w", "4321?Zk9w", "Qx/7#v@Z%k:9w",
+}
+
+// leak returns a piece of pw (3+ characters) found in out, ignoring the
+// addresses in safe, whose digits may match a digit-led password's.
+func leak(out, pw string, safe ...string) string {
+	for _, s := range safe {
+		out = strings.ReplaceAll(out, s, "ADDR")
+	}
+	for n := len(pw); n >= 3; n-- {
+		for i := 0; i+n <= len(pw); i++ {
+			if strings.Contains(out, pw[i:i+n]) {
+				return pw[i : i+n]
+			}
+		}
+	}
+	return ""
+}
+
+// checkNoLeak fails the test when r's output holds a piece of any of pws.
+func checkNoLeak(t *testing.T, r result, args []string, safe []string, pws ...string) {
+	t.Helper()
+	for _, pw := range pws {
+		if l := leak(r.stdout+r.stderr, pw, safe...); l != "" {
+			t.Errorf("leasehold %q printed %q of the password %q:\nstdout: %s\nstderr: %s", args, l, pw, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestPasswordsNeverShown: on every URL or DSN flag, an unencoded hostile
+// password gives an error (usage, or a closed port) with no piece of it.
+func TestPasswordsNeverShown(t *testing.T) {
+	t.Parallel()
+	closed := closedAddr(t)
+	host, port, _ := strings.Cut(closed, ":")
+	closedPG := "postgres://postgres@" + closed + "/postgres?sslmode=disable"
+	for _, pw := range hostilePasswords {
+		cases := map[string][]string{
+			"redis":               {"inspect", "--redis", "redis://opsuser:" + pw + "@" + closed + "/0", "k"},
+			"redis no user":       {"ls", "--redis", "redis://:" + pw + "@" + closed + "/0", "*"},
+			"etcd":                {"inspect", "--etcd", "http://root:" + pw + "@" + closed, "k"},
+			"etcd no scheme":      {"inspect", "--etcd", "root:" + pw + "@" + closed, "k"},
+			"etcd second":         {"inspect", "--etcd", closed + ",https://root:" + pw + "@" + closed, "k"},
+			"postgres URL":        {"inspect", "--postgres", "postgres://opsuser:" + pw + "@" + closed + "/cordum?sslmode=disable", "k"},
+			"postgres query":      {"ls", "--postgres", "postgres://opsuser@" + closed + "/cordum?sslmode=disable&password=" + pw, "*"},
+			"postgres key=value":  {"inspect", "--postgres", "host=" + host + " port=" + port + " user=opsuser password=" + pw + " dbname=cordum sslmode=disable", "k"},
+			"postgres quoted":     {"inspect", "--postgres", "host=" + host + " port=" + port + " user=opsuser password='" + pw + "' sslmode=disable", "k"},
+			"drill redis":         {"drill", "--jobs", "1", "--redis", "redis://opsuser:" + pw + "@" + closed + "/0", "--jobs-postgres", closedPG},
+			"drill etcd":          {"drill", "--jobs", "1", "--etcd", "http://root:" + pw + "@" + closed, "--jobs-postgres", closedPG},
+			"drill postgres":      {"drill", "--jobs", "1", "--postgres", "postgres://opsuser:" + pw + "@" + closed + "/cordum", "--jobs-postgres", closedPG},
+			"drill jobs-postgres": {"drill", "--jobs", "1", "--jobs-postgres", "postgres://opsuser:" + pw + "@" + closed + "/cordum?sslmode=disable"},
+			"drill processes":     {"drill", "--processes", "2", "--redis", "redis://:" + pw + "@" + closed, "--jobs-postgres", "postgresql://opsuser:" + pw + "@" + closed + "/cordum"},
+			"ttl from":            {"ttl", "--from", "http://opsuser:" + pw + "@" + closed + "/metrics", "--namespace", "workflow", "--jitter", "0s", "--guard", "0s"},
+			"positional":          {"inspect", "--redis", "redis://" + closed + "/0", "redis://opsuser:" + pw + "@" + closed + "/0", "k"},
+			"unknown command":     {"redis://opsuser:" + pw + "@" + closed + "/0", "inspect", "k"},
+		}
+		for name, args := range cases {
+			args = append([]string{"--timeout", "1s"}, args...)
+			t.Run(pw+" "+name, func(t *testing.T) {
+				t.Parallel()
+				r := run(t, args...)
+				if r.code != 1 && r.code != 2 {
+					t.Errorf("leasehold %q: exit %d, want 1 or 2; stderr %q", args, r.code, r.stderr)
+				}
+				checkOneLine(t, r.stderr, args)
+				checkNoLeak(t, r, args, []string{closed}, pw)
+			})
+		}
+	}
+}
+
+// TestEtcdCredentialsRefused: with no etcd auth, credentials in an endpoint
+// are a usage error that says so.
+func TestEtcdCredentialsRefused(t *testing.T) {
+	t.Parallel()
+	args := []string{"inspect", "--etcd", "http://root:hunter7@" + closedAddr(t), "k"}
+	r := failsWith(t, 2, []string{"--etcd", "endpoint 1 has a user name or password", "not shown"}, args...)
+	checkNoLeak(t, r, args, nil, "hunter7")
+}
+
+// TestFromURLShownRedacted: ttl --from names its endpoint as
+// scheme://***@host/path, without the query.
+func TestFromURLShownRedacted(t *testing.T) {
+	t.Parallel()
+	closed := closedAddr(t)
+	args := []string{"ttl", "--from", userURL("http", "opsuser", "Qx7v/Zk9w", closed, "/metrics") + "?token=Zq8tok",
+		"--namespace", "workflow", "--jitter", "0s", "--guard", "0s"}
+	r := failsWith(t, 1, []string{"http://***@" + closed + "/metrics: ", "connection refused"}, args...)
+	checkNoLeak(t, r, args, []string{closed}, "Qx7v/Zk9w", "Zq8tok")
+}
+
+// userURL is scheme://user:pw@addr/path, pw percent-encoded.
+func userURL(scheme, user, pw, addr, path string) string {
+	return (&url.URL{Scheme: scheme, User: url.UserPassword(user, pw), Host: addr, Path: path}).String()
+}
+
+// TestPasswordsWithRealServers: a Redis user and a PostgreSQL role with a
+// hostile password: inspect, ls and drill work and never show it; a wrong one is refused unshown.
+func TestPasswordsWithRealServers(t *testing.T) {
+	t.Parallel()
+	const pw, wrong = "Qx/7#v@Z%k:9w?'\\", "Wr0ng/#@%:?pw"
+	rs := testserver.StartRedis(t)
+	if _, err := rs.Do("ACL", "SETUSER", "opsuser", "on", ">"+pw, "~*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	pg := startPasswordPostgres(t, "opsuser", pw)
+	safe := []string{rs.Addr(), pg.Addr()}
+	all := []string{pw, wrong}
+
+	redisURL := userURL("redis", "opsuser", pw, rs.Addr(), "/0")
+	pgURL := userURL("postgres", "opsuser", pw, pg.Addr(), "/postgres") + "?sslmode=disable"
+	quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
+	pgKV := "host=127.0.0.1 port=" + strings.TrimPrefix(pg.Addr(), "127.0.0.1:") + " user=opsuser dbname=postgres sslmode=disable password='" + quoted + "'"
+	for _, args := range [][]string{
+		{"inspect", "--redis", redisURL, "cordum:wf:run:lock:R1"},
+		{"ls", "--json", "--redis", redisURL, "*"},
+		{"inspect", "--json", "--postgres", pgURL, "cordum:wf:run:lock:R1"},
+		{"ls", "--postgres", pgKV, "*"},
+	} {
+		out := ok(t, args...)
+		checkNoLeak(t, result{stdout: out}, args, safe, all...)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"inspect", "--redis", userURL("redis", "opsuser", wrong, rs.Addr(), "/0"), "k"}, "WRONGPASS"},
+		{[]string{"inspect", "--postgres", userURL("postgres", "opsuser", wrong, pg.Addr(), "/postgres") + "?sslmode=disable", "k"}, "password authentication failed"},
+		{[]string{"drill", "--jobs-postgres", userURL("postgres", "opsuser", wrong, pg.Addr(), "/postgres") + "?sslmode=disable"}, "password authentication failed"},
+	} {
+		r := failsWith(t, 1, []string{tc.says}, tc.args...)
+		checkNoLeak(t, r, tc.args, safe, all...)
+	}
+
+	report := filepath.Join(t.TempDir(), "drill.html")
+	for _, args := range [][]string{
+		{"drill", "--redis", redisURL, "--jobs-postgres", pgURL, "--time-scale", "1/200", "--jobs", "10", "--report", report},
+		{"drill", "--processes", "2", "--postgres", pgKV, "--jobs-postgres", pgURL, "--time-scale", "1/200", "--jobs", "6", "--json"},
+	} {
+		r := run(t, args...)
+		if r.code != 0 && r.code != 1 { // 1: a timing violation; the drill's own tests judge those
+			t.Fatalf("leasehold %q: exit %d, stderr:\n%s", args, r.code, r.stderr)
+		}
+		if !strings.Contains(r.stdout, pg.Addr()) && !strings.Contains(r.stdout, rs.Addr()) {
+			t.Errorf("leasehold %q: the report does not name the store:\n%s", args, r.stdout)
+		}
+		checkNoLeak(t, r, args, safe, all...)
+	}
+	page, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNoLeak(t, result{stdout: string(page)}, []string{"--report"}, safe, all...)
+}
+
+// startPasswordPostgres starts a PostgreSQL where TCP logins but postgres's
+// need a SCRAM password, with role user (password pw), pgstore's table and a lock.
+func startPasswordPostgres(t *testing.T, user, pw string) *testserver.PostgresServer {
+	t.Helper()
+	srv := testserver.StartPostgres(t)
+	// The server runs as OS user postgres: the file must be readable by it.
+	dir, err := os.MkdirTemp("", "leasehold-hba-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	hba := filepath.Join(dir, "pg_hba.conf")
+	rules := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(hba, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sqlString := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	for _, sql := range []string{
+		"CREATE ROLE " + user + " LOGIN SUPERUSER PASSWORD " + sqlString(pw),
+		"ALTER SYSTEM SET hba_file = " + sqlString(hba),
+	} {
+		if _, err := srv.Psql(sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := srv.Psql("SHOW hba_file"); err != nil || out != hba {
+		t.Fatalf("hba_file is %q (%v), want %q", out, err, hba)
+	}
+
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = st.Close()
+		pool.Close()
+	})
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, leasehold.New(st), "cordum:wf:run:lock:R1", time.Minute)
+	return srv
+}
