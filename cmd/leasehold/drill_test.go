@@ -132,7 +132,7 @@ func TestDrillHTMLReport(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "drill.html")
-	r := run(t, "drill", "--time-scale", "1/200", "--jobs", "20", "--no-fencing", "--report", path)
+	r := run(t, "drill", "--time-scale", "1/200", "--jobs", "60", "--no-fencing", "--report", path)
 	if r.code != 1 {
 		t.Fatalf("drill --no-fencing --report: exit %d, want 1 (violations); stderr:\n%s", r.code, r.stderr)
 	}

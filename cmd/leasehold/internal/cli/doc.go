@@ -1,6 +1,6 @@
 // Package cli implements the leasehold operator command: the lock inventory
 // (inspect, ls) on a live store and the TTL arithmetic (ttl) of
-// DESIGN.md §8. The main package only calls Main.
+// docs/design.md §8. The main package only calls Main.
 //
 // # Conventions
 //
