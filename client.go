@@ -138,6 +138,12 @@ func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 // (as a *HeldError when the store reports the holder's remaining TTL) when
 // another owner holds the key, an *ArgumentError for bad input, and the
 // store's error when the store failed.
+//
+// When ctx is done, or its deadline has passed on the clock (ctx may not
+// have noticed yet), before an answer arrives, the error matches ctx's error
+// (context.DeadlineExceeded for a deadline), joined with the store's error if
+// the attempt failed, and never ErrNotAcquired: an attempt without an answer
+// says nothing about the key. The Observer counts it as TimedOut.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
@@ -149,7 +155,15 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
-	return c.try(ctx, key, NewToken(), ttl)
+	l, err := c.try(ctx, key, NewToken(), ttl)
+	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrInvalidArgument) {
+		return l, err
+	}
+	if cerr := expired(ctx); cerr != nil && !errors.Is(err, cerr) {
+		// A socket timeout at the caller's deadline is the deadline.
+		return nil, errors.Join(ctxError(ctx, cerr), err)
+	}
+	return nil, err
 }
 
 // Acquire takes key for ttl, waiting while another owner holds it. It is woken
@@ -171,8 +185,11 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // it did not act on) to the next, and a lost wake-up delays the head by at
 // most one backoff step.
 //
-// When ctx is done first it returns an error matching both ErrNotAcquired and
-// ctx's error. A store failure is returned at once, not retried: whether to
+// When ctx is done first, or its deadline has passed on the clock, it returns
+// an error matching both ErrNotAcquired and ctx's error (for a deadline,
+// context.DeadlineExceeded, even when the store's attempt failed with a
+// socket timeout before ctx noticed); the Observer counts it as TimedOut. A
+// store failure before then is returned at once, not retried: whether to
 // keep waiting through an outage is the caller's decision.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	return c.acquireBackoff(ctx, key, ttl, c.maxBackoff)
@@ -346,7 +363,7 @@ func (c *Client) poll(ctx context.Context, key, token string, ttl, maxBackoff ti
 
 // try is one acquire attempt with a given token.
 func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
+	if err := expired(ctx); err != nil {
 		return nil, err
 	}
 	sent := time.Now()
@@ -372,24 +389,44 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 }
 
 // acquireFailed shapes the error of a waiting Acquire whose attempt did not
-// get a busy answer: when ctx has ended the attempt failed because of it, and
-// Acquire promises ErrNotAcquired joined with the context's error then.
+// get a busy answer: when ctx has ended (or its deadline passed) the attempt
+// failed because of it, and Acquire promises ErrNotAcquired joined with the
+// context's error then.
 func (c *Client) acquireFailed(ctx context.Context, key string, err error) error {
-	if ctx.Err() == nil {
+	cerr := expired(ctx)
+	if cerr == nil {
 		return err
 	}
-	if errors.Is(err, ctx.Err()) {
+	if errors.Is(err, cerr) {
 		return ctxNotAcquired(ctx, key)
 	}
 	return errors.Join(ctxNotAcquired(ctx, key), err)
 }
 
 func ctxNotAcquired(ctx context.Context, key string) error {
-	err, cause := ctx.Err(), context.Cause(ctx)
-	if cause != nil && cause != err {
-		return errors.Join(&HeldError{Key: key}, err, cause)
+	return errors.Join(&HeldError{Key: key}, ctxError(ctx, expired(ctx)))
+}
+
+// ctxError is err (ctx's error, or DeadlineExceeded from expired) joined with
+// ctx's cause when that says more.
+func ctxError(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return errors.Join(err, cause)
 	}
-	return errors.Join(&HeldError{Key: key}, err)
+	return err
+}
+
+// expired returns ctx's error, or context.DeadlineExceeded when ctx's
+// deadline has passed on the clock but ctx has not noticed yet (its timer
+// fires a moment late, and a socket timeout can come first). nil: neither.
+func expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func validateKeyTTL(key string, ttl time.Duration) error {

@@ -73,7 +73,7 @@ func (c *Client) acquireWithin(ctx context.Context, key string, ttl, budget time
 	bctx, cancel := context.WithTimeoutCause(ctx, budget, errWaitBudget)
 	defer cancel()
 	l, err := c.Acquire(bctx, key, ttl)
-	if err != nil && ctx.Err() == nil && context.Cause(bctx) == errWaitBudget {
+	if err != nil && expired(ctx) == nil && (context.Cause(bctx) == errWaitBudget || expired(bctx) != nil) {
 		return nil, fmt.Errorf("leasehold: %q still held after the %v wait budget: %w", key, budget, ErrNotAcquired)
 	}
 	return l, err

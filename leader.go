@@ -79,8 +79,8 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 	for {
 		l, err := c.acquireBackoff(ctx, key, cfg.TTL, min(cfg.RetryPeriod, c.maxBackoff))
 		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
+		case expired(ctx) != nil:
+			return expired(ctx)
 		case err != nil:
 			// A store failure: try again after a retry period.
 			if err := sleepUntil(ctx, time.Now().Add(cfg.RetryPeriod)); err != nil {

@@ -79,8 +79,8 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 		case errors.Is(err, ErrNotAcquired):
 			continue
 		case err != nil:
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if cerr := expired(ctx); cerr != nil {
+				return cerr
 			}
 			c.log.WarnContext(ctx, "leasehold: loop tick skipped: the store failed", slog.String("key", key), slog.Any("error", err))
 			continue
