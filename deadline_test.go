@@ -130,3 +130,35 @@ func TestPassedDeadlineMakesNoAttempt(t *testing.T) {
 		}
 	})
 }
+
+// cancelOnAcquire cancels a context right after each acquire it lets
+// through: the acquire succeeds just as its caller's context ends.
+type cancelOnAcquire struct {
+	leasehold.Store
+	cancel context.CancelFunc
+}
+
+func (s cancelOnAcquire) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	f, err := s.Store.Acquire(ctx, key, token, ttl)
+	s.cancel()
+	return f, err
+}
+
+// Lead's acquire succeeds as its context ends: Lead returns without a term,
+// and gives the lease back instead of leaving it blocked for its TTL.
+func TestLeadReleasesALeaseAcquiredAsItsContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		ctx, cancel := context.WithCancel(t.Context())
+		c := leasehold.New(cancelOnAcquire{mem, cancel}, leasehold.WithLogger(quietLogger()))
+		err := c.Lead(ctx, "cordum:leader:snapshot", leasehold.LeaderConfig{
+			OnStartedLeading: func(context.Context, *leasehold.Lease) { t.Error("a term started after ctx ended") },
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lead: %v, want context.Canceled", err)
+		}
+		if info, _ := mem.Inspect(t.Context(), "cordum:leader:snapshot"); info.Held {
+			t.Fatalf("the lease acquired as ctx ended is still held: %+v", info)
+		}
+	})
+}

@@ -80,6 +80,9 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 		l, err := c.acquireBackoff(ctx, key, cfg.TTL, min(cfg.RetryPeriod, c.maxBackoff))
 		switch {
 		case expired(ctx) != nil:
+			if l != nil && !cfg.KeepLeaseOnShutdown { // acquired as ctx ended: no term; as at shutdown
+				_ = c.releaseBounded(ctx, l, hcfg.releaseTimeout)
+			}
 			return expired(ctx)
 		case err != nil:
 			// A store failure: try again after a retry period.
