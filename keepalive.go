@@ -55,8 +55,11 @@ type KeepAlive struct {
 // use one (see Renewer).
 //
 // It returns an *ArgumentError for options that cannot work with the lease's
-// TTL, and an error if l already has a KeepAlive.
+// TTL or for a nil lease, and an error if l already has a KeepAlive.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
+	if err := l.valid(); err != nil {
+		return nil, err
+	}
 	cfg, err := newHoldConfig(l.TTL(), opts)
 	if err != nil {
 		return nil, err
@@ -97,21 +100,50 @@ func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, erro
 	return k, nil
 }
 
+// errNilKeepAlive is what a nil (or zero) *KeepAlive reports.
+var errNilKeepAlive = &ArgumentError{Arg: "KeepAlive", Reason: "nil, or not made by KeepAlive (a failed KeepAlive returns none)"}
+
+// A nil *KeepAlive's Context is done and its Lost closed: it renews nothing.
+var nilKeepAliveCtx, nilKeepAliveLost = func() (context.Context, chan struct{}) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errNilKeepAlive)
+	lost := make(chan struct{})
+	close(lost)
+	return ctx, lost
+}()
+
+func (k *KeepAlive) isNil() bool { return k == nil || k.lease == nil }
+
 // Context returns the context the critical section should run under: it is
 // cancelled when the parent is, when Stop is called, and, under the fence
 // policy, when the lease is given up, with a cause matching ErrAbandoned
-// (see context.Cause).
-func (k *KeepAlive) Context() context.Context { return k.ctx }
+// (see context.Cause). A nil KeepAlive's Context is already cancelled.
+func (k *KeepAlive) Context() context.Context {
+	if k.isNil() {
+		return nilKeepAliveCtx
+	}
+	return k.ctx
+}
 
 // Lost returns a channel closed when ownership can no longer be trusted: the
 // lease was given up (fence policy), the store said it is no longer ours, or
-// it certainly expired (continue policy). It is not closed by Stop.
-func (k *KeepAlive) Lost() <-chan struct{} { return k.lost }
+// it certainly expired (continue policy). It is not closed by Stop. A nil
+// KeepAlive's is closed.
+func (k *KeepAlive) Lost() <-chan struct{} {
+	if k.isNil() {
+		return nilKeepAliveLost
+	}
+	return k.lost
+}
 
 // Err returns why ownership is no longer trusted, or nil. The error matches
 // ErrAbandoned when the fence policy gave the lease up, and ErrNotOwned when
-// the lease was lost under the continue policy.
+// the lease was lost under the continue policy; for a nil KeepAlive, it is an
+// *ArgumentError.
 func (k *KeepAlive) Err() error {
+	if k.isNil() {
+		return errNilKeepAlive
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.err
@@ -124,8 +156,11 @@ func (k *KeepAlive) Err() error {
 // and waits for its goroutine to return. Under a Renewer, an in-flight batch
 // is left to finish for the other leases in it, and its result for this
 // lease is ignored. Either way nothing is renewed, reported or cancelled for
-// the lease after Stop returns.
+// the lease after Stop returns. On a nil KeepAlive it does nothing.
 func (k *KeepAlive) Stop() {
+	if k.isNil() {
+		return
+	}
 	k.halt()
 	k.cancel(context.Canceled)
 }

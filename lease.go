@@ -10,7 +10,9 @@ import (
 )
 
 // Lease is one ownership of a key: the key, the owner's token and the fence
-// token issued with it. Its methods are safe for concurrent use.
+// token issued with it. Its methods are safe for concurrent use, and safe on
+// a nil *Lease (the one a failed acquire returns): accessors give zero
+// values and the other methods an *ArgumentError.
 type Lease struct {
 	client *Client
 	key    string
@@ -30,20 +32,49 @@ type Lease struct {
 	ended  bool       // released or abandoned; reported once
 }
 
-// Key returns the locked key.
-func (l *Lease) Key() string { return l.key }
+// errNilLease is what the methods of a nil (or zero) *Lease return.
+var errNilLease = &ArgumentError{Arg: "lease", Reason: "nil, or not made by a Client (a failed acquire returns no lease)"}
+
+// valid reports errNilLease for a nil or zero Lease.
+func (l *Lease) valid() error {
+	if l == nil || l.client == nil {
+		return errNilLease
+	}
+	return nil
+}
+
+// Key returns the locked key ("" for a nil Lease).
+func (l *Lease) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
 
 // Token returns the owner token: the value that proves ownership to the store.
 // Treat it like a credential: anyone holding it can renew or release the lease.
-func (l *Lease) Token() string { return l.token }
+func (l *Lease) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
 
 // Fence returns the fence token issued with this lease. It is strictly larger
 // than every fence issued earlier for the same key; pass it with every
 // correctness-critical write so that storage can reject a stale owner.
-func (l *Lease) Fence() int64 { return l.fence }
+func (l *Lease) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
 
 // TTL returns the duration the lease was acquired or last renewed by hand with.
 func (l *Lease) TTL() time.Duration {
+	if l == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ttl
@@ -59,6 +90,9 @@ func (l *Lease) TTL() time.Duration {
 // without calling the store: a renewal it did not make would leave its
 // deadline wrong.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
+	if err := l.valid(); err != nil {
+		return err
+	}
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
@@ -91,6 +125,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // release for a lost lease; its Context is cancelled only after the release,
 // so ctx may be that Context.
 func (l *Lease) Release(ctx context.Context) error {
+	if err := l.valid(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	k := l.keeper
 	l.mu.Unlock()
@@ -138,5 +175,8 @@ func (l *Lease) notOwned(ctx context.Context, op string) {
 // LogValue makes a Lease log as its key and fence. The token is left out: it
 // is a credential.
 func (l *Lease) LogValue() slog.Value {
+	if l == nil {
+		return slog.StringValue("<nil lease>")
+	}
 	return slog.GroupValue(slog.String("key", l.key), slog.Int64("fence", l.fence))
 }

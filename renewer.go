@@ -154,8 +154,11 @@ func NewRenewer(c *Client, opts ...RenewerOption) (*Renewer, error) {
 // lease's TTL or a lease of another Client, ErrRenewerClosed after Close,
 // and an error if l already has a KeepAlive or was released.
 func (r *Renewer) KeepAlive(ctx context.Context, l *Lease, opts ...HoldOption) (*KeepAlive, error) {
-	if l == nil {
-		return nil, &ArgumentError{Arg: "lease", Reason: "nil"}
+	if r == nil || r.client == nil {
+		return nil, &ArgumentError{Arg: "Renewer", Reason: "nil, or not made by NewRenewer"}
+	}
+	if err := l.valid(); err != nil {
+		return nil, err
 	}
 	cfg, err := newHoldConfig(l.TTL(), opts)
 	if err != nil {
@@ -168,8 +171,11 @@ func (r *Renewer) KeepAlive(ctx context.Context, l *Lease, opts ...HoldOption) (
 	return l.keepAlive(ctx, cfg)
 }
 
-// Len returns the number of leases r is renewing.
+// Len returns the number of leases r is renewing (0 for a nil Renewer).
 func (r *Renewer) Len() int {
+	if r == nil {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.heap)
@@ -180,8 +186,11 @@ func (r *Renewer) Len() int {
 // It cancels the store calls in flight and waits for them and for r's
 // goroutine, so it returns once the store has returned from every call
 // (promptly for a store that honours contexts). It is safe to call more
-// than once; it always returns nil.
+// than once, and on a nil Renewer; it always returns nil.
 func (r *Renewer) Close() error {
+	if r == nil || r.client == nil {
+		return nil
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
