@@ -370,8 +370,7 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	fence, err := c.store.Acquire(ctx, key, token, ttl)
 	switch {
 	case err == nil:
-		now := time.Now()
-		return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl, sent: sent, acquired: now, started: now}, nil
+		return newLease(c, key, token, fence, ttl, sent, time.Now()), nil
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore:
 		return nil, err
 	}

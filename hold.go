@@ -83,7 +83,7 @@ var errWaitBudget = errors.New("leasehold: wait budget spent")
 
 // runHeld runs fn under l with renewal, then releases l unless it was lost.
 func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(ctx context.Context, l *Lease) error) error {
-	k, err := l.keepAlive(ctx, cfg)
+	k, err := l.keepAlive(ctx, withConfig(cfg))
 	if err != nil { // cannot happen for a fresh lease; release rather than leak it
 		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
 	}

@@ -55,21 +55,31 @@ type KeepAlive struct {
 // use one (see Renewer).
 //
 // It returns an *ArgumentError for options that cannot work with the lease's
-// TTL or for a nil lease, and an error if l already has a KeepAlive.
+// TTL or for a nil lease, and an error if l already has a KeepAlive. A Renew
+// of l in flight is waited for (at most until ctx is done), so the KeepAlive
+// counts from what it left on the store.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
 	if err := l.valid(); err != nil {
 		return nil, err
 	}
-	cfg, err := newHoldConfig(l.TTL(), opts)
+	return l.keepAlive(ctx, func(ttl time.Duration) (holdConfig, error) { return newHoldConfig(ttl, opts) })
+}
+
+// keepAlive starts renewing l under the configuration configure makes for
+// l's TTL: on a goroutine of its own, or on cfg.renewer when one was chosen.
+// configure runs with l's operation slot held, so the TTL it is given is the
+// one the KeepAlive renews with.
+func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration) (holdConfig, error)) (*KeepAlive, error) {
+	// A manual Renew between our reading of the lease's TTL and the start
+	// would shorten the lease under the deadline computed here.
+	if !l.begin(ctx.Done()) {
+		return nil, fmt.Errorf("leasehold: KeepAlive of %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
+	}
+	defer l.finish()
+	cfg, err := configure(l.TTL())
 	if err != nil {
 		return nil, err
 	}
-	return l.keepAlive(ctx, cfg)
-}
-
-// keepAlive starts renewing l under cfg: on a goroutine of its own, or on
-// cfg.renewer when WithRenewer chose one.
-func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, error) {
 	if r := cfg.renewer; r != nil && r.client != l.client {
 		return nil, &ArgumentError{Arg: "WithRenewer", Reason: "the Renewer was made for another Client than the lease's"}
 	}
@@ -82,7 +92,8 @@ func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, erro
 		return nil, fmt.Errorf("leasehold: %q was released: %w", l.key, ErrNotOwned)
 	}
 	k := &KeepAlive{lease: l, cfg: cfg, lost: make(chan struct{})}
-	// l.ttl cannot change while the KeepAlive runs: Lease.Renew refuses.
+	// l.ttl and l.sent cannot change while the KeepAlive runs: Lease.Renew
+	// refuses, and only this KeepAlive's own renewals move l.sent.
 	st := renewState{ttl: l.ttl, margin: cfg.margin, maxFailures: cfg.maxFailures, lastSent: l.sent, lastDone: l.acquired}
 	k.ctx, k.cancel = context.WithCancelCause(ctx)
 	if r := cfg.renewer; r != nil {
@@ -98,6 +109,12 @@ func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, erro
 	l.keeper = k
 	go k.run(st)
 	return k, nil
+}
+
+// withConfig is a configure for keepAlive that gives cfg, made for the TTL
+// of a lease nobody else has seen yet.
+func withConfig(cfg holdConfig) func(time.Duration) (holdConfig, error) {
+	return func(time.Duration) (holdConfig, error) { return cfg, nil }
 }
 
 // errNilKeepAlive is what a nil (or zero) *KeepAlive reports.
@@ -226,7 +243,7 @@ func (k *KeepAlive) renew(st *renewState, now time.Time) (err error, ok bool) {
 	ctx, cancel := context.WithTimeout(k.calls, st.callTimeout(now, k.cfg.renewTimeout))
 	defer cancel()
 	result := make(chan error, 1)
-	go func() { result <- l.client.store.Renew(ctx, l.key, l.token, l.ttl) }()
+	go func() { result <- l.client.store.Renew(ctx, l.key, l.token, st.ttl) }()
 
 	var deadline <-chan time.Time
 	if k.cfg.maxFailures > 0 {
@@ -299,6 +316,7 @@ func (k *KeepAlive) lapse(st *renewState, now time.Time, inFlight bool) (ended b
 func (k *KeepAlive) settle(st *renewState, err error, sent, done time.Time) (ended bool) {
 	if err == nil {
 		st.succeeded(sent, done)
+		k.lease.renewed(k, sent, done)
 		return false
 	}
 	l := k.lease

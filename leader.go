@@ -100,7 +100,7 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 // term runs one term of leadership on l. It returns ctx's error when Lead
 // must end, nil to campaign again.
 func (c *Client) term(ctx context.Context, l *Lease, hcfg holdConfig, cfg LeaderConfig) error {
-	k, err := l.keepAlive(ctx, hcfg)
+	k, err := l.keepAlive(ctx, withConfig(hcfg))
 	if err != nil {
 		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
 	}

@@ -14,22 +14,30 @@ import (
 // a nil *Lease (the one a failed acquire returns): accessors give zero
 // values and the other methods an *ArgumentError.
 type Lease struct {
-	client *Client
-	key    string
-	token  string
-	fence  int64
-	ttl    time.Duration
-	// sent is when the winning acquire request was sent: the server's TTL
-	// started no earlier, so local deadlines count from here.
-	sent time.Time
-	// acquired is when the acquire reply arrived; held durations count
-	// from here.
-	acquired time.Time // later: when the last renewal's reply arrived
-	started  time.Time // when the acquire reply arrived; held time counts from here
+	client  *Client
+	key     string
+	token   string
+	fence   int64
+	started time.Time // when the acquire reply arrived; held time counts from here
 
-	mu     sync.Mutex
-	keeper *KeepAlive // the running auto-renewal, if any
-	ended  bool       // released or abandoned; reported once
+	// op is a one-slot semaphore: Renew and the start of a KeepAlive run one
+	// at a time, so neither can land between the other's checks and its
+	// store call (see docs/lease-concurrency.md).
+	op chan struct{}
+
+	mu  sync.Mutex
+	ttl time.Duration
+	// sent is when the last renewal known to have landed (or the acquire)
+	// was sent: the server's TTL restarted no earlier, so local deadlines
+	// count from here. acquired is when its reply arrived.
+	sent, acquired time.Time
+	keeper         *KeepAlive // the running auto-renewal, if any
+	ended          bool       // released or given up; reported once
+}
+
+func newLease(c *Client, key, token string, fence int64, ttl time.Duration, sent, done time.Time) *Lease {
+	return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl,
+		sent: sent, acquired: done, started: done, op: make(chan struct{}, 1)}
 }
 
 // errNilLease is what the methods of a nil (or zero) *Lease return.
@@ -80,6 +88,24 @@ func (l *Lease) TTL() time.Duration {
 	return l.ttl
 }
 
+// begin takes the lease's operation slot, giving up when done is closed first.
+func (l *Lease) begin(done <-chan struct{}) bool {
+	select {
+	case l.op <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case l.op <- struct{}{}:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// finish gives the operation slot back.
+func (l *Lease) finish() { <-l.op }
+
 // Renew resets the lease's remaining time to ttl, only if the key still holds
 // this lease's token. It returns ErrNotOwned when it does not (the lease
 // expired or was released; a new owner, if any, is untouched), an
@@ -88,7 +114,8 @@ func (l *Lease) TTL() time.Duration {
 //
 // While a KeepAlive runs, renewal is its job, and Renew returns an error
 // without calling the store: a renewal it did not make would leave its
-// deadline wrong.
+// deadline wrong. Renew and the start of a KeepAlive on one lease run one
+// at a time; Renew waits for its turn at most until ctx is done.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -96,22 +123,27 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
+	if !l.begin(ctx.Done()) {
+		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
+	}
 	l.mu.Lock()
 	running := l.keeper != nil
 	l.mu.Unlock()
 	if running {
+		l.finish()
 		return fmt.Errorf("leasehold: %q is renewed by its KeepAlive; stop it before renewing by hand", l.key)
 	}
 	sent := time.Now()
 	err := l.client.store.Renew(ctx, l.key, l.token, ttl)
-	switch {
-	case err == nil:
+	if err == nil {
 		// A KeepAlive started later counts its deadline from this renewal.
 		done := time.Now()
 		l.mu.Lock()
 		l.sent, l.acquired, l.ttl = sent, done, ttl
 		l.mu.Unlock()
-	case errors.Is(err, ErrNotOwned):
+	}
+	l.finish()
+	if errors.Is(err, ErrNotOwned) {
 		l.notOwned(ctx, "renew")
 	}
 	return err
@@ -152,6 +184,16 @@ func (l *Lease) hasEnded() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ended
+}
+
+// renewed records a renewal by k that landed: a KeepAlive started after k
+// counts its deadline from it. Only k's own renewals, while it runs, count.
+func (l *Lease) renewed(k *KeepAlive, sent, done time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keeper == k && sent.After(l.sent) {
+		l.sent, l.acquired = sent, done
+	}
 }
 
 // end reports the end of the ownership, once.

@@ -160,15 +160,17 @@ func (r *Renewer) KeepAlive(ctx context.Context, l *Lease, opts ...HoldOption) (
 	if err := l.valid(); err != nil {
 		return nil, err
 	}
-	cfg, err := newHoldConfig(l.TTL(), opts)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.renewer != nil && cfg.renewer != r {
-		return nil, &ArgumentError{Arg: "WithRenewer", Reason: "names another Renewer than the one called"}
-	}
-	cfg.renewer = r
-	return l.keepAlive(ctx, cfg)
+	return l.keepAlive(ctx, func(ttl time.Duration) (holdConfig, error) {
+		cfg, err := newHoldConfig(ttl, opts)
+		if err != nil {
+			return cfg, err
+		}
+		if cfg.renewer != nil && cfg.renewer != r {
+			return cfg, &ArgumentError{Arg: "WithRenewer", Reason: "names another Renewer than the one called"}
+		}
+		cfg.renewer = r
+		return cfg, nil
+	})
 }
 
 // Len returns the number of leases r is renewing (0 for a nil Renewer).
@@ -369,7 +371,7 @@ func (r *Renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 		k.slot.phase = phaseInFlight
 		l := k.lease
 		c.leases = append(c.leases, k)
-		c.items = append(c.items, RenewItem{Key: l.key, Token: l.token, TTL: l.ttl})
+		c.items = append(c.items, RenewItem{Key: l.key, Token: l.token, TTL: k.slot.st.ttl})
 		if c.timeout == 0 || k.cfg.renewTimeout < c.timeout {
 			c.timeout = k.cfg.renewTimeout
 		}
