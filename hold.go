@@ -85,7 +85,7 @@ var errWaitBudget = errors.New("leasehold: wait budget spent")
 func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(ctx context.Context, l *Lease) error) error {
 	k, err := l.keepAlive(ctx, withConfig(cfg))
 	if err != nil { // cannot happen for a fresh lease; release rather than leak it
-		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
+		return errors.Join(err, c.releaseBounded(ctx, l, cfg.releaseTimeout))
 	}
 	defer k.Stop() // also when fn panics; the TTL then frees the key
 	fnErr := fn(k.Context(), l)
@@ -106,9 +106,7 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(
 // timeout. It returns an error only when the lease turned out to be lost (a
 // fact the caller must hear); a store failure is logged and reported.
 func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Duration) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	switch err := l.Release(rctx); {
+	switch err := l.release(context.WithoutCancel(ctx), timeout); {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotOwned):

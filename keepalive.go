@@ -39,8 +39,8 @@ type KeepAlive struct {
 	report  sync.Mutex
 	stopped bool
 
-	mu  sync.Mutex
-	err error // why ownership is no longer trusted
+	mu  sync.Mutex // held by setLost while it cancels and closes Lost
+	err error      // why ownership is no longer trusted
 }
 
 // KeepAlive starts renewing l every renewal interval (default ttl/3) until
@@ -55,9 +55,9 @@ type KeepAlive struct {
 // use one (see Renewer).
 //
 // It returns an *ArgumentError for options that cannot work with the lease's
-// TTL or for a nil lease, and an error if l already has a KeepAlive. A Renew
-// of l in flight is waited for (at most until ctx is done), so the KeepAlive
-// counts from what it left on the store.
+// TTL or for a nil lease, and an error if l already has a KeepAlive or was
+// released. A Renew or Release of l in flight is waited for (at most until
+// ctx is done), so the KeepAlive counts from what it left on the store.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
 	if err := l.valid(); err != nil {
 		return nil, err
@@ -88,8 +88,8 @@ func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration)
 	switch {
 	case l.keeper != nil:
 		return nil, fmt.Errorf("leasehold: %q already has a KeepAlive", l.key)
-	case l.ended:
-		return nil, fmt.Errorf("leasehold: %q was released: %w", l.key, ErrNotOwned)
+	case l.ended || l.released:
+		return nil, fmt.Errorf("leasehold: %q was released or given up: %w", l.key, ErrNotOwned)
 	}
 	k := &KeepAlive{lease: l, cfg: cfg, lost: make(chan struct{})}
 	// l.ttl and l.sent cannot change while the KeepAlive runs: Lease.Renew
@@ -132,9 +132,10 @@ var nilKeepAliveCtx, nilKeepAliveLost = func() (context.Context, chan struct{}) 
 func (k *KeepAlive) isNil() bool { return k == nil || k.lease == nil }
 
 // Context returns the context the critical section should run under: it is
-// cancelled when the parent is, when Stop is called, and, under the fence
-// policy, when the lease is given up, with a cause matching ErrAbandoned
-// (see context.Cause). A nil KeepAlive's Context is already cancelled.
+// cancelled when the parent is, when Stop is called, when the lease is
+// released (before the release is sent), and, under the fence policy, when
+// the lease is given up, with a cause matching ErrAbandoned (see
+// context.Cause). A nil KeepAlive's Context is already cancelled.
 func (k *KeepAlive) Context() context.Context {
 	if k.isNil() {
 		return nilKeepAliveCtx
@@ -150,6 +151,8 @@ func (k *KeepAlive) Lost() <-chan struct{} {
 	if k.isNil() {
 		return nilKeepAliveLost
 	}
+	k.mu.Lock() // waits for a setLost in progress (see there)
+	defer k.mu.Unlock()
 	return k.lost
 }
 
@@ -178,8 +181,20 @@ func (k *KeepAlive) Stop() {
 	if k.isNil() {
 		return
 	}
+	k.shut(context.Canceled)
+}
+
+// shut ends renewal and waits for it, cancels Context with cause, and only
+// then detaches k from its lease: a Release that finds no KeepAlive on the
+// lease can count on its Context being cancelled already.
+func (k *KeepAlive) shut(cause error) {
 	k.halt()
-	k.cancel(context.Canceled)
+	k.cancel(cause)
+	k.lease.mu.Lock()
+	if k.lease.keeper == k {
+		k.lease.keeper = nil
+	}
+	k.lease.mu.Unlock()
 }
 
 // halt ends renewal and waits for it, leaving Context as it is.
@@ -196,11 +211,6 @@ func (k *KeepAlive) halt() {
 		})
 		<-k.done
 	}
-	k.lease.mu.Lock()
-	if k.lease.keeper == k {
-		k.lease.keeper = nil
-	}
-	k.lease.mu.Unlock()
 }
 
 func (k *KeepAlive) run(st renewState) {
@@ -354,11 +364,17 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// setLost records why ownership is gone and closes Lost.
-func (k *KeepAlive) setLost(err error) {
+// setLost records why ownership is gone, cancels Context with that cause
+// when cancel says so, and closes Lost, all under k.mu, which Lost and Err
+// take too: whoever Lost wakes finds Err set and (fence policy) Context
+// cancelled, and whoever sees Context cancelled finds Lost closed.
+func (k *KeepAlive) setLost(err error, cancel bool) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.err = err
-	k.mu.Unlock()
+	if cancel {
+		k.cancel(err)
+	}
 	close(k.lost)
 }
 
@@ -366,8 +382,7 @@ func (k *KeepAlive) setLost(err error) {
 // cancelled, and no release will be sent.
 func (k *KeepAlive) abandon(reason error) {
 	l := k.lease
-	k.setLost(reason)
-	k.cancel(reason)
+	k.setLost(reason, true)
 	lk := l.lock()
 	l.client.observer.OnAbandon(AbandonEvent{Lock: lk, Reason: reason})
 	l.client.log.Error("leasehold: lock abandoned; its critical section was cancelled and the release is skipped",
@@ -379,7 +394,7 @@ func (k *KeepAlive) abandon(reason error) {
 // critical section goes on.
 func (k *KeepAlive) expired(overrun time.Duration, why string) {
 	l := k.lease
-	k.setLost(fmt.Errorf("%w: %s while the critical section kept running (continue policy)", ErrNotOwned, why))
+	k.setLost(fmt.Errorf("%w: %s while the critical section kept running (continue policy)", ErrNotOwned, why), false)
 	lk := l.lock()
 	l.client.observer.OnLeaseExpired(LeaseExpiredEvent{Lock: lk, Overrun: overrun})
 	l.client.log.Error("leasehold: lease expired while its critical section kept running; its writes are no longer exclusive",

@@ -102,7 +102,7 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 func (c *Client) term(ctx context.Context, l *Lease, hcfg holdConfig, cfg LeaderConfig) error {
 	k, err := l.keepAlive(ctx, withConfig(hcfg))
 	if err != nil {
-		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
+		return errors.Join(err, c.releaseBounded(ctx, l, hcfg.releaseTimeout))
 	}
 	defer k.Stop()
 	done := make(chan struct{})

@@ -20,9 +20,9 @@ type Lease struct {
 	fence   int64
 	started time.Time // when the acquire reply arrived; held time counts from here
 
-	// op is a one-slot semaphore: Renew and the start of a KeepAlive run one
-	// at a time, so neither can land between the other's checks and its
-	// store call (see docs/lease-concurrency.md).
+	// op is a one-slot semaphore: Renew, the start of a KeepAlive and
+	// Release run one at a time, so none of them can land between another's
+	// checks and its store call (see docs/lease-concurrency.md).
 	op chan struct{}
 
 	mu  sync.Mutex
@@ -33,6 +33,7 @@ type Lease struct {
 	sent, acquired time.Time
 	keeper         *KeepAlive // the running auto-renewal, if any
 	ended          bool       // released or given up; reported once
+	released       bool       // a Release ended it: "not owned" is then no wrong-owner event
 }
 
 func newLease(c *Client, key, token string, fence int64, ttl time.Duration, sent, done time.Time) *Lease {
@@ -114,8 +115,8 @@ func (l *Lease) finish() { <-l.op }
 //
 // While a KeepAlive runs, renewal is its job, and Renew returns an error
 // without calling the store: a renewal it did not make would leave its
-// deadline wrong. Renew and the start of a KeepAlive on one lease run one
-// at a time; Renew waits for its turn at most until ctx is done.
+// deadline wrong. Renew, Release and the start of a KeepAlive on one lease
+// run one at a time; Renew waits for the others at most until ctx is done.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -127,7 +128,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	l.mu.Lock()
-	running := l.keeper != nil
+	running, released := l.keeper != nil, l.released
 	l.mu.Unlock()
 	if running {
 		l.finish()
@@ -143,7 +144,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 	}
 	l.finish()
-	if errors.Is(err, ErrNotOwned) {
+	if errors.Is(err, ErrNotOwned) && !released { // after our own release it is no wrong owner
 		l.notOwned(ctx, "renew")
 	}
 	return err
@@ -153,28 +154,60 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // returns ErrNotOwned when it does not: the lease expired, was already
 // released, or the key belongs to another owner, whose lock is left alone.
 //
-// A running KeepAlive is stopped first, so that it does not take the
-// release for a lost lease; its Context is cancelled only after the release,
-// so ctx may be that Context.
+// A running KeepAlive is stopped and its Context cancelled before the release
+// is sent, so no other owner can hold the key while that Context is live.
+//
+// The release is not ended by ctx's cancellation, so a cancelled caller, or
+// one passing the KeepAlive's own Context, still gives the key back; it keeps
+// ctx's values and ends at ctx's deadline (if ctx is live and has one) or
+// after DefaultReleaseTimeout, whichever comes first.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
 	}
+	return l.release(ctx, DefaultReleaseTimeout)
+}
+
+// release is Release bounded by timeout (see releaseContext).
+func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
+	rctx, cancel := releaseContext(ctx, timeout)
+	defer cancel()
+	if !l.begin(rctx.Done()) {
+		return fmt.Errorf("leasehold: release %q: still waiting for another call on the lease: %w", l.key, context.DeadlineExceeded)
+	}
 	l.mu.Lock()
-	k := l.keeper
+	k, released := l.keeper, l.released
 	l.mu.Unlock()
 	if k != nil {
-		k.halt()
-		defer k.cancel(context.Canceled)
+		// Before the release is sent: once the key is free, another owner
+		// may take it, and this holder must already have been told.
+		k.shut(context.Canceled)
 	}
-	err := l.client.store.Release(ctx, l.key, l.token)
+	err := l.client.store.Release(rctx, l.key, l.token)
+	if err == nil {
+		l.mu.Lock()
+		l.released = true
+		l.mu.Unlock()
+	}
+	l.finish()
 	switch {
 	case err == nil:
 		l.end()
-	case errors.Is(err, ErrNotOwned):
+	case errors.Is(err, ErrNotOwned) && !released: // after our own release it is no wrong owner
 		l.notOwned(ctx, "release")
 	}
 	return err
+}
+
+// releaseContext returns the context a release runs under: ctx's values
+// without its cancellation, ending after timeout, or at ctx's deadline when
+// ctx is live and its deadline comes first.
+func releaseContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil && dl.Before(deadline) {
+		deadline = dl
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
 }
 
 func (l *Lease) lock() Lock { return l.client.lock(l.key, l.fence) }

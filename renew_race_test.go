@@ -190,3 +190,37 @@ func TestKeepAliveAfterStopCountsFromTheLastRenewal(t *testing.T) {
 		})
 	}
 }
+
+// Whoever Lost wakes finds Err set and, under the fence policy, the Context
+// already cancelled: a holder watching Lost never sees a live Context after
+// its lease was given up.
+func TestLostClosesOnlyOnceTheContextIsCancelled(t *testing.T) {
+	const rounds = 200
+	for _, kp := range keepers {
+		t.Run(kp.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(always(leasehold.ErrNotOwned))
+				var s leasehold.Store = f.store
+				if kp.batch {
+					s = &batchStore{faultyStore: f.store, start: time.Now()}
+				}
+				c := leasehold.New(s, leasehold.WithLogger(quietLogger()))
+				for i := range rounds {
+					l, err := c.TryAcquire(t.Context(), fmt.Sprintf("cordum:job:%d", i), ttl)
+					if err != nil {
+						t.Fatal(err)
+					}
+					k, err := kp.start(t, c, l)
+					if err != nil {
+						t.Fatal(err)
+					}
+					<-k.Lost()
+					if k.Err() == nil || k.Context().Err() == nil {
+						t.Fatalf("round %d: Lost closed with Err %v and Context error %v", i, k.Err(), k.Context().Err())
+					}
+					k.Stop()
+				}
+			})
+		})
+	}
+}

@@ -204,8 +204,7 @@ func (r *Renewer) Close() error {
 	copy(live, r.heap)
 	r.mu.Unlock()
 	for _, k := range live {
-		k.halt()
-		k.cancel(ErrRenewerClosed)
+		k.shut(ErrRenewerClosed)
 	}
 	close(r.quit)
 	<-r.done
