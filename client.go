@@ -31,6 +31,17 @@ const (
 	// applied). It keeps a lost reply from blocking the key for a full TTL
 	// without holding the caller back for long when the store is down.
 	DefaultCleanupTimeout = 2 * time.Second
+
+	// releaseRetryMin is the first wait before a release of unknown outcome
+	// (a lost reply, a broken connection) is sent again: about the time a
+	// client needs to redial on a LAN, so a blip costs a few milliseconds.
+	releaseRetryMin = 10 * time.Millisecond
+
+	// releaseRetryMax caps the doubling (jittered) wait between release
+	// attempts: a store that is down gets at most about a dozen attempts
+	// within the 2 s release timeout (waits of 10, 20, 40, … 500 ms), not
+	// a spin, while a blip is retried within milliseconds.
+	releaseRetryMax = 500 * time.Millisecond
 )
 
 // Client takes leases from a Store. It is safe for concurrent use; it starts
@@ -377,10 +388,11 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	// The store failed. It may have applied the acquire before the failure
 	// (a lost reply), which would block the key for a full TTL under a token
 	// nobody holds. Release that token, bounded and detached from ctx, which
-	// may be the very thing that failed.
+	// may be the very thing that failed; a release of unknown outcome is
+	// retried, and "not owned" then or at once means the key is not ours.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanupTimeout)
 	defer cancel()
-	if rerr := c.store.Release(cctx, key, token); rerr != nil && !errors.Is(rerr, ErrNotOwned) {
+	if rerr, _ := c.releaseRetrying(cctx, key, token); rerr != nil && !errors.Is(rerr, ErrNotOwned) {
 		c.log.WarnContext(ctx, "leasehold: could not clean up after a failed acquire; the key may stay blocked until its TTL runs out",
 			slog.String("key", key), slog.Duration("ttl", ttl), slog.Any("error", rerr))
 	}
@@ -427,6 +439,9 @@ func expired(ctx context.Context) error {
 	}
 	return nil
 }
+
+// jitter returns a wait in [d/2, d].
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 func validateKeyTTL(key string, ttl time.Duration) error {
 	if err := ValidateKey(key); err != nil {

@@ -151,8 +151,10 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release gives the key up, only if it still holds this lease's token. It
-// returns ErrNotOwned when it does not: the lease expired, was already
-// released, or the key belongs to another owner, whose lock is left alone.
+// returns nil once the key no longer holds the token, ErrNotOwned when it did
+// not hold it to begin with (the lease expired, was already released, or the
+// key belongs to another owner, whose lock is left alone), and the store's
+// error when no attempt got an answer.
 //
 // A running KeepAlive is stopped and its Context cancelled before the release
 // is sent, so no other owner can hold the key while that Context is live.
@@ -161,6 +163,13 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // one passing the KeepAlive's own Context, still gives the key back; it keeps
 // ctx's values and ends at ctx's deadline (if ctx is live and has one) or
 // after DefaultReleaseTimeout, whichever comes first.
+//
+// A release whose outcome is unknown (a store error other than ErrNotOwned
+// or an *ArgumentError: a lost reply, a broken connection) is sent again,
+// with a short backoff, until it gets an answer or the bound above. A "not
+// owned" answer after such an attempt means the lease was released by the
+// earlier attempt or had expired: either way the key no longer holds it, so
+// Release returns nil and reports no wrong-owner event.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -183,7 +192,10 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 		// may take it, and this holder must already have been told.
 		k.shut(context.Canceled)
 	}
-	err := l.client.store.Release(rctx, l.key, l.token)
+	err, unsure := l.client.releaseRetrying(rctx, l.key, l.token)
+	if err != nil && unsure && errors.Is(err, ErrNotOwned) {
+		err = nil // released by an attempt whose reply was lost, or expired
+	}
 	if err == nil {
 		l.mu.Lock()
 		l.released = true
@@ -208,6 +220,33 @@ func releaseContext(ctx context.Context, timeout time.Duration) (context.Context
 		deadline = dl
 	}
 	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+}
+
+// releaseRetrying sends a release until it gets an answer or ctx ends; unsure
+// says an earlier attempt may have been applied without its reply arriving.
+func (c *Client) releaseRetrying(ctx context.Context, key, token string) (err error, unsure bool) {
+	wait := releaseRetryMin
+	for {
+		err = c.store.Release(ctx, key, token)
+		if !unknownOutcome(err) {
+			return err, unsure
+		}
+		unsure = true
+		timer := time.NewTimer(jitter(wait))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err, unsure
+		case <-timer.C:
+		}
+		wait = min(2*wait, releaseRetryMax)
+	}
+}
+
+// unknownOutcome says whether a store call that returned err may or may not
+// have been applied.
+func unknownOutcome(err error) bool {
+	return err != nil && !errors.Is(err, ErrNotOwned) && !errors.Is(err, ErrInvalidArgument) && err != errNilStore
 }
 
 func (l *Lease) lock() Lock { return l.client.lock(l.key, l.fence) }
