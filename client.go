@@ -4,8 +4,10 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 )
 
@@ -64,7 +66,8 @@ type Client struct {
 type Option func(*Client)
 
 // WithLogger sets the logger for anomalies the Client cannot return to a
-// caller (a failed clean-up after an ambiguous acquire). Default: slog.Default().
+// caller (a failed clean-up after an ambiguous acquire). A record whose
+// handler panics is dropped. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) {
 		if l != nil {
@@ -74,7 +77,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithObserver sets the receiver of lock events (for metrics; see package
-// prom). Default: NopObserver.
+// prom). A panic in one of its methods is recovered and logged, and the
+// event dropped: a broken metrics adapter cannot break locking. Default:
+// NopObserver.
 func WithObserver(o Observer) Option {
 	return func(c *Client) {
 		if o != nil {
@@ -85,7 +90,7 @@ func WithObserver(o Observer) Option {
 
 // WithNamespace sets the function that derives an event's namespace (its lock
 // class, a metrics label) from the key. It must return few distinct values.
-// Default: DefaultNamespace.
+// If it panics, the namespace is "other". Default: DefaultNamespace.
 func WithNamespace(f func(key string) string) Option {
 	return func(c *Client) {
 		if f != nil {
@@ -131,7 +136,103 @@ func New(store Store, opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
+	// The Client's callbacks run on renewal goroutines too: a panic in one
+	// must not crash the process or leave a lease half-handled.
+	c.log = slog.New(safeHandler{c.log.Handler()})
+	if _, nop := c.observer.(NopObserver); !nop {
+		c.observer = safeObserver{o: c.observer, log: c.log}
+	}
+	c.namespace = safeNamespace(c.namespace, c.log)
 	return c
+}
+
+// safeObserver recovers a panic in an Observer method and logs it: a broken
+// metrics adapter loses its event but cannot break locking.
+type safeObserver struct {
+	o   Observer
+	log *slog.Logger
+}
+
+func (s safeObserver) recover(method string) {
+	if v := recover(); v != nil {
+		s.log.Error("leasehold: the Observer panicked; its event is dropped",
+			slog.String("method", method), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+	}
+}
+
+func (s safeObserver) OnAcquire(e AcquireEvent) { defer s.recover("OnAcquire"); s.o.OnAcquire(e) }
+func (s safeObserver) OnRelease(e ReleaseEvent) { defer s.recover("OnRelease"); s.o.OnRelease(e) }
+func (s safeObserver) OnRenewFailure(e RenewFailureEvent) {
+	defer s.recover("OnRenewFailure")
+	s.o.OnRenewFailure(e)
+}
+func (s safeObserver) OnNotOwned(e NotOwnedEvent) { defer s.recover("OnNotOwned"); s.o.OnNotOwned(e) }
+func (s safeObserver) OnAbandon(e AbandonEvent)   { defer s.recover("OnAbandon"); s.o.OnAbandon(e) }
+func (s safeObserver) OnLeaseExpired(e LeaseExpiredEvent) {
+	defer s.recover("OnLeaseExpired")
+	s.o.OnLeaseExpired(e)
+}
+func (s safeObserver) OnReleaseFailure(e ReleaseFailureEvent) {
+	defer s.recover("OnReleaseFailure")
+	s.o.OnReleaseFailure(e)
+}
+func (s safeObserver) OnFenceRejected(e FenceRejectedEvent) {
+	defer s.recover("OnFenceRejected")
+	s.o.OnFenceRejected(e)
+}
+
+// safeNamespace makes a panic in the namespace function log and give "other".
+func safeNamespace(f func(string) string, log *slog.Logger) func(string) string {
+	return func(key string) (ns string) {
+		defer func() {
+			if v := recover(); v != nil {
+				ns = "other"
+				log.Error("leasehold: the namespace function panicked; using \"other\"",
+					slog.String("key", key), slog.Any("panic", v))
+			}
+		}()
+		return f(key)
+	}
+}
+
+// safeHandler drops a log record whose handler panics, instead of letting
+// the panic reach a renewal goroutine.
+type safeHandler struct{ h slog.Handler }
+
+func (s safeHandler) Enabled(ctx context.Context, level slog.Level) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return s.h.Enabled(ctx, level)
+}
+
+func (s safeHandler) Handle(ctx context.Context, r slog.Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("leasehold: log handler panicked: %v", v)
+		}
+	}()
+	return s.h.Handle(ctx, r)
+}
+
+func (s safeHandler) WithAttrs(attrs []slog.Attr) (h slog.Handler) {
+	defer func() {
+		if recover() != nil {
+			h = s
+		}
+	}()
+	return safeHandler{s.h.WithAttrs(attrs)}
+}
+
+func (s safeHandler) WithGroup(name string) (h slog.Handler) {
+	defer func() {
+		if recover() != nil {
+			h = s
+		}
+	}()
+	return safeHandler{s.h.WithGroup(name)}
 }
 
 // Store returns the store the Client was made with.

@@ -30,6 +30,10 @@ import (
 // frees the key. Errors from the acquire (ErrNotAcquired, with the context's
 // error or the wait budget; an *ArgumentError; the store's error) are
 // returned before fn runs. Hold leaves no goroutine behind.
+//
+// If fn panics (or calls runtime.Goexit), Hold stops the renewal, cancels
+// fn's context and releases the lease as if fn had returned, then lets the
+// panic go on in the caller's goroutine, with fn's stack.
 func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return err
@@ -87,8 +91,17 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(
 	if err != nil { // cannot happen for a fresh lease; release rather than leak it
 		return errors.Join(err, c.releaseBounded(ctx, l, cfg.releaseTimeout))
 	}
-	defer k.Stop() // also when fn panics; the TTL then frees the key
+	returned := false
+	defer func() {
+		if !returned { // fn panicked or called runtime.Goexit: end the hold, let the panic go on
+			k.Stop()
+			if k.Err() == nil && !l.hasEnded() {
+				_ = c.releaseBounded(ctx, l, cfg.releaseTimeout)
+			}
+		}
+	}()
 	fnErr := fn(k.Context(), l)
+	returned = true
 	k.Stop()
 	if lost := k.Err(); lost != nil {
 		return errors.Join(fnErr, lost)
