@@ -121,7 +121,7 @@ func TestReleaseCancelsTheKeepAliveBeforeTheKeyIsFree(t *testing.T) {
 					checked := false
 					faults.after = func() {
 						checked = true
-						if _, err := mem.Acquire(context.Background(), key, "next owner", ttl); err != nil {
+						if _, err := mem.Acquire(context.Background(), key, "next-owner", ttl); err != nil {
 							t.Errorf("the next owner could not acquire the freed key: %v", err)
 						}
 						if k.Context().Err() == nil {
