@@ -7,106 +7,92 @@ package redisstore_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
 )
 
-// scriptHook is a go-redis hook on the commands that run one of the store's
-// Lua scripts (by its SHA for EVALSHA, its source for EVAL). do decides what
-// happens to the nth of them: send runs the command for real.
-type scriptHook struct {
-	sha, src string
-	do       func(n int, cmd redis.Cmder, send func() error) error
+// faultStore is the Redis store with faults scripted at its boundary: each
+// hook, when set, decides what happens to the nth call of its operation,
+// and call makes the real call to Redis. Faults are injected around the
+// store rather than in go-redis, so the tests do not depend on the scripts'
+// sources. Its other abilities (release notifications) are the store's.
+type faultStore struct {
+	*redisstore.Store
+	acquire func(n int, call func() (int64, error)) (int64, error)
+	release func(n int, call func() error) error
+	renew   func(n int, ttl time.Duration, call func() error) error
 
-	mu sync.Mutex
-	n  int
+	mu     sync.Mutex
+	counts map[string]int
 }
 
-func newScriptHook(t *testing.T, file string, do func(n int, cmd redis.Cmder, send func() error) error) *scriptHook {
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
+func (s *faultStore) next(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.counts == nil {
+		s.counts = make(map[string]int)
 	}
-	sum := sha1.Sum(src)
-	return &scriptHook{sha: hex.EncodeToString(sum[:]), src: string(src), do: do}
+	s.counts[op]++
+	return s.counts[op]
 }
 
-func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (s *faultStore) count(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[op]
 }
-func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) < 2 {
-			return next(ctx, cmd)
-		}
-		if s, _ := args[1].(string); !(cmd.Name() == "evalsha" && s == h.sha) && !(cmd.Name() == "eval" && s == h.src) {
-			return next(ctx, cmd)
-		}
-		h.mu.Lock()
-		h.n++
-		n := h.n
-		h.mu.Unlock()
-		return h.do(n, cmd, func() error { return next(ctx, cmd) })
+
+func (s *faultStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	call := func() (int64, error) { return s.Store.Acquire(ctx, key, token, ttl) }
+	if n := s.next("acquire"); s.acquire != nil {
+		return s.acquire(n, call)
 	}
+	return call()
 }
 
-func (h *scriptHook) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.n
+func (s *faultStore) Release(ctx context.Context, key, token string) error {
+	call := func() error { return s.Store.Release(ctx, key, token) }
+	if n := s.next("release"); s.release != nil {
+		return s.release(n, call)
+	}
+	return call()
+}
+
+func (s *faultStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	call := func() error { return s.Store.Renew(ctx, key, token, ttl) }
+	if n := s.next("renew"); s.renew != nil {
+		return s.renew(n, ttl, call)
+	}
+	return call()
 }
 
 var errDropped = errors.New("injected: connection reset")
 
-// drop fails a command without sending it: the request never reached Redis.
-func drop(cmd redis.Cmder) error {
-	cmd.SetErr(errDropped)
-	return errDropped
+// dropFirst loses the first call's request: it never reaches Redis.
+func dropFirst(n int, call func() error) error {
+	if n == 1 {
+		return errDropped
+	}
+	return call()
 }
 
-// loseReply sends a command and then fails it: Redis applied it, the reply
-// never came back.
-func loseReply(cmd redis.Cmder, send func() error) error {
-	if err := send(); err != nil {
-		return err
-	}
-	cmd.SetErr(errDropped)
-	return errDropped
+// newFaultStore wraps a Store on the shared server.
+func newFaultStore(t *testing.T) *faultStore {
+	return &faultStore{Store: newStore(t, singleClient(shared.Addr()))}
 }
 
-// hookedClient is a Client on the shared server through hooks, with its
-// scripts cached (one command per call), reporting to obs and logging to
-// logs (both optional).
-func hookedClient(t *testing.T, obs leasehold.Observer, logs slog.Handler, hooks ...redis.Hook) *leasehold.Client {
-	t.Helper()
-	client := singleClient(shared.Addr())
-	for _, f := range []string{"acquire.lua", "release.lua", "renew.lua"} {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := client.ScriptLoad(t.Context(), string(src)).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, h := range hooks {
-		client.AddHook(h)
-	}
+// clientOf is a Client on s reporting to obs and logging to logs (both
+// optional).
+func clientOf(s leasehold.Store, obs leasehold.Observer, logs slog.Handler) *leasehold.Client {
 	if logs == nil {
 		logs = slog.DiscardHandler
 	}
@@ -114,7 +100,7 @@ func hookedClient(t *testing.T, obs leasehold.Observer, logs slog.Handler, hooks
 	if obs != nil {
 		opts = append(opts, leasehold.WithObserver(obs))
 	}
-	return leasehold.New(newStore(t, client), opts...)
+	return leasehold.New(s, opts...)
 }
 
 // events records what the core reports.
@@ -192,17 +178,18 @@ func TestManualRenewDoesNotRaceAKeepAliveOnRedis(t *testing.T) {
 	const short = 300 * time.Millisecond
 	arrived, gate := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hook := newScriptHook(t, "renew.lua", func(n int, cmd redis.Cmder, send func() error) error {
-		if args := cmd.Args(); fmt.Sprint(args[len(args)-1]) == fmt.Sprint(short.Milliseconds()) {
+	fs := newFaultStore(t)
+	fs.renew = func(n int, ttl time.Duration, call func() error) error {
+		if ttl == short { // the manual renewal, held on its way to Redis
 			once.Do(func() {
 				close(arrived)
 				<-gate
 			})
 		}
-		return send()
-	})
+		return call()
+	}
 	obs := &events{}
-	c := hookedClient(t, obs, nil, hook)
+	c := clientOf(fs, obs, nil)
 	other := quietClient(newStore(t, singleClient(shared.Addr())))
 	key := storetest.Key(t)
 	l, err := c.TryAcquire(t.Context(), key, time.Minute)
@@ -338,10 +325,10 @@ func TestNilLeaseOnRedis(t *testing.T) {
 	}
 }
 
-// Item 10. Release of a lease under a KeepAlive: at the moment Redis has
-// deleted the key (the release script ran, its reply not yet read), another
-// client takes the key, and the old holder's Context is already cancelled.
-// Release is given the KeepAlive's own Context.
+// Item 10. Release of a lease under a KeepAlive: the moment Redis has
+// deleted the key (before Release has returned), another client takes the
+// key, and the old holder's Context is already cancelled. Release is given
+// the KeepAlive's own Context.
 func TestReleaseCancelsTheKeepAliveBeforeTheKeyIsFreeOnRedis(t *testing.T) {
 	t.Parallel()
 	other := quietClient(newStore(t, singleClient(shared.Addr())))
@@ -350,8 +337,9 @@ func TestReleaseCancelsTheKeepAliveBeforeTheKeyIsFreeOnRedis(t *testing.T) {
 		k       *leasehold.KeepAlive
 		checked bool
 	)
-	hook := newScriptHook(t, "release.lua", func(n int, cmd redis.Cmder, send func() error) error {
-		err := send()
+	fs := newFaultStore(t)
+	fs.release = func(n int, call func() error) error {
+		err := call()
 		if n == 1 && err == nil {
 			checked = true
 			next, aerr := other.TryAcquire(context.Background(), key, time.Minute)
@@ -365,8 +353,8 @@ func TestReleaseCancelsTheKeepAliveBeforeTheKeyIsFreeOnRedis(t *testing.T) {
 			}
 		}
 		return err
-	})
-	c := hookedClient(t, nil, nil, hook)
+	}
+	c := clientOf(fs, nil, nil)
 	l, err := c.TryAcquire(t.Context(), key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -382,21 +370,17 @@ func TestReleaseCancelsTheKeepAliveBeforeTheKeyIsFreeOnRedis(t *testing.T) {
 	}
 }
 
-// Item 11. The first release is lost, its request (a go-redis hook fails it
-// unsent) or its reply (the proxy cuts it after Redis ran the script).
+// Item 11. The first release is lost, its request (failed before it reaches
+// Redis) or its reply (the proxy cuts it after Redis ran the script).
 // Release retries, returns nil, the key is free when it returns, and
 // nothing is reported as a wrong-owner release.
 func TestLostReleaseIsRetriedOnRedis(t *testing.T) {
 	t.Parallel()
 	t.Run("request lost", func(t *testing.T) {
-		hook := newScriptHook(t, "release.lua", func(n int, cmd redis.Cmder, send func() error) error {
-			if n == 1 {
-				return drop(cmd)
-			}
-			return send()
-		})
+		fs := newFaultStore(t)
+		fs.release = dropFirst
 		obs, logs := &events{}, &warnLog{}
-		c := hookedClient(t, obs, logs, hook)
+		c := clientOf(fs, obs, logs)
 		key := storetest.Key(t)
 		l, err := c.TryAcquire(t.Context(), key, time.Minute)
 		if err != nil {
@@ -408,8 +392,8 @@ func TestLostReleaseIsRetriedOnRedis(t *testing.T) {
 		if exists(t, key) {
 			t.Fatal("the key is still held after Release returned")
 		}
-		if ev := obs.snapshot(); hook.count() != 2 || ev.notOwned != 0 || ev.releases != 1 {
-			t.Errorf("%d release attempts, %d not-owned and %d release events; want 2, 0, 1", hook.count(), ev.notOwned, ev.releases)
+		if ev := obs.snapshot(); fs.count("release") != 2 || ev.notOwned != 0 || ev.releases != 1 {
+			t.Errorf("%d release attempts, %d not-owned and %d release events; want 2, 0, 1", fs.count("release"), ev.notOwned, ev.releases)
 		}
 		if w := logs.list(); len(w) != 0 {
 			t.Errorf("warnings: %q", w)
@@ -440,14 +424,10 @@ func TestLostReleaseIsRetriedOnRedis(t *testing.T) {
 		}
 	})
 	t.Run("Hold", func(t *testing.T) {
-		hook := newScriptHook(t, "release.lua", func(n int, cmd redis.Cmder, send func() error) error {
-			if n == 1 {
-				return drop(cmd)
-			}
-			return send()
-		})
+		fs := newFaultStore(t)
+		fs.release = dropFirst
 		obs := &events{}
-		c := hookedClient(t, obs, nil, hook)
+		c := clientOf(fs, obs, nil)
 		key := storetest.Key(t)
 		if err := c.Hold(t.Context(), key, time.Minute, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
 			t.Fatalf("Hold: %v", err)
@@ -462,20 +442,16 @@ func TestLostReleaseIsRetriedOnRedis(t *testing.T) {
 	// The clean-up after an acquire whose reply was lost: its own first
 	// release is lost too, and is retried.
 	t.Run("acquire clean-up", func(t *testing.T) {
-		acq := newScriptHook(t, "acquire.lua", func(n int, cmd redis.Cmder, send func() error) error {
-			if n == 1 {
-				return loseReply(cmd, send)
+		fs := newFaultStore(t)
+		fs.acquire = func(n int, call func() (int64, error)) (int64, error) {
+			if _, err := call(); err != nil || n > 1 {
+				return 0, err
 			}
-			return send()
-		})
-		rel := newScriptHook(t, "release.lua", func(n int, cmd redis.Cmder, send func() error) error {
-			if n == 1 {
-				return drop(cmd)
-			}
-			return send()
-		})
+			return 0, errDropped // applied by Redis, the reply lost
+		}
+		fs.release = dropFirst
 		logs := &warnLog{}
-		c := hookedClient(t, nil, logs, acq, rel)
+		c := clientOf(fs, nil, logs)
 		key := storetest.Key(t)
 		if l, err := c.TryAcquire(t.Context(), key, time.Minute); l != nil || !errors.Is(err, errDropped) {
 			t.Fatalf("TryAcquire whose reply was lost: (%v, %v), want the store's error", l, err)
@@ -483,8 +459,8 @@ func TestLostReleaseIsRetriedOnRedis(t *testing.T) {
 		if exists(t, key) {
 			t.Fatal("the acquire whose reply was lost still blocks the key")
 		}
-		if rel.count() != 2 {
-			t.Errorf("%d clean-up release attempts, want 2", rel.count())
+		if fs.count("release") != 2 {
+			t.Errorf("%d clean-up release attempts, want 2", fs.count("release"))
 		}
 		if w := logs.list(); len(w) != 0 {
 			t.Errorf("warnings: %q", w)
