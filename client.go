@@ -4,8 +4,10 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 )
 
@@ -31,6 +33,17 @@ const (
 	// applied). It keeps a lost reply from blocking the key for a full TTL
 	// without holding the caller back for long when the store is down.
 	DefaultCleanupTimeout = 2 * time.Second
+
+	// releaseRetryMin is the first wait before a release of unknown outcome
+	// (a lost reply, a broken connection) is sent again: about the time a
+	// client needs to redial on a LAN, so a blip costs a few milliseconds.
+	releaseRetryMin = 10 * time.Millisecond
+
+	// releaseRetryMax caps the doubling (jittered) wait between release
+	// attempts: a store that is down gets at most about a dozen attempts
+	// within the 2 s release timeout (waits of 10, 20, 40, … 500 ms), not
+	// a spin, while a blip is retried within milliseconds.
+	releaseRetryMax = 500 * time.Millisecond
 )
 
 // Client takes leases from a Store. It is safe for concurrent use; it starts
@@ -53,7 +66,8 @@ type Client struct {
 type Option func(*Client)
 
 // WithLogger sets the logger for anomalies the Client cannot return to a
-// caller (a failed clean-up after an ambiguous acquire). Default: slog.Default().
+// caller (a failed clean-up after an ambiguous acquire). A record whose
+// handler panics is dropped. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) {
 		if l != nil {
@@ -63,7 +77,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithObserver sets the receiver of lock events (for metrics; see package
-// prom). Default: NopObserver.
+// prom). A panic in one of its methods is recovered and logged, and the
+// event dropped: a broken metrics adapter cannot break locking. Default:
+// NopObserver.
 func WithObserver(o Observer) Option {
 	return func(c *Client) {
 		if o != nil {
@@ -74,7 +90,7 @@ func WithObserver(o Observer) Option {
 
 // WithNamespace sets the function that derives an event's namespace (its lock
 // class, a metrics label) from the key. It must return few distinct values.
-// Default: DefaultNamespace.
+// If it panics, the namespace is "other". Default: DefaultNamespace.
 func WithNamespace(f func(key string) string) Option {
 	return func(c *Client) {
 		if f != nil {
@@ -120,7 +136,103 @@ func New(store Store, opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
+	// The Client's callbacks run on renewal goroutines too: a panic in one
+	// must not crash the process or leave a lease half-handled.
+	c.log = slog.New(safeHandler{c.log.Handler()})
+	if _, nop := c.observer.(NopObserver); !nop {
+		c.observer = safeObserver{o: c.observer, log: c.log}
+	}
+	c.namespace = safeNamespace(c.namespace, c.log)
 	return c
+}
+
+// safeObserver recovers a panic in an Observer method and logs it: a broken
+// metrics adapter loses its event but cannot break locking.
+type safeObserver struct {
+	o   Observer
+	log *slog.Logger
+}
+
+func (s safeObserver) recover(method string) {
+	if v := recover(); v != nil {
+		s.log.Error("leasehold: the Observer panicked; its event is dropped",
+			slog.String("method", method), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+	}
+}
+
+func (s safeObserver) OnAcquire(e AcquireEvent) { defer s.recover("OnAcquire"); s.o.OnAcquire(e) }
+func (s safeObserver) OnRelease(e ReleaseEvent) { defer s.recover("OnRelease"); s.o.OnRelease(e) }
+func (s safeObserver) OnRenewFailure(e RenewFailureEvent) {
+	defer s.recover("OnRenewFailure")
+	s.o.OnRenewFailure(e)
+}
+func (s safeObserver) OnNotOwned(e NotOwnedEvent) { defer s.recover("OnNotOwned"); s.o.OnNotOwned(e) }
+func (s safeObserver) OnAbandon(e AbandonEvent)   { defer s.recover("OnAbandon"); s.o.OnAbandon(e) }
+func (s safeObserver) OnLeaseExpired(e LeaseExpiredEvent) {
+	defer s.recover("OnLeaseExpired")
+	s.o.OnLeaseExpired(e)
+}
+func (s safeObserver) OnReleaseFailure(e ReleaseFailureEvent) {
+	defer s.recover("OnReleaseFailure")
+	s.o.OnReleaseFailure(e)
+}
+func (s safeObserver) OnFenceRejected(e FenceRejectedEvent) {
+	defer s.recover("OnFenceRejected")
+	s.o.OnFenceRejected(e)
+}
+
+// safeNamespace makes a panic in the namespace function log and give "other".
+func safeNamespace(f func(string) string, log *slog.Logger) func(string) string {
+	return func(key string) (ns string) {
+		defer func() {
+			if v := recover(); v != nil {
+				ns = "other"
+				log.Error("leasehold: the namespace function panicked; using \"other\"",
+					slog.String("key", key), slog.Any("panic", v))
+			}
+		}()
+		return f(key)
+	}
+}
+
+// safeHandler drops a log record whose handler panics, instead of letting
+// the panic reach a renewal goroutine.
+type safeHandler struct{ h slog.Handler }
+
+func (s safeHandler) Enabled(ctx context.Context, level slog.Level) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return s.h.Enabled(ctx, level)
+}
+
+func (s safeHandler) Handle(ctx context.Context, r slog.Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("leasehold: log handler panicked: %v", v)
+		}
+	}()
+	return s.h.Handle(ctx, r)
+}
+
+func (s safeHandler) WithAttrs(attrs []slog.Attr) (h slog.Handler) {
+	defer func() {
+		if recover() != nil {
+			h = s
+		}
+	}()
+	return safeHandler{s.h.WithAttrs(attrs)}
+}
+
+func (s safeHandler) WithGroup(name string) (h slog.Handler) {
+	defer func() {
+		if recover() != nil {
+			h = s
+		}
+	}()
+	return safeHandler{s.h.WithGroup(name)}
 }
 
 // Store returns the store the Client was made with.
@@ -138,6 +250,12 @@ func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 // (as a *HeldError when the store reports the holder's remaining TTL) when
 // another owner holds the key, an *ArgumentError for bad input, and the
 // store's error when the store failed.
+//
+// When ctx is done, or its deadline has passed on the clock (ctx may not
+// have noticed yet), before an answer arrives, the error matches ctx's error
+// (context.DeadlineExceeded for a deadline), joined with the store's error if
+// the attempt failed, and never ErrNotAcquired: an attempt without an answer
+// says nothing about the key. The Observer counts it as TimedOut.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
@@ -149,7 +267,15 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
-	return c.try(ctx, key, NewToken(), ttl)
+	l, err := c.try(ctx, key, NewToken(), ttl)
+	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrInvalidArgument) {
+		return l, err
+	}
+	if cerr := expired(ctx); cerr != nil && !errors.Is(err, cerr) {
+		// A socket timeout at the caller's deadline is the deadline.
+		return nil, errors.Join(ctxError(ctx, cerr), err)
+	}
+	return nil, err
 }
 
 // Acquire takes key for ttl, waiting while another owner holds it. It is woken
@@ -171,8 +297,11 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // it did not act on) to the next, and a lost wake-up delays the head by at
 // most one backoff step.
 //
-// When ctx is done first it returns an error matching both ErrNotAcquired and
-// ctx's error. A store failure is returned at once, not retried: whether to
+// When ctx is done first, or its deadline has passed on the clock, it returns
+// an error matching both ErrNotAcquired and ctx's error (for a deadline,
+// context.DeadlineExceeded, even when the store's attempt failed with a
+// socket timeout before ctx noticed); the Observer counts it as TimedOut. A
+// store failure before then is returned at once, not retried: whether to
 // keep waiting through an outage is the caller's decision.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	return c.acquireBackoff(ctx, key, ttl, c.maxBackoff)
@@ -346,25 +475,25 @@ func (c *Client) poll(ctx context.Context, key, token string, ttl, maxBackoff ti
 
 // try is one acquire attempt with a given token.
 func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
+	if err := expired(ctx); err != nil {
 		return nil, err
 	}
 	sent := time.Now()
 	fence, err := c.store.Acquire(ctx, key, token, ttl)
 	switch {
 	case err == nil:
-		now := time.Now()
-		return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl, sent: sent, acquired: now, started: now}, nil
+		return newLease(c, key, token, fence, ttl, sent, time.Now()), nil
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore:
 		return nil, err
 	}
 	// The store failed. It may have applied the acquire before the failure
 	// (a lost reply), which would block the key for a full TTL under a token
 	// nobody holds. Release that token, bounded and detached from ctx, which
-	// may be the very thing that failed.
+	// may be the very thing that failed; a release of unknown outcome is
+	// retried, and "not owned" then or at once means the key is not ours.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanupTimeout)
 	defer cancel()
-	if rerr := c.store.Release(cctx, key, token); rerr != nil && !errors.Is(rerr, ErrNotOwned) {
+	if rerr, _ := c.releaseRetrying(cctx, key, token); rerr != nil && !errors.Is(rerr, ErrNotOwned) {
 		c.log.WarnContext(ctx, "leasehold: could not clean up after a failed acquire; the key may stay blocked until its TTL runs out",
 			slog.String("key", key), slog.Duration("ttl", ttl), slog.Any("error", rerr))
 	}
@@ -372,25 +501,48 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 }
 
 // acquireFailed shapes the error of a waiting Acquire whose attempt did not
-// get a busy answer: when ctx has ended the attempt failed because of it, and
-// Acquire promises ErrNotAcquired joined with the context's error then.
+// get a busy answer: when ctx has ended (or its deadline passed) the attempt
+// failed because of it, and Acquire promises ErrNotAcquired joined with the
+// context's error then.
 func (c *Client) acquireFailed(ctx context.Context, key string, err error) error {
-	if ctx.Err() == nil {
+	cerr := expired(ctx)
+	if cerr == nil {
 		return err
 	}
-	if errors.Is(err, ctx.Err()) {
+	if errors.Is(err, cerr) {
 		return ctxNotAcquired(ctx, key)
 	}
 	return errors.Join(ctxNotAcquired(ctx, key), err)
 }
 
 func ctxNotAcquired(ctx context.Context, key string) error {
-	err, cause := ctx.Err(), context.Cause(ctx)
-	if cause != nil && cause != err {
-		return errors.Join(&HeldError{Key: key}, err, cause)
-	}
-	return errors.Join(&HeldError{Key: key}, err)
+	return errors.Join(&HeldError{Key: key}, ctxError(ctx, expired(ctx)))
 }
+
+// ctxError is err (ctx's error, or DeadlineExceeded from expired) joined with
+// ctx's cause when that says more.
+func ctxError(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return errors.Join(err, cause)
+	}
+	return err
+}
+
+// expired returns ctx's error, or context.DeadlineExceeded when ctx's
+// deadline has passed on the clock but ctx has not noticed yet (its timer
+// fires a moment late, and a socket timeout can come first). nil: neither.
+func expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// jitter returns a wait in [d/2, d].
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 func validateKeyTTL(key string, ttl time.Duration) error {
 	if err := ValidateKey(key); err != nil {

@@ -30,6 +30,10 @@ import (
 // frees the key. Errors from the acquire (ErrNotAcquired, with the context's
 // error or the wait budget; an *ArgumentError; the store's error) are
 // returned before fn runs. Hold leaves no goroutine behind.
+//
+// If fn panics (or calls runtime.Goexit), Hold stops the renewal, cancels
+// fn's context and releases the lease as if fn had returned, then lets the
+// panic go on in the caller's goroutine, with fn's stack.
 func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return err
@@ -73,7 +77,7 @@ func (c *Client) acquireWithin(ctx context.Context, key string, ttl, budget time
 	bctx, cancel := context.WithTimeoutCause(ctx, budget, errWaitBudget)
 	defer cancel()
 	l, err := c.Acquire(bctx, key, ttl)
-	if err != nil && ctx.Err() == nil && context.Cause(bctx) == errWaitBudget {
+	if err != nil && expired(ctx) == nil && (context.Cause(bctx) == errWaitBudget || expired(bctx) != nil) {
 		return nil, fmt.Errorf("leasehold: %q still held after the %v wait budget: %w", key, budget, ErrNotAcquired)
 	}
 	return l, err
@@ -83,12 +87,21 @@ var errWaitBudget = errors.New("leasehold: wait budget spent")
 
 // runHeld runs fn under l with renewal, then releases l unless it was lost.
 func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(ctx context.Context, l *Lease) error) error {
-	k, err := l.keepAlive(ctx, cfg)
+	k, err := l.keepAlive(ctx, withConfig(cfg))
 	if err != nil { // cannot happen for a fresh lease; release rather than leak it
-		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
+		return errors.Join(err, c.releaseBounded(ctx, l, cfg.releaseTimeout))
 	}
-	defer k.Stop() // also when fn panics; the TTL then frees the key
+	returned := false
+	defer func() {
+		if !returned { // fn panicked or called runtime.Goexit: end the hold, let the panic go on
+			k.Stop()
+			if k.Err() == nil && !l.hasEnded() {
+				_ = c.releaseBounded(ctx, l, cfg.releaseTimeout)
+			}
+		}
+	}()
 	fnErr := fn(k.Context(), l)
+	returned = true
 	k.Stop()
 	if lost := k.Err(); lost != nil {
 		return errors.Join(fnErr, lost)
@@ -106,9 +119,7 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(
 // timeout. It returns an error only when the lease turned out to be lost (a
 // fact the caller must hear); a store failure is logged and reported.
 func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Duration) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	switch err := l.Release(rctx); {
+	switch err := l.release(context.WithoutCancel(ctx), timeout); {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotOwned):

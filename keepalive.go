@@ -39,8 +39,8 @@ type KeepAlive struct {
 	report  sync.Mutex
 	stopped bool
 
-	mu  sync.Mutex
-	err error // why ownership is no longer trusted
+	mu  sync.Mutex // held by setLost while it cancels and closes Lost
+	err error      // why ownership is no longer trusted
 }
 
 // KeepAlive starts renewing l every renewal interval (default ttl/3) until
@@ -55,18 +55,31 @@ type KeepAlive struct {
 // use one (see Renewer).
 //
 // It returns an *ArgumentError for options that cannot work with the lease's
-// TTL, and an error if l already has a KeepAlive.
+// TTL or for a nil lease, and an error if l already has a KeepAlive or was
+// released. A Renew or Release of l in flight is waited for (at most until
+// ctx is done), so the KeepAlive counts from what it left on the store.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
-	cfg, err := newHoldConfig(l.TTL(), opts)
+	if err := l.valid(); err != nil {
+		return nil, err
+	}
+	return l.keepAlive(ctx, func(ttl time.Duration) (holdConfig, error) { return newHoldConfig(ttl, opts) })
+}
+
+// keepAlive starts renewing l under the configuration configure makes for
+// l's TTL: on a goroutine of its own, or on cfg.renewer when one was chosen.
+// configure runs with l's operation slot held, so the TTL it is given is the
+// one the KeepAlive renews with.
+func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration) (holdConfig, error)) (*KeepAlive, error) {
+	// A manual Renew between our reading of the lease's TTL and the start
+	// would shorten the lease under the deadline computed here.
+	if !l.begin(ctx.Done()) {
+		return nil, fmt.Errorf("leasehold: KeepAlive of %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
+	}
+	defer l.finish()
+	cfg, err := configure(l.TTL())
 	if err != nil {
 		return nil, err
 	}
-	return l.keepAlive(ctx, cfg)
-}
-
-// keepAlive starts renewing l under cfg: on a goroutine of its own, or on
-// cfg.renewer when WithRenewer chose one.
-func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, error) {
 	if r := cfg.renewer; r != nil && r.client != l.client {
 		return nil, &ArgumentError{Arg: "WithRenewer", Reason: "the Renewer was made for another Client than the lease's"}
 	}
@@ -75,11 +88,12 @@ func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, erro
 	switch {
 	case l.keeper != nil:
 		return nil, fmt.Errorf("leasehold: %q already has a KeepAlive", l.key)
-	case l.ended:
-		return nil, fmt.Errorf("leasehold: %q was released: %w", l.key, ErrNotOwned)
+	case l.ended || l.released:
+		return nil, fmt.Errorf("leasehold: %q was released or given up: %w", l.key, ErrNotOwned)
 	}
 	k := &KeepAlive{lease: l, cfg: cfg, lost: make(chan struct{})}
-	// l.ttl cannot change while the KeepAlive runs: Lease.Renew refuses.
+	// l.ttl and l.sent cannot change while the KeepAlive runs: Lease.Renew
+	// refuses, and only this KeepAlive's own renewals move l.sent.
 	st := renewState{ttl: l.ttl, margin: cfg.margin, maxFailures: cfg.maxFailures, lastSent: l.sent, lastDone: l.acquired}
 	k.ctx, k.cancel = context.WithCancelCause(ctx)
 	if r := cfg.renewer; r != nil {
@@ -97,21 +111,59 @@ func (l *Lease) keepAlive(ctx context.Context, cfg holdConfig) (*KeepAlive, erro
 	return k, nil
 }
 
+// withConfig is a configure for keepAlive that gives cfg, made for the TTL
+// of a lease nobody else has seen yet.
+func withConfig(cfg holdConfig) func(time.Duration) (holdConfig, error) {
+	return func(time.Duration) (holdConfig, error) { return cfg, nil }
+}
+
+// errNilKeepAlive is what a nil (or zero) *KeepAlive reports.
+var errNilKeepAlive = &ArgumentError{Arg: "KeepAlive", Reason: "nil, or not made by KeepAlive (a failed KeepAlive returns none)"}
+
+// A nil *KeepAlive's Context is done and its Lost closed: it renews nothing.
+var nilKeepAliveCtx, nilKeepAliveLost = func() (context.Context, chan struct{}) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errNilKeepAlive)
+	lost := make(chan struct{})
+	close(lost)
+	return ctx, lost
+}()
+
+func (k *KeepAlive) isNil() bool { return k == nil || k.lease == nil }
+
 // Context returns the context the critical section should run under: it is
-// cancelled when the parent is, when Stop is called, and, under the fence
-// policy, when the lease is given up, with a cause matching ErrAbandoned
-// (see context.Cause).
-func (k *KeepAlive) Context() context.Context { return k.ctx }
+// cancelled when the parent is, when Stop is called, when the lease is
+// released (before the release is sent), and, under the fence policy, when
+// the lease is given up, with a cause matching ErrAbandoned (see
+// context.Cause). A nil KeepAlive's Context is already cancelled.
+func (k *KeepAlive) Context() context.Context {
+	if k.isNil() {
+		return nilKeepAliveCtx
+	}
+	return k.ctx
+}
 
 // Lost returns a channel closed when ownership can no longer be trusted: the
 // lease was given up (fence policy), the store said it is no longer ours, or
-// it certainly expired (continue policy). It is not closed by Stop.
-func (k *KeepAlive) Lost() <-chan struct{} { return k.lost }
+// it certainly expired (continue policy). It is not closed by Stop. A nil
+// KeepAlive's is closed.
+func (k *KeepAlive) Lost() <-chan struct{} {
+	if k.isNil() {
+		return nilKeepAliveLost
+	}
+	k.mu.Lock() // waits for a setLost in progress (see there)
+	defer k.mu.Unlock()
+	return k.lost
+}
 
 // Err returns why ownership is no longer trusted, or nil. The error matches
 // ErrAbandoned when the fence policy gave the lease up, and ErrNotOwned when
-// the lease was lost under the continue policy.
+// the lease was lost under the continue policy; for a nil KeepAlive, it is an
+// *ArgumentError.
 func (k *KeepAlive) Err() error {
+	if k.isNil() {
+		return errNilKeepAlive
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.err
@@ -124,10 +176,25 @@ func (k *KeepAlive) Err() error {
 // and waits for its goroutine to return. Under a Renewer, an in-flight batch
 // is left to finish for the other leases in it, and its result for this
 // lease is ignored. Either way nothing is renewed, reported or cancelled for
-// the lease after Stop returns.
+// the lease after Stop returns. On a nil KeepAlive it does nothing.
 func (k *KeepAlive) Stop() {
+	if k.isNil() {
+		return
+	}
+	k.shut(context.Canceled)
+}
+
+// shut ends renewal and waits for it, cancels Context with cause, and only
+// then detaches k from its lease: a Release that finds no KeepAlive on the
+// lease can count on its Context being cancelled already.
+func (k *KeepAlive) shut(cause error) {
 	k.halt()
-	k.cancel(context.Canceled)
+	k.cancel(cause)
+	k.lease.mu.Lock()
+	if k.lease.keeper == k {
+		k.lease.keeper = nil
+	}
+	k.lease.mu.Unlock()
 }
 
 // halt ends renewal and waits for it, leaving Context as it is.
@@ -144,11 +211,6 @@ func (k *KeepAlive) halt() {
 		})
 		<-k.done
 	}
-	k.lease.mu.Lock()
-	if k.lease.keeper == k {
-		k.lease.keeper = nil
-	}
-	k.lease.mu.Unlock()
 }
 
 func (k *KeepAlive) run(st renewState) {
@@ -191,7 +253,7 @@ func (k *KeepAlive) renew(st *renewState, now time.Time) (err error, ok bool) {
 	ctx, cancel := context.WithTimeout(k.calls, st.callTimeout(now, k.cfg.renewTimeout))
 	defer cancel()
 	result := make(chan error, 1)
-	go func() { result <- l.client.store.Renew(ctx, l.key, l.token, l.ttl) }()
+	go func() { result <- l.client.store.Renew(ctx, l.key, l.token, st.ttl) }()
 
 	var deadline <-chan time.Time
 	if k.cfg.maxFailures > 0 {
@@ -264,6 +326,7 @@ func (k *KeepAlive) lapse(st *renewState, now time.Time, inFlight bool) (ended b
 func (k *KeepAlive) settle(st *renewState, err error, sent, done time.Time) (ended bool) {
 	if err == nil {
 		st.succeeded(sent, done)
+		k.lease.renewed(k, sent, done)
 		return false
 	}
 	l := k.lease
@@ -301,11 +364,17 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// setLost records why ownership is gone and closes Lost.
-func (k *KeepAlive) setLost(err error) {
+// setLost records why ownership is gone, cancels Context with that cause
+// when cancel says so, and closes Lost, all under k.mu, which Lost and Err
+// take too: whoever Lost wakes finds Err set and (fence policy) Context
+// cancelled, and whoever sees Context cancelled finds Lost closed.
+func (k *KeepAlive) setLost(err error, cancel bool) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.err = err
-	k.mu.Unlock()
+	if cancel {
+		k.cancel(err)
+	}
 	close(k.lost)
 }
 
@@ -313,8 +382,7 @@ func (k *KeepAlive) setLost(err error) {
 // cancelled, and no release will be sent.
 func (k *KeepAlive) abandon(reason error) {
 	l := k.lease
-	k.setLost(reason)
-	k.cancel(reason)
+	k.setLost(reason, true)
 	lk := l.lock()
 	l.client.observer.OnAbandon(AbandonEvent{Lock: lk, Reason: reason})
 	l.client.log.Error("leasehold: lock abandoned; its critical section was cancelled and the release is skipped",
@@ -326,7 +394,7 @@ func (k *KeepAlive) abandon(reason error) {
 // critical section goes on.
 func (k *KeepAlive) expired(overrun time.Duration, why string) {
 	l := k.lease
-	k.setLost(fmt.Errorf("%w: %s while the critical section kept running (continue policy)", ErrNotOwned, why))
+	k.setLost(fmt.Errorf("%w: %s while the critical section kept running (continue policy)", ErrNotOwned, why), false)
 	lk := l.lock()
 	l.client.observer.OnLeaseExpired(LeaseExpiredEvent{Lock: lk, Overrun: overrun})
 	l.client.log.Error("leasehold: lease expired while its critical section kept running; its writes are no longer exclusive",

@@ -3,6 +3,8 @@ package leasehold
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"runtime/debug"
 	"time"
 )
 
@@ -29,11 +31,15 @@ type LeaderConfig struct {
 	RetryPeriod time.Duration
 	// OnStartedLeading runs in its own goroutine for each term, with a
 	// context cancelled when the term ends: leadership can no longer be
-	// trusted (renewal fenced), or Lead's context is done. Required.
+	// trusted (renewal fenced), or Lead's context is done. Required. If it
+	// panics, the term ends as if it had returned (the lease is released),
+	// and the panic goes on in Lead's goroutine.
 	OnStartedLeading func(ctx context.Context, l *Lease)
 	// OnStoppedLeading is called as soon as a term ends, before the lease
 	// can expire when renewal failed, and before OnStartedLeading has
-	// necessarily returned. Optional.
+	// necessarily returned. Optional. If it panics, the term is still ended
+	// (renewal stopped, OnStartedLeading waited for, the lease released
+	// unless lost) before the panic goes on in Lead's goroutine.
 	OnStoppedLeading func()
 	// KeepLeaseOnShutdown leaves the lease to expire when Lead's context
 	// ends, instead of releasing it: the default (false) releases, so a
@@ -79,8 +85,11 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 	for {
 		l, err := c.acquireBackoff(ctx, key, cfg.TTL, min(cfg.RetryPeriod, c.maxBackoff))
 		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
+		case expired(ctx) != nil:
+			if l != nil && !cfg.KeepLeaseOnShutdown { // acquired as ctx ended: no term; as at shutdown
+				_ = c.releaseBounded(ctx, l, hcfg.releaseTimeout)
+			}
+			return expired(ctx)
 		case err != nil:
 			// A store failure: try again after a retry period.
 			if err := sleepUntil(ctx, time.Now().Add(cfg.RetryPeriod)); err != nil {
@@ -97,24 +106,48 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 // term runs one term of leadership on l. It returns ctx's error when Lead
 // must end, nil to campaign again.
 func (c *Client) term(ctx context.Context, l *Lease, hcfg holdConfig, cfg LeaderConfig) error {
-	k, err := l.keepAlive(ctx, hcfg)
+	k, err := l.keepAlive(ctx, withConfig(hcfg))
 	if err != nil {
-		return errors.Join(err, l.Release(context.WithoutCancel(ctx)))
+		return errors.Join(err, c.releaseBounded(ctx, l, hcfg.releaseTimeout))
 	}
-	defer k.Stop()
 	done := make(chan struct{})
+	var panicked any // OnStartedLeading's panic, to go on in Lead's goroutine
 	go func() {
 		defer close(done)
+		defer func() {
+			if v := recover(); v != nil {
+				panicked = v
+				c.log.ErrorContext(ctx, "leasehold: OnStartedLeading panicked; the term ends and the panic goes on in Lead",
+					l.lock().logAttrs(slog.Any("panic", v), slog.String("stack", string(debug.Stack())))...)
+			}
+		}()
 		cfg.OnStartedLeading(k.Context(), l)
+	}()
+	ended := false
+	defer func() {
+		if !ended { // OnStoppedLeading panicked: finish the term first
+			c.endTerm(ctx, l, k, done, hcfg, cfg)
+		}
 	}()
 	select {
 	case <-k.Lost(): // renewal fenced: step down before the lease can expire
 	case <-ctx.Done():
-	case <-done: // the leader's work ended by itself: hand over
+	case <-done: // the leader's work ended by itself (or panicked): hand over
 	}
 	if cfg.OnStoppedLeading != nil {
 		cfg.OnStoppedLeading()
 	}
+	ended = true
+	c.endTerm(ctx, l, k, done, hcfg, cfg)
+	if panicked != nil {
+		panic(panicked)
+	}
+	return ctx.Err()
+}
+
+// endTerm stops the term's renewal, waits for OnStartedLeading to return and
+// releases the lease unless it was lost or is kept on shutdown.
+func (c *Client) endTerm(ctx context.Context, l *Lease, k *KeepAlive, done <-chan struct{}, hcfg holdConfig, cfg LeaderConfig) {
 	k.Stop()
 	<-done
 	lost := k.Err() != nil
@@ -123,5 +156,4 @@ func (c *Client) term(ctx context.Context, l *Lease, hcfg holdConfig, cfg Leader
 			c.log.WarnContext(ctx, "leasehold: leader lease was lost before the term ended", l.lock().logAttrs()...)
 		}
 	}
-	return ctx.Err()
 }

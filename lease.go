@@ -10,44 +10,102 @@ import (
 )
 
 // Lease is one ownership of a key: the key, the owner's token and the fence
-// token issued with it. Its methods are safe for concurrent use.
+// token issued with it. Its methods are safe for concurrent use, and safe on
+// a nil *Lease (the one a failed acquire returns): accessors give zero
+// values and the other methods an *ArgumentError.
 type Lease struct {
-	client *Client
-	key    string
-	token  string
-	fence  int64
-	ttl    time.Duration
-	// sent is when the winning acquire request was sent: the server's TTL
-	// started no earlier, so local deadlines count from here.
-	sent time.Time
-	// acquired is when the acquire reply arrived; held durations count
-	// from here.
-	acquired time.Time // later: when the last renewal's reply arrived
-	started  time.Time // when the acquire reply arrived; held time counts from here
+	client  *Client
+	key     string
+	token   string
+	fence   int64
+	started time.Time // when the acquire reply arrived; held time counts from here
 
-	mu     sync.Mutex
-	keeper *KeepAlive // the running auto-renewal, if any
-	ended  bool       // released or abandoned; reported once
+	// op is a one-slot semaphore: Renew, the start of a KeepAlive and
+	// Release run one at a time, so none of them can land between another's
+	// checks and its store call (see docs/lease-concurrency.md).
+	op chan struct{}
+
+	mu  sync.Mutex
+	ttl time.Duration
+	// sent is when the last renewal known to have landed (or the acquire)
+	// was sent: the server's TTL restarted no earlier, so local deadlines
+	// count from here. acquired is when its reply arrived.
+	sent, acquired time.Time
+	keeper         *KeepAlive // the running auto-renewal, if any
+	ended          bool       // released or given up; reported once
+	released       bool       // a Release ended it: "not owned" is then no wrong-owner event
 }
 
-// Key returns the locked key.
-func (l *Lease) Key() string { return l.key }
+func newLease(c *Client, key, token string, fence int64, ttl time.Duration, sent, done time.Time) *Lease {
+	return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl,
+		sent: sent, acquired: done, started: done, op: make(chan struct{}, 1)}
+}
+
+// errNilLease is what the methods of a nil (or zero) *Lease return.
+var errNilLease = &ArgumentError{Arg: "lease", Reason: "nil, or not made by a Client (a failed acquire returns no lease)"}
+
+// valid reports errNilLease for a nil or zero Lease.
+func (l *Lease) valid() error {
+	if l == nil || l.client == nil {
+		return errNilLease
+	}
+	return nil
+}
+
+// Key returns the locked key ("" for a nil Lease).
+func (l *Lease) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
 
 // Token returns the owner token: the value that proves ownership to the store.
 // Treat it like a credential: anyone holding it can renew or release the lease.
-func (l *Lease) Token() string { return l.token }
+func (l *Lease) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
 
 // Fence returns the fence token issued with this lease. It is strictly larger
 // than every fence issued earlier for the same key; pass it with every
 // correctness-critical write so that storage can reject a stale owner.
-func (l *Lease) Fence() int64 { return l.fence }
+func (l *Lease) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
 
 // TTL returns the duration the lease was acquired or last renewed by hand with.
 func (l *Lease) TTL() time.Duration {
+	if l == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ttl
 }
+
+// begin takes the lease's operation slot, giving up when done is closed first.
+func (l *Lease) begin(done <-chan struct{}) bool {
+	select {
+	case l.op <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case l.op <- struct{}{}:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// finish gives the operation slot back.
+func (l *Lease) finish() { <-l.op }
 
 // Renew resets the lease's remaining time to ttl, only if the key still holds
 // this lease's token. It returns ErrNotOwned when it does not (the lease
@@ -57,55 +115,138 @@ func (l *Lease) TTL() time.Duration {
 //
 // While a KeepAlive runs, renewal is its job, and Renew returns an error
 // without calling the store: a renewal it did not make would leave its
-// deadline wrong.
+// deadline wrong. Renew, Release and the start of a KeepAlive on one lease
+// run one at a time; Renew waits for the others at most until ctx is done.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
+	if err := l.valid(); err != nil {
+		return err
+	}
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
+	if !l.begin(ctx.Done()) {
+		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
+	}
 	l.mu.Lock()
-	running := l.keeper != nil
+	running, released := l.keeper != nil, l.released
 	l.mu.Unlock()
 	if running {
+		l.finish()
 		return fmt.Errorf("leasehold: %q is renewed by its KeepAlive; stop it before renewing by hand", l.key)
 	}
 	sent := time.Now()
 	err := l.client.store.Renew(ctx, l.key, l.token, ttl)
-	switch {
-	case err == nil:
+	if err == nil {
 		// A KeepAlive started later counts its deadline from this renewal.
 		done := time.Now()
 		l.mu.Lock()
 		l.sent, l.acquired, l.ttl = sent, done, ttl
 		l.mu.Unlock()
-	case errors.Is(err, ErrNotOwned):
+	}
+	l.finish()
+	if errors.Is(err, ErrNotOwned) && !released { // after our own release it is no wrong owner
 		l.notOwned(ctx, "renew")
 	}
 	return err
 }
 
 // Release gives the key up, only if it still holds this lease's token. It
-// returns ErrNotOwned when it does not: the lease expired, was already
-// released, or the key belongs to another owner, whose lock is left alone.
+// returns nil once the key no longer holds the token, ErrNotOwned when it did
+// not hold it to begin with (the lease expired, was already released, or the
+// key belongs to another owner, whose lock is left alone), and the store's
+// error when no attempt got an answer.
 //
-// A running KeepAlive is stopped first, so that it does not take the
-// release for a lost lease; its Context is cancelled only after the release,
-// so ctx may be that Context.
+// A running KeepAlive is stopped and its Context cancelled before the release
+// is sent, so no other owner can hold the key while that Context is live.
+//
+// The release is not ended by ctx's cancellation, so a cancelled caller, or
+// one passing the KeepAlive's own Context, still gives the key back; it keeps
+// ctx's values and ends at ctx's deadline (if ctx is live and has one) or
+// after DefaultReleaseTimeout, whichever comes first.
+//
+// A release whose outcome is unknown (a store error other than ErrNotOwned
+// or an *ArgumentError: a lost reply, a broken connection) is sent again,
+// with a short backoff, until it gets an answer or the bound above. A "not
+// owned" answer after such an attempt means the lease was released by the
+// earlier attempt or had expired: either way the key no longer holds it, so
+// Release returns nil and reports no wrong-owner event.
 func (l *Lease) Release(ctx context.Context) error {
+	if err := l.valid(); err != nil {
+		return err
+	}
+	return l.release(ctx, DefaultReleaseTimeout)
+}
+
+// release is Release bounded by timeout (see releaseContext).
+func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
+	rctx, cancel := releaseContext(ctx, timeout)
+	defer cancel()
+	if !l.begin(rctx.Done()) {
+		return fmt.Errorf("leasehold: release %q: still waiting for another call on the lease: %w", l.key, context.DeadlineExceeded)
+	}
 	l.mu.Lock()
-	k := l.keeper
+	k, released := l.keeper, l.released
 	l.mu.Unlock()
 	if k != nil {
-		k.halt()
-		defer k.cancel(context.Canceled)
+		// Before the release is sent: once the key is free, another owner
+		// may take it, and this holder must already have been told.
+		k.shut(context.Canceled)
 	}
-	err := l.client.store.Release(ctx, l.key, l.token)
+	err, unsure := l.client.releaseRetrying(rctx, l.key, l.token)
+	if err != nil && unsure && errors.Is(err, ErrNotOwned) {
+		err = nil // released by an attempt whose reply was lost, or expired
+	}
+	if err == nil {
+		l.mu.Lock()
+		l.released = true
+		l.mu.Unlock()
+	}
+	l.finish()
 	switch {
 	case err == nil:
 		l.end()
-	case errors.Is(err, ErrNotOwned):
+	case errors.Is(err, ErrNotOwned) && !released: // after our own release it is no wrong owner
 		l.notOwned(ctx, "release")
 	}
 	return err
+}
+
+// releaseContext returns the context a release runs under: ctx's values
+// without its cancellation, ending after timeout, or at ctx's deadline when
+// ctx is live and its deadline comes first.
+func releaseContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil && dl.Before(deadline) {
+		deadline = dl
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+}
+
+// releaseRetrying sends a release until it gets an answer or ctx ends; unsure
+// says an earlier attempt may have been applied without its reply arriving.
+func (c *Client) releaseRetrying(ctx context.Context, key, token string) (err error, unsure bool) {
+	wait := releaseRetryMin
+	for {
+		err = c.store.Release(ctx, key, token)
+		if !unknownOutcome(err) {
+			return err, unsure
+		}
+		unsure = true
+		timer := time.NewTimer(jitter(wait))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err, unsure
+		case <-timer.C:
+		}
+		wait = min(2*wait, releaseRetryMax)
+	}
+}
+
+// unknownOutcome says whether a store call that returned err may or may not
+// have been applied.
+func unknownOutcome(err error) bool {
+	return err != nil && !errors.Is(err, ErrNotOwned) && !errors.Is(err, ErrInvalidArgument) && err != errNilStore
 }
 
 func (l *Lease) lock() Lock { return l.client.lock(l.key, l.fence) }
@@ -115,6 +256,16 @@ func (l *Lease) hasEnded() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ended
+}
+
+// renewed records a renewal by k that landed: a KeepAlive started after k
+// counts its deadline from it. Only k's own renewals, while it runs, count.
+func (l *Lease) renewed(k *KeepAlive, sent, done time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keeper == k && sent.After(l.sent) {
+		l.sent, l.acquired = sent, done
+	}
 }
 
 // end reports the end of the ownership, once.
@@ -138,5 +289,8 @@ func (l *Lease) notOwned(ctx context.Context, op string) {
 // LogValue makes a Lease log as its key and fence. The token is left out: it
 // is a credential.
 func (l *Lease) LogValue() slog.Value {
+	if l == nil {
+		return slog.StringValue("<nil lease>")
+	}
 	return slog.GroupValue(slog.String("key", l.key), slog.Int64("fence", l.fence))
 }

@@ -41,7 +41,10 @@ func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 // tick's context ends at the window's end (the acquire's send time + TTL −
 // the drift margin, ttl/10), so a slow tick cannot overlap the next owner's
 // window; LeaseFromContext gives its lease, for fenced writes. A tick's
-// error is logged and the loop goes on. A store error skips the tick.
+// error is logged and the loop goes on. A store error skips the tick. A tick
+// that panics (or calls runtime.Goexit) has its context cancelled and its
+// lease released, so another replica can take the loop at once; the panic
+// then goes on in RunLoop's caller.
 func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration, tick func(ctx context.Context) error, opts ...LoopOption) error {
 	cfg := loopConfig{}
 	for _, o := range opts {
@@ -79,17 +82,31 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 		case errors.Is(err, ErrNotAcquired):
 			continue
 		case err != nil:
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if cerr := expired(ctx); cerr != nil {
+				return cerr
 			}
 			c.log.WarnContext(ctx, "leasehold: loop tick skipped: the store failed", slog.String("key", key), slog.Any("error", err))
 			continue
 		}
-		tctx, cancel := context.WithDeadline(context.WithValue(ctx, leaseKey{}, l), l.sent.Add(cfg.ttl-margin))
-		if err := tick(tctx); err != nil && ctx.Err() == nil {
-			c.log.WarnContext(ctx, "leasehold: loop tick failed", l.lock().logAttrs(slog.Any("error", err))...)
-		}
+		c.tick(ctx, l, l.sent.Add(cfg.ttl-margin), tick)
+	}
+}
+
+// tick runs one tick under l until deadline. A tick that does not return
+// (a panic, runtime.Goexit) gives the lease back on its way out.
+func (c *Client) tick(ctx context.Context, l *Lease, deadline time.Time, tick func(ctx context.Context) error) {
+	tctx, cancel := context.WithDeadline(context.WithValue(ctx, leaseKey{}, l), deadline)
+	returned := false
+	defer func() {
 		cancel()
+		if !returned {
+			_ = l.release(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		}
+	}()
+	err := tick(tctx)
+	returned = true
+	if err != nil && ctx.Err() == nil {
+		c.log.WarnContext(ctx, "leasehold: loop tick failed", l.lock().logAttrs(slog.Any("error", err))...)
 	}
 }
 

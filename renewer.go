@@ -154,22 +154,30 @@ func NewRenewer(c *Client, opts ...RenewerOption) (*Renewer, error) {
 // lease's TTL or a lease of another Client, ErrRenewerClosed after Close,
 // and an error if l already has a KeepAlive or was released.
 func (r *Renewer) KeepAlive(ctx context.Context, l *Lease, opts ...HoldOption) (*KeepAlive, error) {
-	if l == nil {
-		return nil, &ArgumentError{Arg: "lease", Reason: "nil"}
+	if r == nil || r.client == nil {
+		return nil, &ArgumentError{Arg: "Renewer", Reason: "nil, or not made by NewRenewer"}
 	}
-	cfg, err := newHoldConfig(l.TTL(), opts)
-	if err != nil {
+	if err := l.valid(); err != nil {
 		return nil, err
 	}
-	if cfg.renewer != nil && cfg.renewer != r {
-		return nil, &ArgumentError{Arg: "WithRenewer", Reason: "names another Renewer than the one called"}
-	}
-	cfg.renewer = r
-	return l.keepAlive(ctx, cfg)
+	return l.keepAlive(ctx, func(ttl time.Duration) (holdConfig, error) {
+		cfg, err := newHoldConfig(ttl, opts)
+		if err != nil {
+			return cfg, err
+		}
+		if cfg.renewer != nil && cfg.renewer != r {
+			return cfg, &ArgumentError{Arg: "WithRenewer", Reason: "names another Renewer than the one called"}
+		}
+		cfg.renewer = r
+		return cfg, nil
+	})
 }
 
-// Len returns the number of leases r is renewing.
+// Len returns the number of leases r is renewing (0 for a nil Renewer).
 func (r *Renewer) Len() int {
+	if r == nil {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.heap)
@@ -180,8 +188,11 @@ func (r *Renewer) Len() int {
 // It cancels the store calls in flight and waits for them and for r's
 // goroutine, so it returns once the store has returned from every call
 // (promptly for a store that honours contexts). It is safe to call more
-// than once; it always returns nil.
+// than once, and on a nil Renewer; it always returns nil.
 func (r *Renewer) Close() error {
+	if r == nil || r.client == nil {
+		return nil
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -193,8 +204,7 @@ func (r *Renewer) Close() error {
 	copy(live, r.heap)
 	r.mu.Unlock()
 	for _, k := range live {
-		k.halt()
-		k.cancel(ErrRenewerClosed)
+		k.shut(ErrRenewerClosed)
 	}
 	close(r.quit)
 	<-r.done
@@ -360,7 +370,7 @@ func (r *Renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 		k.slot.phase = phaseInFlight
 		l := k.lease
 		c.leases = append(c.leases, k)
-		c.items = append(c.items, RenewItem{Key: l.key, Token: l.token, TTL: l.ttl})
+		c.items = append(c.items, RenewItem{Key: l.key, Token: l.token, TTL: k.slot.st.ttl})
 		if c.timeout == 0 || k.cfg.renewTimeout < c.timeout {
 			c.timeout = k.cfg.renewTimeout
 		}
