@@ -481,8 +481,12 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	sent := time.Now()
 	fence, err := c.store.Acquire(ctx, key, token, ttl)
 	switch {
-	case err == nil:
+	case err == nil && fence > 0:
 		return newLease(c, key, token, fence, ttl, sent, time.Now()), nil
+	case err == nil:
+		// A store that breaks the fence contract gives no lease; the key it
+		// took for token is given back below.
+		err = fmt.Errorf("leasehold: acquire %q: the store issued fence %d; a fence must be positive", key, fence)
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore:
 		return nil, err
 	}

@@ -62,7 +62,7 @@ const DefaultWaitBudget = 2 * time.Second
 // otherwise, then gives up with an error matching ErrNotAcquired that names
 // the budget; it renews and releases as Hold does (release bounded by 2 s,
 // detached from ctx; a failed release is logged and reported, never a panic).
-// The seed TTL for approvals is 10 s (DESIGN.md §5).
+// The seed TTL for approvals is 10 s (docs/design.md §5).
 func (c *Client) Envelope(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
 	return c.Hold(ctx, key, ttl, fn, append([]HoldOption{WithWaitBudget(DefaultWaitBudget)}, opts...)...)
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Defaults of Lead, from the snapshot writer's numbers in DESIGN.md §5.
+// Defaults of Lead, from the snapshot writer's numbers in docs/design.md §5.
 const (
 	// DefaultLeaderTTL is the leader lease's TTL: a crashed leader is
 	// replaced after about 10 s, while a leader that renews every ttl/3
