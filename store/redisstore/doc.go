@@ -47,8 +47,8 @@
 // covered, and an operator who sees one should delete no counters and let
 // the old fences stand (a higher stored counter always wins over the clock).
 //
-// New refuses a server whose maxmemory-policy is not noeviction (or warns,
-// with WithEvictionWarning): any other policy may evict a held lock key,
+// Acquire refuses a server whose maxmemory-policy is not noeviction (or
+// warns, with WithEvictionWarning): any other policy may evict a held lock key,
 // and volatile-* policies pick exactly such keys, since they have a TTL.
 //
 // # What it does not guarantee

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
@@ -153,37 +155,69 @@ func wantUntouched(t *testing.T, key, counter string) {
 	}
 }
 
-// A server that may evict keys is refused by default, because an evicted
-// lock key lets a second owner in; WithEvictionWarning only warns.
+// A server that may evict keys is refused at Acquire by default, writing
+// nothing, because an evicted lock key lets a second owner in;
+// WithEvictionWarning only warns, once. Fixing the policy needs no restart.
 func TestEvictionPolicyIsChecked(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	for _, policy := range []string{"allkeys-lru", "volatile-lru", "volatile-ttl", "allkeys-random"} {
-		if _, err := srv.Do("CONFIG", "SET", "maxmemory-policy", policy); err != nil {
+	ctx := t.Context()
+	setPolicy := func(p string) {
+		t.Helper()
+		if _, err := srv.Do("CONFIG", "SET", "maxmemory-policy", p); err != nil {
 			t.Fatal(err)
 		}
-		c := singleClient(srv.Addr())
-		s, err := redisstore.New(c)
-		if s != nil || err == nil || !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "noeviction") {
-			t.Fatalf("%s: New = (%v, %v), want a refusal naming the policy and the fix", policy, s, err)
+	}
+	logTo := func(b *strings.Builder) redisstore.Option {
+		return redisstore.WithLogger(slog.New(slog.NewTextHandler(b, nil)))
+	}
+	for _, policy := range []string{"allkeys-lru", "volatile-lru", "volatile-ttl", "allkeys-random"} {
+		setPolicy(policy)
+		refusing := newStore(t, singleClient(srv.Addr()))
+		key := storetest.Key(t)
+		_, err := refusing.Acquire(ctx, key, leasehold.NewToken(), time.Minute)
+		if err == nil || !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "noeviction") {
+			t.Fatalf("%s: Acquire = %v, want a refusal naming the policy and the fix", policy, err)
+		}
+		if n, _ := srv.Do("EXISTS", key, redisstore.FenceKey(key)); n != "0" {
+			t.Fatalf("%s: the refused acquire wrote %s keys", policy, n)
 		}
 		var logged strings.Builder
-		s, err = redisstore.New(c, redisstore.WithEvictionWarning(),
-			redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
-		if err != nil || s == nil {
-			t.Fatalf("%s with WithEvictionWarning: %v", policy, err)
+		warning := newStore(t, singleClient(srv.Addr()), redisstore.WithEvictionWarning(), logTo(&logged))
+		for range 3 {
+			tok := leasehold.NewToken()
+			if _, err := warning.Acquire(ctx, key, tok, time.Minute); err != nil {
+				t.Fatalf("%s with WithEvictionWarning: %v", policy, err)
+			}
+			if err := warning.Release(ctx, key, tok); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if !strings.Contains(logged.String(), policy) {
-			t.Fatalf("%s: warning %q does not name the policy", policy, logged.String())
+		if got := strings.Count(logged.String(), policy); got != 1 {
+			t.Fatalf("%s: warned %d times, want once: %q", policy, got, logged.String())
 		}
-		_ = c.Close()
+		setPolicy("noeviction")
+		if _, err := refusing.Acquire(ctx, key, leasehold.NewToken(), time.Minute); err != nil {
+			t.Fatalf("%s fixed to noeviction: Acquire = %v, want the lock", policy, err)
+		}
 	}
-	if _, err := srv.Do("CONFIG", "SET", "maxmemory-policy", "noeviction"); err != nil {
+}
+
+// A user who may not run INFO is warned about once, and locks still work.
+func TestEvictionPolicyUnreadable(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	if _, err := srv.Do("ACL", "SETUSER", "locker", "on", ">pw", "~*", "&*", "+@all", "-info"); err != nil {
 		t.Fatal(err)
 	}
 	var logged strings.Builder
-	c := singleClient(srv.Addr())
-	defer c.Close()
-	if _, err := redisstore.New(c, redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil)))); err != nil || logged.Len() != 0 {
-		t.Fatalf("noeviction: (%v, log %q), want accepted in silence", err, logged.String())
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "locker", Password: "pw", ContextTimeoutEnabled: true})
+	s := newStore(t, c, redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	for range 3 {
+		key, tok := storetest.Key(t), leasehold.NewToken()
+		if _, err := s.Acquire(t.Context(), key, tok, time.Minute); err != nil {
+			t.Fatalf("Acquire without INFO permission: %v", err)
+		}
+	}
+	if got := strings.Count(logged.String(), "maxmemory-policy"); got != 1 {
+		t.Fatalf("warned %d times, want once: %q", got, logged.String())
 	}
 }

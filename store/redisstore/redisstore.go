@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,6 +56,10 @@ var (
 type Store struct {
 	client redis.UniversalClient
 	subs   subscriptions
+	opts   options
+
+	evictionOK atomic.Bool // the policy was read and accepted (or warned about)
+	warnOnce   sync.Once
 }
 
 // Option configures New.
@@ -65,8 +70,8 @@ type options struct {
 	warnEviction bool
 }
 
-// WithLogger sets where New reports an eviction policy it only warns about,
-// or could not read. Default: slog.Default().
+// WithLogger sets where the Store reports an eviction policy it only warns
+// about, or could not read. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
@@ -75,15 +80,10 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithEvictionWarning makes New log a warning instead of refusing a server
-// whose maxmemory-policy is not noeviction. Default: refuse, since any other
-// policy may evict a held lock and let a second owner in.
+// WithEvictionWarning makes Acquire log a warning, once, instead of refusing
+// a server whose maxmemory-policy is not noeviction. Default: refuse, since
+// any other policy may evict a held lock and let a second owner in.
 func WithEvictionWarning() Option { return func(o *options) { o.warnEviction = true } }
-
-// evictionCheckTimeout bounds New's one INFO call: a server that does not
-// answer delays start-up by at most this, and the check is skipped with a
-// warning (lock operations will then report the outage themselves).
-const evictionCheckTimeout = 2 * time.Second
 
 // New returns a Store that keeps its locks in client: a *redis.Client, a
 // failover (Sentinel) client or a *redis.ClusterClient. The Store does not own
@@ -96,10 +96,12 @@ const evictionCheckTimeout = 2 * time.Second
 // hashing, so a lock key and its fence key could land on different servers
 // and the scripts would no longer be atomic.
 //
-// New reads the server's maxmemory-policy (INFO memory, on every primary of
-// a cluster) and refuses any policy but noeviction, or warns with
-// WithEvictionWarning. When it cannot read it (no INFO permission, no
-// answer within 2 s) it logs a warning and goes on.
+// The first Acquire reads the server's maxmemory-policy (INFO memory, on
+// every primary of a cluster), under the Acquire's context, and refuses any
+// policy but noeviction, or warns with WithEvictionWarning; a refused policy
+// is read again at every Acquire, so fixing it needs no restart. A server
+// that refuses INFO (an ACL) is warned about once and not checked again. New
+// does no I/O.
 //
 // The client's retry settings need no change: the acquire and release
 // scripts, which must not run twice, are sent as commands go-redis never
@@ -108,27 +110,40 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err := rscript.CheckClient("redisstore", client); err != nil {
 		return nil, err
 	}
-	o := options{log: slog.Default()}
+	s := &Store{client: client, opts: options{log: slog.Default()}}
 	for _, opt := range opts {
-		opt(&o)
+		opt(&s.opts)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
-	defer cancel()
-	switch policy, err := evictionPolicy(ctx, client); {
-	case err != nil:
-		o.log.Warn("redisstore: could not check the server's maxmemory-policy; a policy other than noeviction may evict held locks",
-			slog.Any("error", err))
-	case policy == "noeviction":
-	case o.warnEviction:
-		o.log.Warn("redisstore: the server may evict held locks; set maxmemory-policy to noeviction",
-			slog.String("maxmemory-policy", policy))
-	default:
-		return nil, fmt.Errorf("redisstore: the server's maxmemory-policy is %q, which may evict a held lock and let a second owner in: "+
-			"set it to noeviction (CONFIG SET maxmemory-policy noeviction), or pass WithEvictionWarning", policy)
-	}
-	s := &Store{client: client}
 	s.subs.client = client
 	return s, nil
+}
+
+// checkEviction is the first Acquires' check of the eviction policy. A
+// network failure is the Acquire's, sent nothing, and leaves the check for
+// the next Acquire.
+func (s *Store) checkEviction(ctx context.Context) error {
+	policy, err := evictionPolicy(ctx, s.client)
+	var srvErr redis.Error
+	switch {
+	case err != nil && errors.As(err, &srvErr):
+		s.warnOnce.Do(func() {
+			s.opts.log.WarnContext(ctx, "redisstore: could not read the server's maxmemory-policy; a policy other than noeviction may evict held locks",
+				slog.Any("error", err))
+		})
+	case err != nil:
+		return err
+	case policy == "noeviction":
+	case s.opts.warnEviction:
+		s.warnOnce.Do(func() {
+			s.opts.log.WarnContext(ctx, "redisstore: the server may evict held locks; set maxmemory-policy to noeviction",
+				slog.String("maxmemory-policy", policy))
+		})
+	default:
+		return fmt.Errorf("redisstore: the server's maxmemory-policy is %q, which may evict a held lock and let a second owner in: "+
+			"set it to noeviction (CONFIG SET maxmemory-policy noeviction), or pass WithEvictionWarning", policy)
+	}
+	s.evictionOK.Store(true)
+	return nil
 }
 
 // evictionPolicy reads maxmemory-policy from INFO memory: the first policy
@@ -196,6 +211,11 @@ func millis(ttl time.Duration) int64 {
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
+	}
+	if !s.evictionOK.Load() {
+		if err := s.checkEviction(ctx); err != nil {
+			return 0, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+		}
 	}
 	res, err := acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Slice()
 	if err != nil {
