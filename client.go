@@ -54,7 +54,7 @@ type Client struct {
 	store          Store
 	notifier       ReleaseNotifier // nil when the store has none or wake-ups are off
 	log            *slog.Logger
-	observer       Observer
+	observers      []Observer
 	namespace      func(key string) string
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
@@ -76,16 +76,11 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithObserver sets the receiver of lock events (for metrics; see package
-// prom). A panic in one of its methods is recovered and logged, and the
-// event dropped: a broken metrics adapter cannot break locking. Default:
-// NopObserver.
+// WithObserver adds a receiver of lock events (for metrics and traces; see
+// package prom). Given more than once, every Observer gets every event.
+// Default: none.
 func WithObserver(o Observer) Option {
-	return func(c *Client) {
-		if o != nil {
-			c.observer = o
-		}
-	}
+	return func(c *Client) { c.observers = append(c.observers, o) }
 }
 
 // WithNamespace sets the function that derives an event's namespace (its lock
@@ -126,7 +121,6 @@ func New(store Store, opts ...Option) *Client {
 	c := &Client{
 		store:          store,
 		log:            slog.Default(),
-		observer:       NopObserver{},
 		namespace:      DefaultNamespace,
 		minBackoff:     DefaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
@@ -139,46 +133,29 @@ func New(store Store, opts ...Option) *Client {
 	// The Client's callbacks run on renewal goroutines too: a panic in one
 	// must not crash the process or leave a lease half-handled.
 	c.log = slog.New(safeHandler{c.log.Handler()})
-	if _, nop := c.observer.(NopObserver); !nop {
-		c.observer = safeObserver{o: c.observer, log: c.log}
-	}
 	c.namespace = safeNamespace(c.namespace, c.log)
 	return c
 }
 
-// safeObserver recovers a panic in an Observer method and logs it: a broken
-// metrics adapter loses its event but cannot break locking.
-type safeObserver struct {
-	o   Observer
-	log *slog.Logger
-}
-
-func (s safeObserver) recover(method string) {
-	if v := recover(); v != nil {
-		s.log.Error("leasehold: the Observer panicked; its event is dropped",
-			slog.String("method", method), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+// observe hands ev to the handler pick chooses of each Observer, with ctx;
+// a panic is recovered and logged, and a broken adapter loses only its event.
+func observe[E any](c *Client, ctx context.Context, ev E, pick func(*Observer) func(context.Context, E)) {
+	if ctx == nil {
+		ctx = context.Background()
 	}
-}
-
-func (s safeObserver) OnAcquire(e AcquireEvent) { defer s.recover("OnAcquire"); s.o.OnAcquire(e) }
-func (s safeObserver) OnRelease(e ReleaseEvent) { defer s.recover("OnRelease"); s.o.OnRelease(e) }
-func (s safeObserver) OnRenewFailure(e RenewFailureEvent) {
-	defer s.recover("OnRenewFailure")
-	s.o.OnRenewFailure(e)
-}
-func (s safeObserver) OnNotOwned(e NotOwnedEvent) { defer s.recover("OnNotOwned"); s.o.OnNotOwned(e) }
-func (s safeObserver) OnAbandon(e AbandonEvent)   { defer s.recover("OnAbandon"); s.o.OnAbandon(e) }
-func (s safeObserver) OnLeaseExpired(e LeaseExpiredEvent) {
-	defer s.recover("OnLeaseExpired")
-	s.o.OnLeaseExpired(e)
-}
-func (s safeObserver) OnReleaseFailure(e ReleaseFailureEvent) {
-	defer s.recover("OnReleaseFailure")
-	s.o.OnReleaseFailure(e)
-}
-func (s safeObserver) OnFenceRejected(e FenceRejectedEvent) {
-	defer s.recover("OnFenceRejected")
-	s.o.OnFenceRejected(e)
+	for i := range c.observers {
+		if f := pick(&c.observers[i]); f != nil {
+			func() {
+				defer func() {
+					if v := recover(); v != nil {
+						c.log.Error("leasehold: an Observer panicked; its event is dropped",
+							slog.String("event", fmt.Sprintf("%T", ev)), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+					}
+				}()
+				f(ctx, ev)
+			}()
+		}
+	}
 }
 
 // safeNamespace makes a panic in the namespace function log and give "other".
@@ -259,7 +236,7 @@ func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
-	c.reportAcquire(key, l, err, Busy, time.Since(start))
+	c.reportAcquire(ctx, key, l, err, Busy, time.Since(start))
 	return l, err
 }
 
@@ -311,13 +288,13 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 func (c *Client) acquireBackoff(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.acquire(ctx, key, ttl, maxBackoff)
-	c.reportAcquire(key, l, err, TimedOut, time.Since(start))
+	c.reportAcquire(ctx, key, l, err, TimedOut, time.Since(start))
 	return l, err
 }
 
 // reportAcquire tells the observer how an acquire call ended; busy is the
 // result to report when the key was held at the end.
-func (c *Client) reportAcquire(key string, l *Lease, err error, busy AcquireResult, wait time.Duration) {
+func (c *Client) reportAcquire(ctx context.Context, key string, l *Lease, err error, busy AcquireResult, wait time.Duration) {
 	ev := AcquireEvent{Lock: c.lock(key, 0), Result: Acquired, Wait: wait}
 	switch {
 	case err == nil:
@@ -329,7 +306,7 @@ func (c *Client) reportAcquire(key string, l *Lease, err error, busy AcquireResu
 	default:
 		ev.Result = StoreFailed
 	}
-	c.observer.OnAcquire(ev)
+	observe(c, ctx, ev, func(o *Observer) func(context.Context, AcquireEvent) { return o.OnAcquire })
 }
 
 func (c *Client) lock(key string, fence int64) Lock {

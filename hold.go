@@ -126,7 +126,8 @@ func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Dura
 		return fmt.Errorf("leasehold: %q was lost before fn returned: %w", l.key, err)
 	default:
 		lk := l.lock()
-		c.observer.OnReleaseFailure(ReleaseFailureEvent{Lock: lk, Err: err})
+		observe(c, ctx, ReleaseFailureEvent{Lock: lk, Err: err},
+			func(o *Observer) func(context.Context, ReleaseFailureEvent) { return o.OnReleaseFailure })
 		c.log.WarnContext(ctx, "leasehold: release failed; the key frees itself when its TTL runs out",
 			lk.logAttrs(slog.Any("error", err))...)
 		return nil

@@ -204,7 +204,7 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 	l.finish()
 	switch {
 	case err == nil:
-		l.end()
+		l.end(ctx)
 	case errors.Is(err, ErrNotOwned) && !released: // after our own release it is no wrong owner
 		l.notOwned(ctx, "release")
 	}
@@ -269,19 +269,21 @@ func (l *Lease) renewed(k *KeepAlive, sent, done time.Time) {
 }
 
 // end reports the end of the ownership, once.
-func (l *Lease) end() {
+func (l *Lease) end(ctx context.Context) {
 	l.mu.Lock()
 	first := !l.ended
 	l.ended = true
 	l.mu.Unlock()
 	if first {
-		l.client.observer.OnRelease(ReleaseEvent{Lock: l.lock(), Held: time.Since(l.started)})
+		observe(l.client, ctx, ReleaseEvent{Lock: l.lock(), Held: time.Since(l.started)},
+			func(o *Observer) func(context.Context, ReleaseEvent) { return o.OnRelease })
 	}
 }
 
 func (l *Lease) notOwned(ctx context.Context, op string) {
 	lk := l.lock()
-	l.client.observer.OnNotOwned(NotOwnedEvent{Lock: lk, Op: op})
+	observe(l.client, ctx, NotOwnedEvent{Lock: lk, Op: op},
+		func(o *Observer) func(context.Context, NotOwnedEvent) { return o.OnNotOwned })
 	l.client.log.WarnContext(ctx, "leasehold: "+op+" refused: the key no longer holds this lease",
 		lk.logAttrs()...)
 }

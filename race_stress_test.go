@@ -110,7 +110,7 @@ func TestEveryPairOfLeaseCallsRaces(t *testing.T) {
 	const rounds = 60 // per pair
 	mem := memstore.New()
 	rec := &recorder{}
-	c := leasehold.New(yieldingNotifier{yieldingStore{mem}, mem}, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+	c := leasehold.New(yieldingNotifier{yieldingStore{mem}, mem}, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 	other := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
 	r := newRenewer(t, c, leasehold.WithBatchWindow(0))
 	start, n := time.Now(), 0
@@ -246,7 +246,7 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 	keys := []string{"cordum:job:1", "cordum:job:2", "cordum:job:3"}
 	mem := memstore.New()
 	rec := &recorder{}
-	c := leasehold.New(mem, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()),
+	c := leasehold.New(mem, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()),
 		leasehold.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	r := newRenewer(t, c)
 	lf := c.LocalFirst()

@@ -156,7 +156,7 @@ func TestReleaseOfUnknownOutcomeIsRetried(t *testing.T) {
 				mem := memstore.New()
 				faults := &releaseFaults{Store: mem, fault: firstLost(reach)}
 				rec, logs := &recorder{}, &warnings{}
-				c := leasehold.New(faults, leasehold.WithObserver(rec), leasehold.WithLogger(slog.New(logs)))
+				c := leasehold.New(faults, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(slog.New(logs)))
 				l, err := c.TryAcquire(t.Context(), key, ttl)
 				if err != nil {
 					t.Fatal(err)
@@ -223,7 +223,7 @@ func TestDefiniteReleaseAnswersAreNotRetried(t *testing.T) {
 		mem := memstore.New()
 		faults := &releaseFaults{Store: mem}
 		rec := &recorder{}
-		c := leasehold.New(faults, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+		c := leasehold.New(faults, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 		l, err := c.TryAcquire(t.Context(), key, ttl)
 		if err != nil {
 			t.Fatal(err)
@@ -286,7 +286,7 @@ func TestHoldRetriesALostRelease(t *testing.T) {
 				mem := memstore.New()
 				faults := &releaseFaults{Store: mem, fault: firstLost(reach)}
 				rec := &failureRecorder{}
-				c := leasehold.New(faults, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+				c := leasehold.New(faults, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 				if err := c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
 					t.Fatalf("Hold: %v", err)
 				}
