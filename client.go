@@ -14,25 +14,25 @@ import (
 // Defaults of the Client. Each is the value used when the matching option is
 // not given.
 const (
-	// DefaultMinBackoff is the first wait of a waiting Acquire when the store
+	// defaultMinBackoff is the first wait of a waiting Acquire when the store
 	// did not wake it. Wake-ups from the store handle the common hand-off; the
 	// backoff only bounds the delay when a wake-up is lost or the store has
 	// none. 10 ms is about two hundred loopback round trips, so a crowd of
 	// waiters does not spin on the store, and small against lease TTLs of
 	// seconds, so a lost wake-up costs little. With wake-ups, only the head of
 	// a Client's queue of waiters for a key follows the backoff (see Acquire).
-	DefaultMinBackoff = 10 * time.Millisecond
+	defaultMinBackoff = 10 * time.Millisecond
 
 	// DefaultMaxBackoff caps the doubling backoff. A waiter behind a long
 	// critical section polls at most once a second, and a lost wake-up delays
 	// a hand-off by at most about a second.
 	DefaultMaxBackoff = time.Second
 
-	// DefaultCleanupTimeout bounds the release that follows an acquire whose
+	// defaultCleanupTimeout bounds the release that follows an acquire whose
 	// outcome is unknown (the store failed after the request may have been
 	// applied). It keeps a lost reply from blocking the key for a full TTL
 	// without holding the caller back for long when the store is down.
-	DefaultCleanupTimeout = 2 * time.Second
+	defaultCleanupTimeout = 2 * time.Second
 
 	// releaseRetryMin is the first wait before a release of unknown outcome
 	// (a lost reply, a broken connection) is sent again: about the time a
@@ -95,7 +95,7 @@ func WithNamespace(f func(key string) string) Option {
 }
 
 // WithBackoff sets the bounds of a waiting Acquire's jittered exponential
-// backoff. Defaults: DefaultMinBackoff and DefaultMaxBackoff. Values that are
+// backoff. Defaults: defaultMinBackoff and DefaultMaxBackoff. Values that are
 // not positive, or a max below min, leave the defaults in place.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) {
@@ -122,9 +122,9 @@ func New(store Store, opts ...Option) *Client {
 		store:          store,
 		log:            slog.Default(),
 		namespace:      DefaultNamespace,
-		minBackoff:     DefaultMinBackoff,
+		minBackoff:     defaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
-		cleanupTimeout: DefaultCleanupTimeout,
+		cleanupTimeout: defaultCleanupTimeout,
 	}
 	c.notifier, _ = store.(ReleaseNotifier)
 	for _, o := range opts {
@@ -216,7 +216,7 @@ func (s safeHandler) WithGroup(name string) (h slog.Handler) {
 func (c *Client) Store() Store { return c.store }
 
 // Waiting returns how many goroutines wait in a waiting acquire of key
-// through c (Acquire, Hold, Envelope, Lead): the length of the Client's
+// through c (Acquire, Hold, Lead): the length of the Client's
 // queue for key. It is 0 when wake-ups are off (WithoutWakeups, or a store
 // without ReleaseNotifier), since waiters then poll on their own and are not
 // queued. It is meant for diagnosis and tests; the value may be stale as soon

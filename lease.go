@@ -162,7 +162,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // The release is not ended by ctx's cancellation, so a cancelled caller, or
 // one passing the KeepAlive's own Context, still gives the key back; it keeps
 // ctx's values and ends at ctx's deadline (if ctx is live and has one) or
-// after DefaultReleaseTimeout, whichever comes first.
+// after defaultReleaseTimeout, whichever comes first.
 //
 // A release whose outcome is unknown (a store error other than ErrNotOwned
 // or an *ArgumentError: a lost reply, a broken connection) is sent again,
@@ -174,7 +174,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
 	}
-	return l.release(ctx, DefaultReleaseTimeout)
+	return l.release(ctx, defaultReleaseTimeout)
 }
 
 // release is Release bounded by timeout (see releaseContext).

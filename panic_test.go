@@ -69,7 +69,7 @@ func TestHoldFnPanicReleasesAndRepanics(t *testing.T) {
 		<-done
 		mustBeFree(t, mem, key)
 
-		// Through LocalFirst and Envelope: the local turn is given back too.
+		// Through LocalFirst and Hold with a wait budget: the local turn is given back too.
 		lf := c.LocalFirst()
 		if v := recoverValue(func() {
 			_ = lf.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("local") })
@@ -77,9 +77,9 @@ func TestHoldFnPanicReleasesAndRepanics(t *testing.T) {
 			t.Fatalf("LocalFirst.Hold: recovered %v", v)
 		}
 		if v := recoverValue(func() {
-			_ = c.Envelope(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("envelope") })
+			_ = c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("envelope") }, leasehold.WithWaitBudget(2*time.Second))
 		}); v != "envelope" {
-			t.Fatalf("Envelope: recovered %v", v)
+			t.Fatalf("Hold with a wait budget: recovered %v", v)
 		}
 		mustBeFree(t, mem, key)
 		if lf.Len() != 0 {

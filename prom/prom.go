@@ -55,7 +55,7 @@ func HeldBuckets() []float64 {
 // An uncontended acquire, or a busy answer, is one store round trip: 1 ms to
 // 10 ms. A contended hand-off is woken by the release and should cost about
 // one more round trip; waits behind a lost wake-up follow the backoff (10 ms
-// to 1 s). 2 s is Envelope's default wait budget (leasehold.DefaultWaitBudget),
+// to 1 s). 2 s is a request handler's usual wait budget (leasehold.WithWaitBudget),
 // so le="2" separates approvals that got the key in time from those that
 // gave up, and the wait alert's threshold of 2 s falls on a bound, where the
 // quantile estimate is exact. 5 s to 5 min: waits behind long holders (a
