@@ -14,25 +14,25 @@ import (
 // Defaults of the Client. Each is the value used when the matching option is
 // not given.
 const (
-	// DefaultMinBackoff is the first wait of a waiting Acquire when the store
+	// defaultMinBackoff is the first wait of a waiting Acquire when the store
 	// did not wake it. Wake-ups from the store handle the common hand-off; the
 	// backoff only bounds the delay when a wake-up is lost or the store has
 	// none. 10 ms is about two hundred loopback round trips, so a crowd of
 	// waiters does not spin on the store, and small against lease TTLs of
 	// seconds, so a lost wake-up costs little. With wake-ups, only the head of
 	// a Client's queue of waiters for a key follows the backoff (see Acquire).
-	DefaultMinBackoff = 10 * time.Millisecond
+	defaultMinBackoff = 10 * time.Millisecond
 
 	// DefaultMaxBackoff caps the doubling backoff. A waiter behind a long
 	// critical section polls at most once a second, and a lost wake-up delays
 	// a hand-off by at most about a second.
 	DefaultMaxBackoff = time.Second
 
-	// DefaultCleanupTimeout bounds the release that follows an acquire whose
+	// defaultCleanupTimeout bounds the release that follows an acquire whose
 	// outcome is unknown (the store failed after the request may have been
 	// applied). It keeps a lost reply from blocking the key for a full TTL
 	// without holding the caller back for long when the store is down.
-	DefaultCleanupTimeout = 2 * time.Second
+	defaultCleanupTimeout = 2 * time.Second
 
 	// releaseRetryMin is the first wait before a release of unknown outcome
 	// (a lost reply, a broken connection) is sent again: about the time a
@@ -54,7 +54,7 @@ type Client struct {
 	store          Store
 	notifier       ReleaseNotifier // nil when the store has none or wake-ups are off
 	log            *slog.Logger
-	observer       Observer
+	observers      []Observer
 	namespace      func(key string) string
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
@@ -76,16 +76,11 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithObserver sets the receiver of lock events (for metrics; see package
-// prom). A panic in one of its methods is recovered and logged, and the
-// event dropped: a broken metrics adapter cannot break locking. Default:
-// NopObserver.
+// WithObserver adds a receiver of lock events (for metrics and traces; see
+// package prom). Given more than once, every Observer gets every event.
+// Default: none.
 func WithObserver(o Observer) Option {
-	return func(c *Client) {
-		if o != nil {
-			c.observer = o
-		}
-	}
+	return func(c *Client) { c.observers = append(c.observers, o) }
 }
 
 // WithNamespace sets the function that derives an event's namespace (its lock
@@ -100,7 +95,7 @@ func WithNamespace(f func(key string) string) Option {
 }
 
 // WithBackoff sets the bounds of a waiting Acquire's jittered exponential
-// backoff. Defaults: DefaultMinBackoff and DefaultMaxBackoff. Values that are
+// backoff. Defaults: defaultMinBackoff and DefaultMaxBackoff. Values that are
 // not positive, or a max below min, leave the defaults in place.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) {
@@ -126,11 +121,10 @@ func New(store Store, opts ...Option) *Client {
 	c := &Client{
 		store:          store,
 		log:            slog.Default(),
-		observer:       NopObserver{},
 		namespace:      DefaultNamespace,
-		minBackoff:     DefaultMinBackoff,
+		minBackoff:     defaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
-		cleanupTimeout: DefaultCleanupTimeout,
+		cleanupTimeout: defaultCleanupTimeout,
 	}
 	c.notifier, _ = store.(ReleaseNotifier)
 	for _, o := range opts {
@@ -139,46 +133,29 @@ func New(store Store, opts ...Option) *Client {
 	// The Client's callbacks run on renewal goroutines too: a panic in one
 	// must not crash the process or leave a lease half-handled.
 	c.log = slog.New(safeHandler{c.log.Handler()})
-	if _, nop := c.observer.(NopObserver); !nop {
-		c.observer = safeObserver{o: c.observer, log: c.log}
-	}
 	c.namespace = safeNamespace(c.namespace, c.log)
 	return c
 }
 
-// safeObserver recovers a panic in an Observer method and logs it: a broken
-// metrics adapter loses its event but cannot break locking.
-type safeObserver struct {
-	o   Observer
-	log *slog.Logger
-}
-
-func (s safeObserver) recover(method string) {
-	if v := recover(); v != nil {
-		s.log.Error("leasehold: the Observer panicked; its event is dropped",
-			slog.String("method", method), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+// observe hands ev to the handler pick chooses of each Observer, with ctx;
+// a panic is recovered and logged, and a broken adapter loses only its event.
+func observe[E any](c *Client, ctx context.Context, ev E, pick func(*Observer) func(context.Context, E)) {
+	if ctx == nil {
+		ctx = context.Background()
 	}
-}
-
-func (s safeObserver) OnAcquire(e AcquireEvent) { defer s.recover("OnAcquire"); s.o.OnAcquire(e) }
-func (s safeObserver) OnRelease(e ReleaseEvent) { defer s.recover("OnRelease"); s.o.OnRelease(e) }
-func (s safeObserver) OnRenewFailure(e RenewFailureEvent) {
-	defer s.recover("OnRenewFailure")
-	s.o.OnRenewFailure(e)
-}
-func (s safeObserver) OnNotOwned(e NotOwnedEvent) { defer s.recover("OnNotOwned"); s.o.OnNotOwned(e) }
-func (s safeObserver) OnAbandon(e AbandonEvent)   { defer s.recover("OnAbandon"); s.o.OnAbandon(e) }
-func (s safeObserver) OnLeaseExpired(e LeaseExpiredEvent) {
-	defer s.recover("OnLeaseExpired")
-	s.o.OnLeaseExpired(e)
-}
-func (s safeObserver) OnReleaseFailure(e ReleaseFailureEvent) {
-	defer s.recover("OnReleaseFailure")
-	s.o.OnReleaseFailure(e)
-}
-func (s safeObserver) OnFenceRejected(e FenceRejectedEvent) {
-	defer s.recover("OnFenceRejected")
-	s.o.OnFenceRejected(e)
+	for i := range c.observers {
+		if f := pick(&c.observers[i]); f != nil {
+			func() {
+				defer func() {
+					if v := recover(); v != nil {
+						c.log.Error("leasehold: an Observer panicked; its event is dropped",
+							slog.String("event", fmt.Sprintf("%T", ev)), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+					}
+				}()
+				f(ctx, ev)
+			}()
+		}
+	}
 }
 
 // safeNamespace makes a panic in the namespace function log and give "other".
@@ -239,7 +216,7 @@ func (s safeHandler) WithGroup(name string) (h slog.Handler) {
 func (c *Client) Store() Store { return c.store }
 
 // Waiting returns how many goroutines wait in a waiting acquire of key
-// through c (Acquire, Hold, Envelope, Lead): the length of the Client's
+// through c (Acquire, Hold, Lead): the length of the Client's
 // queue for key. It is 0 when wake-ups are off (WithoutWakeups, or a store
 // without ReleaseNotifier), since waiters then poll on their own and are not
 // queued. It is meant for diagnosis and tests; the value may be stale as soon
@@ -259,7 +236,7 @@ func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
-	c.reportAcquire(key, l, err, Busy, time.Since(start))
+	c.reportAcquire(ctx, key, l, err, Busy, time.Since(start))
 	return l, err
 }
 
@@ -311,13 +288,13 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 func (c *Client) acquireBackoff(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.acquire(ctx, key, ttl, maxBackoff)
-	c.reportAcquire(key, l, err, TimedOut, time.Since(start))
+	c.reportAcquire(ctx, key, l, err, TimedOut, time.Since(start))
 	return l, err
 }
 
 // reportAcquire tells the observer how an acquire call ended; busy is the
 // result to report when the key was held at the end.
-func (c *Client) reportAcquire(key string, l *Lease, err error, busy AcquireResult, wait time.Duration) {
+func (c *Client) reportAcquire(ctx context.Context, key string, l *Lease, err error, busy AcquireResult, wait time.Duration) {
 	ev := AcquireEvent{Lock: c.lock(key, 0), Result: Acquired, Wait: wait}
 	switch {
 	case err == nil:
@@ -329,7 +306,7 @@ func (c *Client) reportAcquire(key string, l *Lease, err error, busy AcquireResu
 	default:
 		ev.Result = StoreFailed
 	}
-	c.observer.OnAcquire(ev)
+	observe(c, ctx, ev, func(o *Observer) func(context.Context, AcquireEvent) { return o.OnAcquire })
 }
 
 func (c *Client) lock(key string, fence int64) Lock {

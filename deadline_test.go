@@ -74,7 +74,7 @@ func TestSocketTimeoutAtTheDeadlineIsADeadline(t *testing.T) {
 			mem := memstore.New()
 			store := &socketTimeoutStore{Store: mem, apply: apply}
 			rec := &recorder{}
-			c := leasehold.New(store, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+			c := leasehold.New(store, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 			late := func() context.Context {
 				return lateCtx{Context: context.Background(), deadline: time.Now().Add(time.Millisecond)}
 			}
@@ -112,7 +112,7 @@ func TestPassedDeadlineMakesNoAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &socketTimeoutStore{Store: memstore.New()}
 		rec := &recorder{}
-		c := leasehold.New(store, leasehold.WithObserver(rec))
+		c := leasehold.New(store, leasehold.WithObserver(observerOf(rec)))
 		ctx := lateCtx{Context: context.Background(), deadline: time.Now().Add(-time.Millisecond)}
 		if _, err := c.Acquire(ctx, key, ttl); !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Acquire: %v, want ErrNotAcquired joined with context.DeadlineExceeded", err)

@@ -52,21 +52,6 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	return c.runHeld(ctx, l, cfg, fn)
 }
 
-// DefaultWaitBudget is how long Envelope waits for a busy key. An approval
-// handler answers a person or an API call; two seconds is as long as such a
-// caller should wait before being told the item is busy.
-const DefaultWaitBudget = 2 * time.Second
-
-// Envelope is Hold for request handlers (approvals, API calls): it waits for
-// the key at most DefaultWaitBudget (2 s) unless WithWaitBudget says
-// otherwise, then gives up with an error matching ErrNotAcquired that names
-// the budget; it renews and releases as Hold does (release bounded by 2 s,
-// detached from ctx; a failed release is logged and reported, never a panic).
-// The seed TTL for approvals is 10 s (docs/design.md §5).
-func (c *Client) Envelope(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
-	return c.Hold(ctx, key, ttl, fn, append([]HoldOption{WithWaitBudget(DefaultWaitBudget)}, opts...)...)
-}
-
 // acquireWithin is Acquire bounded by budget when budget > 0. Running out of
 // budget is an ErrNotAcquired that says so, not a context error: the
 // caller's context is still live.
@@ -126,7 +111,8 @@ func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Dura
 		return fmt.Errorf("leasehold: %q was lost before fn returned: %w", l.key, err)
 	default:
 		lk := l.lock()
-		c.observer.OnReleaseFailure(ReleaseFailureEvent{Lock: lk, Err: err})
+		observe(c, ctx, ReleaseFailureEvent{Lock: lk, Err: err},
+			func(o *Observer) func(context.Context, ReleaseFailureEvent) { return o.OnReleaseFailure })
 		c.log.WarnContext(ctx, "leasehold: release failed; the key frees itself when its TTL runs out",
 			lk.logAttrs(slog.Any("error", err))...)
 		return nil

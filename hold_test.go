@@ -68,7 +68,6 @@ func always(err error) func(int) error { return func(int) error { return err } }
 
 // recorder is an Observer that keeps what it saw.
 type recorder struct {
-	leasehold.NopObserver
 	mu       sync.Mutex
 	acquires []leasehold.AcquireEvent
 	releases []leasehold.ReleaseEvent
@@ -102,7 +101,7 @@ type fixture struct {
 func newFixture(fault func(int) error) *fixture {
 	mem := memstore.New()
 	f := &fixture{mem: mem, store: &faultyStore{Store: mem, fault: fault}, rec: &recorder{}}
-	f.c = leasehold.New(f.store, leasehold.WithObserver(f.rec), leasehold.WithLogger(quietLogger()))
+	f.c = leasehold.New(f.store, leasehold.WithObserver(observerOf(f.rec)), leasehold.WithLogger(quietLogger()))
 	return f
 }
 

@@ -347,7 +347,8 @@ func (k *KeepAlive) settle(st *renewState, err error, sent, done time.Time) (end
 	}
 	giveUp := st.failed()
 	lk := l.lock()
-	l.client.observer.OnRenewFailure(RenewFailureEvent{Lock: lk, Err: err, Consecutive: st.failures})
+	observe(l.client, k.ctx, RenewFailureEvent{Lock: lk, Err: err, Consecutive: st.failures},
+		func(o *Observer) func(context.Context, RenewFailureEvent) { return o.OnRenewFailure })
 	l.client.log.Warn("leasehold: renewal failed",
 		lk.logAttrs(slog.Int("consecutive", st.failures), slog.Time("deadline", st.deadline()), slog.Any("error", err))...)
 	if giveUp {
@@ -384,10 +385,11 @@ func (k *KeepAlive) abandon(reason error) {
 	l := k.lease
 	k.setLost(reason, true)
 	lk := l.lock()
-	l.client.observer.OnAbandon(AbandonEvent{Lock: lk, Reason: reason})
+	observe(l.client, k.ctx, AbandonEvent{Lock: lk, Reason: reason},
+		func(o *Observer) func(context.Context, AbandonEvent) { return o.OnAbandon })
 	l.client.log.Error("leasehold: lock abandoned; its critical section was cancelled and the release is skipped",
 		lk.logAttrs(slog.Any("reason", reason))...)
-	l.end()
+	l.end(k.ctx)
 }
 
 // expired reports, under the continue policy, a lease that is gone while its
@@ -396,8 +398,9 @@ func (k *KeepAlive) expired(overrun time.Duration, why string) {
 	l := k.lease
 	k.setLost(fmt.Errorf("%w: %s while the critical section kept running (continue policy)", ErrNotOwned, why), false)
 	lk := l.lock()
-	l.client.observer.OnLeaseExpired(LeaseExpiredEvent{Lock: lk, Overrun: overrun})
+	observe(l.client, k.ctx, LeaseExpiredEvent{Lock: lk, Overrun: overrun},
+		func(o *Observer) func(context.Context, LeaseExpiredEvent) { return o.OnLeaseExpired })
 	l.client.log.Error("leasehold: lease expired while its critical section kept running; its writes are no longer exclusive",
 		lk.logAttrs(slog.String("why", why))...)
-	l.end()
+	l.end(k.ctx)
 }

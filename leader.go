@@ -10,24 +10,24 @@ import (
 
 // Defaults of Lead, from the snapshot writer's numbers in docs/design.md §5.
 const (
-	// DefaultLeaderTTL is the leader lease's TTL: a crashed leader is
+	// defaultLeaderTTL is the leader lease's TTL: a crashed leader is
 	// replaced after about 10 s, while a leader that renews every ttl/3
 	// (3.3 s) rides out two failed renewals before stepping down.
-	DefaultLeaderTTL = 10 * time.Second
+	defaultLeaderTTL = 10 * time.Second
 
-	// DefaultRetryPeriod is the longest a candidate waits between two
+	// defaultRetryPeriod is the longest a candidate waits between two
 	// attempts at a held lease. Releases and expiries wake candidates
 	// sooner; the period only bounds the delay when a wake-up is lost.
-	DefaultRetryPeriod = 2 * time.Second
+	defaultRetryPeriod = 2 * time.Second
 )
 
 // LeaderConfig configures Lead. The zero value of every field but
 // OnStartedLeading is valid.
 type LeaderConfig struct {
-	// TTL is the leader lease's TTL. Default: DefaultLeaderTTL.
+	// TTL is the leader lease's TTL. Default: defaultLeaderTTL.
 	TTL time.Duration
 	// RetryPeriod bounds the wait between campaign attempts. Default:
-	// DefaultRetryPeriod.
+	// defaultRetryPeriod.
 	RetryPeriod time.Duration
 	// OnStartedLeading runs in its own goroutine for each term, with a
 	// context cancelled when the term ends: leadership can no longer be
@@ -64,10 +64,10 @@ type LeaderConfig struct {
 // writes with it.
 func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 	if cfg.TTL == 0 {
-		cfg.TTL = DefaultLeaderTTL
+		cfg.TTL = defaultLeaderTTL
 	}
 	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = DefaultRetryPeriod
+		cfg.RetryPeriod = defaultRetryPeriod
 	}
 	switch {
 	case cfg.OnStartedLeading == nil:

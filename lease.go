@@ -162,7 +162,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // The release is not ended by ctx's cancellation, so a cancelled caller, or
 // one passing the KeepAlive's own Context, still gives the key back; it keeps
 // ctx's values and ends at ctx's deadline (if ctx is live and has one) or
-// after DefaultReleaseTimeout, whichever comes first.
+// after defaultReleaseTimeout, whichever comes first.
 //
 // A release whose outcome is unknown (a store error other than ErrNotOwned
 // or an *ArgumentError: a lost reply, a broken connection) is sent again,
@@ -174,7 +174,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
 	}
-	return l.release(ctx, DefaultReleaseTimeout)
+	return l.release(ctx, defaultReleaseTimeout)
 }
 
 // release is Release bounded by timeout (see releaseContext).
@@ -204,7 +204,7 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 	l.finish()
 	switch {
 	case err == nil:
-		l.end()
+		l.end(ctx)
 	case errors.Is(err, ErrNotOwned) && !released: // after our own release it is no wrong owner
 		l.notOwned(ctx, "release")
 	}
@@ -269,19 +269,21 @@ func (l *Lease) renewed(k *KeepAlive, sent, done time.Time) {
 }
 
 // end reports the end of the ownership, once.
-func (l *Lease) end() {
+func (l *Lease) end(ctx context.Context) {
 	l.mu.Lock()
 	first := !l.ended
 	l.ended = true
 	l.mu.Unlock()
 	if first {
-		l.client.observer.OnRelease(ReleaseEvent{Lock: l.lock(), Held: time.Since(l.started)})
+		observe(l.client, ctx, ReleaseEvent{Lock: l.lock(), Held: time.Since(l.started)},
+			func(o *Observer) func(context.Context, ReleaseEvent) { return o.OnRelease })
 	}
 }
 
 func (l *Lease) notOwned(ctx context.Context, op string) {
 	lk := l.lock()
-	l.client.observer.OnNotOwned(NotOwnedEvent{Lock: lk, Op: op})
+	observe(l.client, ctx, NotOwnedEvent{Lock: lk, Op: op},
+		func(o *Observer) func(context.Context, NotOwnedEvent) { return o.OnNotOwned })
 	l.client.log.WarnContext(ctx, "leasehold: "+op+" refused: the key no longer holds this lease",
 		lk.logAttrs()...)
 }

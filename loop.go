@@ -100,7 +100,7 @@ func (c *Client) tick(ctx context.Context, l *Lease, deadline time.Time, tick fu
 	defer func() {
 		cancel()
 		if !returned {
-			_ = l.release(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+			_ = l.release(context.WithoutCancel(ctx), defaultReleaseTimeout)
 		}
 	}()
 	err := tick(tctx)

@@ -17,7 +17,7 @@ import (
 func TestNilLeaseNeverPanics(t *testing.T) {
 	mem := memstore.New()
 	rec := &recorder{}
-	c := leasehold.New(mem, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+	c := leasehold.New(mem, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 	holder, err := c.TryAcquire(t.Context(), key, ttl)
 	if err != nil {
 		t.Fatal(err)

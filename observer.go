@@ -1,40 +1,36 @@
 package leasehold
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"time"
 )
 
-// Observer receives the Client's lock events, for metrics. Implementations
-// must be safe for concurrent use and quick: they are called inline, some
-// from the renewal goroutine. Embed NopObserver to implement only some
-// methods and stay compatible when methods are added.
-type Observer interface {
+// Observer receives a Client's lock events, for metrics and traces. Every
+// field is optional, so adding an event later breaks no one. Each func gets
+// the context of the call the event belongs to (a renewal's is the one its
+// KeepAlive was started with) and is called inline, some on the renewal
+// goroutine: it must be quick and safe for concurrent use. A panic in one is
+// recovered and logged, and the event dropped.
+type Observer struct {
 	// OnAcquire follows every TryAcquire and Acquire call.
-	OnAcquire(AcquireEvent)
-	// OnRelease follows the end of an ownership: a release, or an
-	// abandonment, with how long the lease was held.
-	OnRelease(ReleaseEvent)
-	// OnRenewFailure follows each renewal that failed without the store
-	// saying the lease is gone (a timeout, a connection error).
-	OnRenewFailure(RenewFailureEvent)
-	// OnNotOwned follows each Release or Renew that found the key no longer
-	// holds the lease's token: a timing symptom (pauses, network delay, a
-	// critical section longer than its TTL).
-	OnNotOwned(NotOwnedEvent)
-	// OnAbandon follows a lease given up under the fence policy: its
-	// critical section's context was cancelled and no release was sent.
-	OnAbandon(AbandonEvent)
+	OnAcquire func(context.Context, AcquireEvent)
+	// OnRelease follows the end of an ownership: a release or an abandonment.
+	OnRelease func(context.Context, ReleaseEvent)
+	// OnRenewFailure follows a renewal that failed without the store saying
+	// the lease is gone (a timeout, a connection error).
+	OnRenewFailure func(context.Context, RenewFailureEvent)
+	// OnNotOwned follows a Release or Renew that found the key no longer
+	// holds the lease's token: a timing symptom.
+	OnNotOwned func(context.Context, NotOwnedEvent)
+	// OnAbandon follows a lease given up under the fence policy.
+	OnAbandon func(context.Context, AbandonEvent)
 	// OnLeaseExpired follows a lease that certainly expired while its
 	// critical section kept running (the continue policy).
-	OnLeaseExpired(LeaseExpiredEvent)
-	// OnReleaseFailure follows a release the store could not answer (the
-	// lease then frees itself when its TTL runs out).
-	OnReleaseFailure(ReleaseFailureEvent)
-	// OnFenceRejected follows a write refused at the storage boundary
-	// because its fence was stale (see package fence).
-	OnFenceRejected(FenceRejectedEvent)
+	OnLeaseExpired func(context.Context, LeaseExpiredEvent)
+	// OnReleaseFailure follows a release the store could not answer.
+	OnReleaseFailure func(context.Context, ReleaseFailureEvent)
 }
 
 // Lock names every event carries.
@@ -105,28 +101,6 @@ type ReleaseFailureEvent struct {
 	Lock
 	Err error
 }
-
-// FenceRejectedEvent describes a write refused by fenced storage.
-type FenceRejectedEvent struct {
-	Store     string // "memory", "redis", "postgres", or a caller's own name
-	Resource  string // what was written: a key, or "table/id"
-	Presented int64  // the writer's fence
-	Current   int64  // the newest fence the storage had accepted
-}
-
-// NopObserver ignores every event. It is the default, and a base to embed.
-type NopObserver struct{}
-
-func (NopObserver) OnAcquire(AcquireEvent)               {}
-func (NopObserver) OnRelease(ReleaseEvent)               {}
-func (NopObserver) OnRenewFailure(RenewFailureEvent)     {}
-func (NopObserver) OnNotOwned(NotOwnedEvent)             {}
-func (NopObserver) OnAbandon(AbandonEvent)               {}
-func (NopObserver) OnLeaseExpired(LeaseExpiredEvent)     {}
-func (NopObserver) OnFenceRejected(FenceRejectedEvent)   {}
-func (NopObserver) OnReleaseFailure(ReleaseFailureEvent) {}
-
-var _ Observer = NopObserver{}
 
 // namespaceWords maps a key segment to the lock class it names.
 var namespaceWords = map[string]string{

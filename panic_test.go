@@ -37,7 +37,7 @@ func TestHoldFnPanicReleasesAndRepanics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		rec := &recorder{}
-		c := leasehold.New(mem, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+		c := leasehold.New(mem, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 		var fnCtx context.Context
 		v := recoverValue(func() {
 			_ = c.Hold(t.Context(), key, ttl, func(ctx context.Context, l *leasehold.Lease) error {
@@ -69,7 +69,7 @@ func TestHoldFnPanicReleasesAndRepanics(t *testing.T) {
 		<-done
 		mustBeFree(t, mem, key)
 
-		// Through LocalFirst and Envelope: the local turn is given back too.
+		// Through LocalFirst and Hold with a wait budget: the local turn is given back too.
 		lf := c.LocalFirst()
 		if v := recoverValue(func() {
 			_ = lf.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("local") })
@@ -77,9 +77,9 @@ func TestHoldFnPanicReleasesAndRepanics(t *testing.T) {
 			t.Fatalf("LocalFirst.Hold: recovered %v", v)
 		}
 		if v := recoverValue(func() {
-			_ = c.Envelope(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("envelope") })
+			_ = c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("envelope") }, leasehold.WithWaitBudget(2*time.Second))
 		}); v != "envelope" {
-			t.Fatalf("Envelope: recovered %v", v)
+			t.Fatalf("Hold with a wait budget: recovered %v", v)
 		}
 		mustBeFree(t, mem, key)
 		if lf.Len() != 0 {
@@ -101,7 +101,6 @@ func (panickingObserver) OnNotOwned(leasehold.NotOwnedEvent)             { panic
 func (panickingObserver) OnAbandon(leasehold.AbandonEvent)               { panic("OnAbandon") }
 func (panickingObserver) OnLeaseExpired(leasehold.LeaseExpiredEvent)     { panic("OnLeaseExpired") }
 func (panickingObserver) OnReleaseFailure(leasehold.ReleaseFailureEvent) { panic("OnReleaseFailure") }
-func (panickingObserver) OnFenceRejected(leasehold.FenceRejectedEvent)   { panic("OnFenceRejected") }
 
 // panickingHandler is a log handler that panics on every record.
 type panickingHandler struct{}
@@ -125,7 +124,7 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 				if kp.batch {
 					s = &batchStore{faultyStore: f.store, start: time.Now()}
 				}
-				c := leasehold.New(s, leasehold.WithObserver(panickingObserver{}),
+				c := leasehold.New(s, leasehold.WithObserver(observerOf(panickingObserver{})),
 					leasehold.WithLogger(slog.New(panickingHandler{})),
 					leasehold.WithNamespace(func(string) string { panic("namespace") }))
 
@@ -179,7 +178,7 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 				f.store.fault = nil
 				f.store.mu.Unlock()
 				faults := &releaseFaults{Store: f.mem, fault: func(int) (bool, error) { return false, errLostReply }}
-				c2 := leasehold.New(faults, leasehold.WithObserver(panickingObserver{}), leasehold.WithLogger(slog.New(panickingHandler{})))
+				c2 := leasehold.New(faults, leasehold.WithObserver(observerOf(panickingObserver{})), leasehold.WithLogger(slog.New(panickingHandler{})))
 				if err := c2.Hold(t.Context(), "k2", ttl, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
 					t.Fatalf("Hold with a failing release: %v", err)
 				}

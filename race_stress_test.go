@@ -110,7 +110,7 @@ func TestEveryPairOfLeaseCallsRaces(t *testing.T) {
 	const rounds = 60 // per pair
 	mem := memstore.New()
 	rec := &recorder{}
-	c := leasehold.New(yieldingNotifier{yieldingStore{mem}, mem}, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+	c := leasehold.New(yieldingNotifier{yieldingStore{mem}, mem}, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 	other := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
 	r := newRenewer(t, c, leasehold.WithBatchWindow(0))
 	start, n := time.Now(), 0
@@ -236,7 +236,7 @@ func (y yieldingNotifier) WatchReleases(ctx context.Context, key string) (<-chan
 }
 
 // Many goroutines of one Client mix every way of taking a few keys
-// (TryAcquire, Acquire, Hold, Envelope, LocalFirst, with and without a
+// (TryAcquire, Acquire, Hold, Hold with a wait budget, LocalFirst, with and without a
 // Renewer) and of giving them back (Release, KeepAlive then Release, Hold's
 // own release), under -race: one owner per key at a time, fences rising per
 // key, every ownership ended with exactly one release event, no wrong-owner
@@ -246,7 +246,7 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 	keys := []string{"cordum:job:1", "cordum:job:2", "cordum:job:3"}
 	mem := memstore.New()
 	rec := &recorder{}
-	c := leasehold.New(mem, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()),
+	c := leasehold.New(mem, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()),
 		leasehold.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	r := newRenewer(t, c)
 	lf := c.LocalFirst()
@@ -304,7 +304,7 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 				case 2:
 					err = c.Hold(ctx, keys[i], ttl, critical(i), renewFast)
 				case 3:
-					err = c.Envelope(ctx, keys[i], ttl, critical(i), leasehold.WithWaitBudget(stressBudget), leasehold.WithRenewer(r))
+					err = c.Hold(ctx, keys[i], ttl, critical(i), leasehold.WithWaitBudget(stressBudget), leasehold.WithRenewer(r))
 				case 4:
 					err = lf.Hold(ctx, keys[i], ttl, critical(i), renewFast)
 				case 5:

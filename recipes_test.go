@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
-func TestEnvelopeGivesUpAfterItsBudget(t *testing.T) {
+func TestHoldGivesUpAfterItsWaitBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
@@ -22,14 +22,14 @@ func TestEnvelopeGivesUpAfterItsBudget(t *testing.T) {
 		}
 		start := time.Now()
 		called := false
-		err := c.Envelope(t.Context(), "approval:A7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
+		err := c.Hold(t.Context(), "approval:A7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
 			called = true
 			return nil
-		})
+		}, leasehold.WithWaitBudget(2*time.Second))
 		if !errors.Is(err, leasehold.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Envelope on a held key: %v, want ErrNotAcquired and no context error", err)
+			t.Fatalf("Hold with a wait budget on a held key: %v, want ErrNotAcquired and no context error", err)
 		}
-		if waited := time.Since(start); waited != leasehold.DefaultWaitBudget {
+		if waited := time.Since(start); waited != 2*time.Second {
 			t.Errorf("gave up after %v, want the 2s budget", waited)
 		}
 		if called {
@@ -38,7 +38,7 @@ func TestEnvelopeGivesUpAfterItsBudget(t *testing.T) {
 	})
 }
 
-func TestEnvelopeAcquiresWhenReleasedDuringTheWait(t *testing.T) {
+func TestHoldAcquiresWhenReleasedDuringTheWaitBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := leasehold.New(memstore.New())
 		holder, err := c.TryAcquire(t.Context(), "approval:A7", time.Hour)
@@ -50,12 +50,12 @@ func TestEnvelopeAcquiresWhenReleasedDuringTheWait(t *testing.T) {
 			_ = holder.Release(context.Background())
 		}()
 		start := time.Now()
-		err = c.Envelope(t.Context(), "approval:A7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
+		err = c.Hold(t.Context(), "approval:A7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
 			if at := time.Since(start); at != 500*time.Millisecond {
 				t.Errorf("acquired %v after the start, want at the release (500ms)", at)
 			}
 			return nil
-		})
+		}, leasehold.WithWaitBudget(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +405,7 @@ func TestRecipesRejectBadInput(t *testing.T) {
 		"tick":             c.RunLoop(t.Context(), "k", time.Second, nil),
 		"key":              c.RunLoop(t.Context(), "", time.Second, tick),
 		"OnStartedLeading": c.Lead(t.Context(), "k", leasehold.LeaderConfig{}),
-		"wait budget": c.Envelope(t.Context(), "k", time.Second, func(context.Context, *leasehold.Lease) error { return nil },
+		"wait budget": c.Hold(t.Context(), "k", time.Second, func(context.Context, *leasehold.Lease) error { return nil },
 			leasehold.WithWaitBudget(-1)),
 	}
 	for arg, err := range cases {

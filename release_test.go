@@ -156,7 +156,7 @@ func TestReleaseOfUnknownOutcomeIsRetried(t *testing.T) {
 				mem := memstore.New()
 				faults := &releaseFaults{Store: mem, fault: firstLost(reach)}
 				rec, logs := &recorder{}, &warnings{}
-				c := leasehold.New(faults, leasehold.WithObserver(rec), leasehold.WithLogger(slog.New(logs)))
+				c := leasehold.New(faults, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(slog.New(logs)))
 				l, err := c.TryAcquire(t.Context(), key, ttl)
 				if err != nil {
 					t.Fatal(err)
@@ -188,8 +188,9 @@ func TestReleaseOfUnknownOutcomeIsRetried(t *testing.T) {
 // A store that never answers: Release gives up within the release timeout
 // (or the caller's earlier deadline), after a bounded number of attempts,
 // and returns the store's error.
+// 2 s is the default release timeout.
 func TestReleaseRetriesAreBounded(t *testing.T) {
-	for _, bound := range []time.Duration{leasehold.DefaultReleaseTimeout, 100 * time.Millisecond} {
+	for _, bound := range []time.Duration{2 * time.Second, 100 * time.Millisecond} {
 		synctest.Test(t, func(t *testing.T) {
 			mem := memstore.New()
 			faults := &releaseFaults{Store: mem, fault: func(int) (bool, error) { return false, errLostReply }}
@@ -223,7 +224,7 @@ func TestDefiniteReleaseAnswersAreNotRetried(t *testing.T) {
 		mem := memstore.New()
 		faults := &releaseFaults{Store: mem}
 		rec := &recorder{}
-		c := leasehold.New(faults, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+		c := leasehold.New(faults, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 		l, err := c.TryAcquire(t.Context(), key, ttl)
 		if err != nil {
 			t.Fatal(err)
@@ -286,7 +287,7 @@ func TestHoldRetriesALostRelease(t *testing.T) {
 				mem := memstore.New()
 				faults := &releaseFaults{Store: mem, fault: firstLost(reach)}
 				rec := &failureRecorder{}
-				c := leasehold.New(faults, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+				c := leasehold.New(faults, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 				if err := c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
 					t.Fatalf("Hold: %v", err)
 				}

@@ -51,7 +51,7 @@ func TestManualRenewInFlightDoesNotShortenAKeepAlive(t *testing.T) {
 					s = &batchStore{faultyStore: &faultyStore{Store: store}, start: time.Now()}
 				}
 				rec := &recorder{}
-				c := leasehold.New(s, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+				c := leasehold.New(s, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 				l, err := c.TryAcquire(t.Context(), key, ttl)
 				if err != nil {
 					t.Fatal(err)
@@ -161,7 +161,7 @@ func TestKeepAliveAfterStopCountsFromTheLastRenewal(t *testing.T) {
 					s = &batchStore{faultyStore: f.store, start: time.Now()}
 				}
 				rec := &recorder{}
-				c := leasehold.New(s, leasehold.WithObserver(rec), leasehold.WithLogger(quietLogger()))
+				c := leasehold.New(s, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 				l, err := c.TryAcquire(t.Context(), key, ttl)
 				if err != nil {
 					t.Fatal(err)

@@ -7,28 +7,28 @@ import (
 
 // Defaults of Hold and KeepAlive. Each is used when its option is not given.
 const (
-	// DefaultFenceAfter is the consecutive renewal failures after which the
+	// defaultFenceAfter is the consecutive renewal failures after which the
 	// fence policy gives the lease up. Three tolerates a blip or two (a
 	// dropped connection, a failover) without letting a broken store keep a
 	// critical section running on a lease that is about to lapse.
-	DefaultFenceAfter = 3
+	defaultFenceAfter = 3
 
 	// DefaultRenewDivisor sets the renewal interval to ttl/3: a lease gets
 	// two more tries after a failed renewal before its TTL runs out, and the
 	// store sees one renewal per ttl/3 per lease.
 	DefaultRenewDivisor = 3
 
-	// DefaultRenewTimeout bounds one renewal call. A renewal slower than 2 s
+	// defaultRenewTimeout bounds one renewal call. A renewal slower than 2 s
 	// on a store that normally answers in milliseconds is as good as failed;
 	// the call is also never allowed past the renewal interval or the local
 	// deadline, whichever is sooner.
-	DefaultRenewTimeout = 2 * time.Second
+	defaultRenewTimeout = 2 * time.Second
 
-	// DefaultReleaseTimeout bounds the release after the critical section.
+	// defaultReleaseTimeout bounds the release after the critical section.
 	// The release is detached from the caller's context (a cancelled caller
 	// must still give the key back); if it takes longer than 2 s the store
 	// is in trouble, and the lease's TTL frees the key anyway.
-	DefaultReleaseTimeout = 2 * time.Second
+	defaultReleaseTimeout = 2 * time.Second
 
 	// DefaultDriftDivisor sets the drift margin to ttl/10: the local deadline
 	// falls 10% of the TTL before the server's expiry at the earliest. The
@@ -58,7 +58,7 @@ type holdConfig struct {
 // of the last successful renewal + ttl − drift margin) passes without a
 // successful renewal, whichever comes first. Giving up cancels the critical
 // section's context with a cause matching ErrAbandoned and skips the release.
-// Default: DefaultFenceAfter (3).
+// Default: defaultFenceAfter (3).
 func FenceAfter(n int) HoldOption { return func(c *holdConfig) { c.maxFailures = n } }
 
 // ContinueOnRenewFailure selects the continue policy: renewal failures are
@@ -71,19 +71,20 @@ func ContinueOnRenewFailure() HoldOption { return func(c *holdConfig) { c.maxFai
 // WithRenewInterval sets the time between renewals. Default: ttl/3.
 func WithRenewInterval(d time.Duration) HoldOption { return func(c *holdConfig) { c.interval = d } }
 
-// WithRenewTimeout bounds each renewal call. Default: DefaultRenewTimeout
+// WithRenewTimeout bounds each renewal call. Default: defaultRenewTimeout
 // (2 s), and never more than the renewal interval.
 func WithRenewTimeout(d time.Duration) HoldOption { return func(c *holdConfig) { c.renewTimeout = d } }
 
 // WithReleaseTimeout bounds the release after the critical section. Default:
-// DefaultReleaseTimeout (2 s).
+// defaultReleaseTimeout (2 s).
 func WithReleaseTimeout(d time.Duration) HoldOption {
 	return func(c *holdConfig) { c.releaseTimeout = d }
 }
 
 // WithWaitBudget bounds how long Hold waits for a busy key; after d it gives
 // up with an error matching ErrNotAcquired. Default for Hold: no bound (until
-// ctx is done); for Envelope: DefaultWaitBudget.
+// ctx is done). A request handler answering a person or an API call typically
+// waits about 2 s.
 func WithWaitBudget(d time.Duration) HoldOption { return func(c *holdConfig) { c.waitBudget = d } }
 
 // WithRenewer makes Hold, Lease.KeepAlive and the recipes built on them
@@ -103,10 +104,10 @@ func WithDriftMargin(d time.Duration) HoldOption {
 // the local deadline.
 func newHoldConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
 	c := holdConfig{
-		maxFailures:    DefaultFenceAfter,
+		maxFailures:    defaultFenceAfter,
 		interval:       ttl / DefaultRenewDivisor,
-		renewTimeout:   DefaultRenewTimeout,
-		releaseTimeout: DefaultReleaseTimeout,
+		renewTimeout:   defaultRenewTimeout,
+		releaseTimeout: defaultReleaseTimeout,
 	}
 	for _, o := range opts {
 		o(&c)

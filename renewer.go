@@ -33,12 +33,12 @@ const (
 	// retries of work it has not finished.
 	DefaultBatchConcurrency = 4
 
-	// DefaultFallbackConcurrency caps the Renew calls in flight for a store
+	// defaultFallbackConcurrency caps the Renew calls in flight for a store
 	// without BatchRenewer, each on a goroutine of its own while it runs.
 	// 64 calls of 1 ms each renew 64 000 leases a second, enough for 100 000
 	// leases at the default ttl/3 interval of any TTL above 5 s, with at
 	// most 64 goroutines whatever the number of leases.
-	DefaultFallbackConcurrency = 64
+	defaultFallbackConcurrency = 64
 
 	// maxBatchWindow bounds WithBatchWindow: a window longer than a minute
 	// is a unit mistake.
@@ -69,7 +69,7 @@ func WithBatchSize(n int) RenewerOption { return func(r *Renewer) { r.size = n }
 // WithRenewConcurrency caps the store calls in flight at once: BatchRenewer
 // calls, or Renew calls for a store without BatchRenewer. Each call in
 // flight runs on a goroutine of its own. Default: DefaultBatchConcurrency (4)
-// or DefaultFallbackConcurrency (64).
+// or defaultFallbackConcurrency (64).
 func WithRenewConcurrency(n int) RenewerOption { return func(r *Renewer) { r.concurrency = n } }
 
 // Renewer renews many leases from one goroutine, for processes that hold
@@ -119,7 +119,7 @@ func NewRenewer(c *Client, opts ...RenewerOption) (*Renewer, error) {
 	if r.batch != nil {
 		r.concurrency = DefaultBatchConcurrency
 	} else {
-		r.concurrency = DefaultFallbackConcurrency
+		r.concurrency = defaultFallbackConcurrency
 	}
 	for _, o := range opts {
 		o(r)

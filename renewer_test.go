@@ -56,7 +56,7 @@ var _ leasehold.BatchRenewer = (*batchStore)(nil)
 func newBatchFixture(fault func(int) error) (*fixture, *batchStore) {
 	f := newFixture(fault)
 	b := &batchStore{faultyStore: f.store, start: time.Now()}
-	f.c = leasehold.New(b, leasehold.WithObserver(f.rec), leasehold.WithLogger(quietLogger()))
+	f.c = leasehold.New(b, leasehold.WithObserver(observerOf(f.rec)), leasehold.WithLogger(quietLogger()))
 	return f, b
 }
 

@@ -25,8 +25,8 @@ import (
 // fenced writes to real Redis and PostgreSQL. Each test has its own
 // registry, so its counts are its own whatever runs beside it.
 
-// observed returns a registry with a prom.Observer registered on it.
-func observed(t *testing.T) (*prometheus.Registry, *prom.Observer) {
+// observed returns a registry with a prom.Metrics registered on it.
+func observed(t *testing.T) (*prometheus.Registry, *prom.Metrics) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	o, err := prom.New(reg)
@@ -86,7 +86,7 @@ func sample(t *testing.T, reg prometheus.Gatherer, name string, labels map[strin
 // A's late release is refused: not_owned{op="release"}.
 func TestPromStaleReleaseOnRedis(t *testing.T) {
 	reg, o := observed(t)
-	a, b := observedWorker(t, o), observedWorker(t, o)
+	a, b := observedWorker(t, o.Observer()), observedWorker(t, o.Observer())
 	ctx, lock := t.Context(), unique("cordum:scheduler:job:lock:")
 
 	la, err := a.TryAcquire(ctx, lock, ttl)
@@ -141,7 +141,7 @@ leasehold_lock_not_owned_total{namespace="workflow",op="renew"} 0
 func TestPromHoldAbandonedOnRedis(t *testing.T) {
 	reg, o := observed(t)
 	sw := newRenewSwitch(t)
-	a := observedWorker(t, o, sw)
+	a := observedWorker(t, o.Observer(), sw)
 	lock := unique("cordum:wf:run:lock:")
 
 	err := a.Hold(t.Context(), lock, ttl, func(hctx context.Context, _ *leasehold.Lease) error {
@@ -185,11 +185,11 @@ func TestPromFenceRejectedOnRedisAndPostgres(t *testing.T) {
 	reg, o := observed(t)
 	client := redis.NewClient(&redis.Options{Addr: redisSrv.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
-	rw, err := redisfence.New(client, fence.WithObserver(o))
+	rw, err := redisfence.New(client, fence.OnReject(o.FenceRejected))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := pgfence.NewRegister(pool, unique("jobs_"), fence.WithObserver(o))
+	pg, err := pgfence.NewRegister(pool, unique("jobs_"), fence.OnReject(o.FenceRejected))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestPromFenceRejectedOnRedisAndPostgres(t *testing.T) {
 	}
 
 	for name, store := range map[string]fence.Register{"redis": rw, "postgres": pg} {
-		a, b := observedWorker(t, o), observedWorker(t, o)
+		a, b := observedWorker(t, o.Observer()), observedWorker(t, o.Observer())
 		ctx, lock, job := t.Context(), unique("cordum:scheduler:job:lock:"), unique("job:")
 		la, err := a.TryAcquire(ctx, lock, ttl)
 		if err != nil {

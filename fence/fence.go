@@ -35,6 +35,7 @@
 package fence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -95,10 +96,19 @@ func Validate(presented int64) error {
 	return nil
 }
 
+// Rejection describes a write refused as stale, for the hook set with
+// OnReject.
+type Rejection struct {
+	Store     string // "memory", "redis", "postgres", or a caller's own name
+	Resource  string // what was written: a key, or "table/id"
+	Presented int64  // the writer's fence
+	Current   int64  // the newest fence the storage had accepted
+}
+
 // Config is what every fenced store in this project is configured with.
 type Config struct {
-	Mode     Mode               // default Strict
-	Observer leasehold.Observer // default leasehold.NopObserver
+	Mode     Mode                             // default Strict
+	OnReject func(context.Context, Rejection) // default nil: none
 }
 
 // Option configures a fenced store.
@@ -107,28 +117,27 @@ type Option func(*Config)
 // WithMode sets which fences are accepted. Default: Strict.
 func WithMode(m Mode) Option { return func(c *Config) { c.Mode = m } }
 
-// WithObserver sets the receiver of fence-rejected events. Default: none.
-func WithObserver(o leasehold.Observer) Option {
-	return func(c *Config) {
-		if o != nil {
-			c.Observer = o
-		}
-	}
+// OnReject sets a func called, with the write's context, for every write
+// refused as stale (for metrics; see package prom). It must be quick and
+// safe for concurrent use. Default: none.
+func OnReject(f func(context.Context, Rejection)) Option {
+	return func(c *Config) { c.OnReject = f }
 }
 
 // NewConfig applies opts over the defaults. Fenced stores call it.
 func NewConfig(opts ...Option) Config {
-	c := Config{Mode: Strict, Observer: leasehold.NopObserver{}}
+	c := Config{Mode: Strict}
 	for _, o := range opts {
 		o(&c)
 	}
 	return c
 }
 
-// Reject reports a refused write to the observer and returns its
-// *StaleError. store names the storage in the event ("memory", "redis",
-// "postgres").
-func (c Config) Reject(store, resource string, presented, current int64) error {
-	c.Observer.OnFenceRejected(leasehold.FenceRejectedEvent{Store: store, Resource: resource, Presented: presented, Current: current})
+// Reject reports a refused write to the OnReject hook and returns its
+// *StaleError. store names the storage ("memory", "redis", "postgres").
+func (c Config) Reject(ctx context.Context, store, resource string, presented, current int64) error {
+	if c.OnReject != nil {
+		c.OnReject(ctx, Rejection{Store: store, Resource: resource, Presented: presented, Current: current})
+	}
 	return &StaleError{Resource: resource, Presented: presented, Current: current}
 }

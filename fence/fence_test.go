@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencetest"
 )
@@ -40,13 +39,13 @@ func TestModeAccepts(t *testing.T) {
 
 func TestRejectionsAreReported(t *testing.T) {
 	obs := &fencetest.Rejections{}
-	r := fence.NewMemRegister(fence.WithObserver(obs))
+	r := fence.NewMemRegister(fence.OnReject(obs.Record))
 	ctx := t.Context()
 	if err := r.Write(ctx, "job:1", 5, []byte("b")); err != nil {
 		t.Fatal(err)
 	}
 	err := r.Write(ctx, "job:1", 4, []byte("a"))
-	want := leasehold.FenceRejectedEvent{Store: "memory", Resource: "job:1", Presented: 4, Current: 5}
+	want := fence.Rejection{Store: "memory", Resource: "job:1", Presented: 4, Current: 5}
 	if events := obs.Events(); !errors.Is(err, fence.ErrStale) || len(events) != 1 || events[0] != want {
 		t.Fatalf("error %v, events %+v; want one %+v", err, obs.Events(), want)
 	}

@@ -58,7 +58,7 @@ func (r *MemRegister) Write(ctx context.Context, key string, fence int64, value 
 	defer r.mu.Unlock()
 	cur := r.entries[key].fence
 	if !r.cfg.Mode.Accepts(fence, cur) {
-		return r.cfg.Reject("memory", key, fence, cur)
+		return r.cfg.Reject(ctx, "memory", key, fence, cur)
 	}
 	r.entries[key] = memEntry{value: bytes.Clone(value), fence: fence}
 	return nil

@@ -43,8 +43,9 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 	}
 	// Histograms appear with their first observation.
 	lk := leasehold.Lock{Key: "cordum:wf:run:lock:R1", Namespace: "workflow", Fence: 1}
-	o.OnAcquire(leasehold.AcquireEvent{Lock: lk, Result: leasehold.Acquired})
-	o.OnRelease(leasehold.ReleaseEvent{Lock: lk, Held: time.Second})
+	obs := o.Observer()
+	obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: lk, Result: leasehold.Acquired})
+	obs.OnRelease(t.Context(), leasehold.ReleaseEvent{Lock: lk, Held: time.Second})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -3,21 +3,20 @@
 // It is an adapter in a module of its own, so that a user of leasehold who
 // does not use Prometheus never downloads client_golang. New registers the
 // metrics with the caller's prometheus.Registerer (never the default one,
-// and nothing happens in init) and returns an *Observer, which the caller
-// hands to the Client, to fenced stores, or to both:
+// and nothing happens in init) and returns *Metrics, whose Observer the
+// caller hands to the Client and whose FenceRejected to fenced stores:
 //
 //	reg := prometheus.NewRegistry()
-//	o, err := prom.New(reg)
+//	m, err := prom.New(reg)
 //	if err != nil { ... } // e.g. a metric already registered with reg
-//	client := leasehold.New(store, leasehold.WithObserver(o))
-//	runs := fence.NewMemRegister(fence.WithObserver(o))
+//	client := leasehold.New(store, leasehold.WithObserver(m.Observer()))
+//	runs := fence.NewMemRegister(fence.OnReject(m.FenceRejected))
 //
 // # What is exported
 //
 // The package exports New and its options (WithNamespace, WithNamespaces,
-// WithStores), the Observer, the label value Other, and the default
-// histogram buckets (HeldBuckets, WaitBuckets). The Observer exports these
-// metrics:
+// WithStores), Metrics, the label value Other, and the default histogram
+// buckets (HeldBuckets, WaitBuckets). These are the metrics:
 //
 //	leasehold_lock_acquire_total{namespace,result}
 //	    every TryAcquire and Acquire call; result is acquired, busy, timeout or error
@@ -41,7 +40,7 @@
 // What each means to an operator, and what to do, is in docs/runbook.md; the
 // alert rules built on them are in deploy/prometheus/alerts.yml and a
 // dashboard in deploy/grafana/leasehold.json. This module's tests fail when
-// either uses a metric name the Observer does not export.
+// either uses a metric name the package does not export.
 //
 // The counters are created at zero for every allowed label combination when
 // New registers them, so that rate() and increase() see the first event of
@@ -66,14 +65,14 @@
 //   - result and op take the values leasehold defines (acquired, busy,
 //     timeout, error; release, renew); anything else is "other".
 //
-// With the defaults an Observer exports at most 65 counter series and, per
+// With the defaults one Metrics exports at most 65 counter series and, per
 // namespace that has seen traffic, 20 wait and 26 held-time series. Keys,
 // tokens, fences and errors never become labels: they are in the log lines
 // the Client writes for the same events.
 //
 // # What it does not do
 //
-// The Observer counts what the Clients and fenced stores of this process
+// Metrics count what the Clients and fenced stores of this process
 // report. It cannot see a holder in another process, nor a paused one until
 // it wakes. RunLoop's leases are never released, so the reconciler
 // namespace has no held-time observations; time ticks in the tick itself.

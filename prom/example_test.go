@@ -19,13 +19,13 @@ import (
 // the refused release, under the key's namespace.
 func Example() {
 	reg := prometheus.NewRegistry() // the caller's registry, never the default one
-	o, err := prom.New(reg)
+	m, err := prom.New(reg)
 	if err != nil {
 		panic(err) // a metric name already registered with reg
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	store := memstore.New(memstore.WithClock(func() time.Time { return now }))
-	client := leasehold.New(store, leasehold.WithObserver(o), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	client := leasehold.New(store, leasehold.WithObserver(m.Observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
 	ctx := context.Background()
 
 	a, err := client.TryAcquire(ctx, "cordum:scheduler:job:42", 10*time.Second)

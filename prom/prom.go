@@ -1,6 +1,7 @@
 package prom
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
 )
 
 // Other is the label value that stands for every namespace, store, result or
@@ -53,7 +55,7 @@ func HeldBuckets() []float64 {
 // An uncontended acquire, or a busy answer, is one store round trip: 1 ms to
 // 10 ms. A contended hand-off is woken by the release and should cost about
 // one more round trip; waits behind a lost wake-up follow the backoff (10 ms
-// to 1 s). 2 s is Envelope's default wait budget (leasehold.DefaultWaitBudget),
+// to 1 s). 2 s is a request handler's usual wait budget (leasehold.WithWaitBudget),
 // so le="2" separates approvals that got the key in time from those that
 // gave up, and the wait alert's threshold of 2 s falls on a bound, where the
 // quantile estimate is exact. 5 s to 5 min: waits behind long holders (a
@@ -82,9 +84,8 @@ func WithNamespace(f func(key string) string) Option {
 
 // WithNamespaces adds namespaces to the allowed set, for a Client whose
 // namespace function (leasehold.WithNamespace) returns values of its own.
-// Default: the values leasehold.DefaultNamespace returns (workflow,
-// scheduler, approval, reconciler, leader, other). Every allowed namespace
-// costs a few dozen series; keep the set small and fixed.
+// Default: the values leasehold.DefaultNamespace returns. Every allowed
+// namespace costs a few dozen series; keep the set small and fixed.
 func WithNamespaces(names ...string) Option {
 	return func(c *config) { c.namespaces = append(c.namespaces, names...) }
 }
@@ -97,19 +98,18 @@ func WithStores(names ...string) Option {
 	return func(c *config) { c.stores = append(c.stores, names...) }
 }
 
-// Observer is a leasehold.Observer that updates Prometheus metrics. Make one
-// with New. It is safe for concurrent use, and each event costs a map lookup
+// Metrics are leasehold's Prometheus metrics, updated by the
+// leasehold.Observer that Observer returns and by FenceRejected. Make them
+// with New. They are safe for concurrent use; each event costs a map lookup
 // and an atomic add (plus a label lookup for the histograms).
-//
-// It implements every method of leasehold.Observer itself, without
-// embedding leasehold.NopObserver: an event added to the interface must be
-// given a metric here, and the build says so.
-type Observer struct {
+type Metrics struct {
 	namespace func(key string) string
 
 	// Children of the counters, resolved once in New; read-only afterwards.
 	byNamespace map[string]*nsCounters
 	byStore     map[string]prometheus.Counter
+
+	renewFailures, abandoned, expired, releaseFailures *prometheus.CounterVec
 
 	acquire       *prometheus.CounterVec
 	notOwned      *prometheus.CounterVec
@@ -127,15 +127,12 @@ type nsCounters struct {
 	releaseFailures prometheus.Counter
 }
 
-var _ leasehold.Observer = (*Observer)(nil)
-
-// New creates the metrics, registers them with reg and returns the Observer
-// that updates them. It returns an error, having registered nothing, when
+// New creates the metrics and registers them with reg. It returns an error, having registered nothing, when
 // reg is nil or refuses a metric: typically a prometheus.AlreadyRegisteredError
 // (match it with errors.As) because another Observer, or anything else,
 // registered the same name with reg. Wrap reg (prometheus.WrapRegistererWith)
 // to add constant labels, or to keep two Observers apart.
-func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("prom: New was given a nil Registerer")
 	}
@@ -143,7 +140,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	o := &Observer{
+	o := &Metrics{
 		namespace: cfg.namespace,
 		acquire: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasehold_lock_acquire_total",
@@ -170,46 +167,32 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		byNamespace: make(map[string]*nsCounters),
 		byStore:     make(map[string]prometheus.Counter),
 	}
-	renewFailures := prometheus.NewCounterVec(prometheus.CounterOpts{
+	o.renewFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasehold_lock_renew_failures_total",
 		Help: "Renewals that failed (a timeout, a connection error) without the store saying the lease is gone, by namespace.",
 	}, []string{"namespace"})
-	abandoned := prometheus.NewCounterVec(prometheus.CounterOpts{
+	o.abandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasehold_lock_abandoned_total",
 		Help: "Leases given up under the fence policy because renewal could not be trusted: the critical section was cancelled and no release sent, by namespace.",
 	}, []string{"namespace"})
-	expired := prometheus.NewCounterVec(prometheus.CounterOpts{
+	o.expired = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasehold_lock_expired_while_running_total",
 		Help: "Leases that expired while their critical section kept running (continue policy), by namespace.",
 	}, []string{"namespace"})
-	releaseFailures := prometheus.NewCounterVec(prometheus.CounterOpts{
+	o.releaseFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasehold_lock_release_failures_total",
 		Help: "Releases the store could not answer (the key frees itself when its TTL runs out), by namespace.",
 	}, []string{"namespace"})
 
 	for _, ns := range allowed(defaultNamespaces, cfg.namespaces) {
-		c := &nsCounters{
-			acquire:         make(map[string]prometheus.Counter, len(acquireResults)),
-			notOwned:        make(map[string]prometheus.Counter, len(notOwnedOps)),
-			renewFailures:   renewFailures.WithLabelValues(ns),
-			abandoned:       abandoned.WithLabelValues(ns),
-			expired:         expired.WithLabelValues(ns),
-			releaseFailures: releaseFailures.WithLabelValues(ns),
-		}
-		for _, r := range acquireResults {
-			c.acquire[r] = o.acquire.WithLabelValues(ns, r)
-		}
-		for _, op := range notOwnedOps {
-			c.notOwned[op] = o.notOwned.WithLabelValues(ns, op)
-		}
-		o.byNamespace[ns] = c
+		o.byNamespace[ns] = o.newNamespace(ns)
 	}
 	for _, s := range allowed(defaultStores, cfg.stores) {
 		o.byStore[s] = o.fenceRejected.WithLabelValues(s)
 	}
 
 	collectors := []prometheus.Collector{
-		o.acquire, o.wait, o.held, o.notOwned, renewFailures, abandoned, expired, releaseFailures, o.fenceRejected,
+		o.acquire, o.wait, o.held, o.notOwned, o.renewFailures, o.abandoned, o.expired, o.releaseFailures, o.fenceRejected,
 	}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -220,6 +203,38 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		}
 	}
 	return o, nil
+}
+
+// newNamespace resolves the counters' children for ns.
+func (o *Metrics) newNamespace(ns string) *nsCounters {
+	c := &nsCounters{
+		acquire:         make(map[string]prometheus.Counter, len(acquireResults)),
+		notOwned:        make(map[string]prometheus.Counter, len(notOwnedOps)),
+		renewFailures:   o.renewFailures.WithLabelValues(ns),
+		abandoned:       o.abandoned.WithLabelValues(ns),
+		expired:         o.expired.WithLabelValues(ns),
+		releaseFailures: o.releaseFailures.WithLabelValues(ns),
+	}
+	for _, r := range acquireResults {
+		c.acquire[r] = o.acquire.WithLabelValues(ns, r)
+	}
+	for _, op := range notOwnedOps {
+		c.notOwned[op] = o.notOwned.WithLabelValues(ns, op)
+	}
+	return c
+}
+
+// Observer returns the leasehold.Observer to pass to leasehold.WithObserver.
+func (o *Metrics) Observer() leasehold.Observer {
+	return leasehold.Observer{
+		OnAcquire:        o.onAcquire,
+		OnRelease:        o.onRelease,
+		OnRenewFailure:   o.onRenewFailure,
+		OnNotOwned:       o.onNotOwned,
+		OnAbandon:        o.onAbandon,
+		OnLeaseExpired:   o.onLeaseExpired,
+		OnReleaseFailure: o.onReleaseFailure,
+	}
 }
 
 // allowed returns base extended with extra, without empty or repeated values.
@@ -234,7 +249,7 @@ func allowed(base, extra []string) []string {
 }
 
 // counters returns the counters of the event's namespace, bounded.
-func (o *Observer) counters(lk leasehold.Lock) (string, *nsCounters) {
+func (o *Metrics) counters(lk leasehold.Lock) (string, *nsCounters) {
 	ns := lk.Namespace
 	switch {
 	case o.namespace != nil:
@@ -248,9 +263,9 @@ func (o *Observer) counters(lk leasehold.Lock) (string, *nsCounters) {
 	return Other, o.byNamespace[Other]
 }
 
-// OnAcquire counts the call by result and, unless the store failed, observes
+// onAcquire counts the call by result and, unless the store failed, observes
 // its wait.
-func (o *Observer) OnAcquire(e leasehold.AcquireEvent) {
+func (o *Metrics) onAcquire(_ context.Context, e leasehold.AcquireEvent) {
 	ns, c := o.counters(e.Lock)
 	result := string(e.Result)
 	if ctr, ok := c.acquire[result]; ok {
@@ -263,20 +278,20 @@ func (o *Observer) OnAcquire(e leasehold.AcquireEvent) {
 	}
 }
 
-// OnRelease observes how long the lease was held.
-func (o *Observer) OnRelease(e leasehold.ReleaseEvent) {
+// onRelease observes how long the lease was held.
+func (o *Metrics) onRelease(_ context.Context, e leasehold.ReleaseEvent) {
 	ns, _ := o.counters(e.Lock)
 	o.held.WithLabelValues(ns).Observe(e.Held.Seconds())
 }
 
-// OnRenewFailure counts a failed renewal.
-func (o *Observer) OnRenewFailure(e leasehold.RenewFailureEvent) {
+// onRenewFailure counts a failed renewal.
+func (o *Metrics) onRenewFailure(_ context.Context, e leasehold.RenewFailureEvent) {
 	_, c := o.counters(e.Lock)
 	c.renewFailures.Inc()
 }
 
-// OnNotOwned counts a refused release or renewal, by op.
-func (o *Observer) OnNotOwned(e leasehold.NotOwnedEvent) {
+// onNotOwned counts a refused release or renewal, by op.
+func (o *Metrics) onNotOwned(_ context.Context, e leasehold.NotOwnedEvent) {
 	ns, c := o.counters(e.Lock)
 	if ctr, ok := c.notOwned[e.Op]; ok {
 		ctr.Inc()
@@ -285,26 +300,27 @@ func (o *Observer) OnNotOwned(e leasehold.NotOwnedEvent) {
 	}
 }
 
-// OnAbandon counts a lease given up under the fence policy.
-func (o *Observer) OnAbandon(e leasehold.AbandonEvent) {
+// onAbandon counts a lease given up under the fence policy.
+func (o *Metrics) onAbandon(_ context.Context, e leasehold.AbandonEvent) {
 	_, c := o.counters(e.Lock)
 	c.abandoned.Inc()
 }
 
-// OnLeaseExpired counts a lease that expired under running work.
-func (o *Observer) OnLeaseExpired(e leasehold.LeaseExpiredEvent) {
+// onLeaseExpired counts a lease that expired under running work.
+func (o *Metrics) onLeaseExpired(_ context.Context, e leasehold.LeaseExpiredEvent) {
 	_, c := o.counters(e.Lock)
 	c.expired.Inc()
 }
 
-// OnReleaseFailure counts a release the store failed to answer.
-func (o *Observer) OnReleaseFailure(e leasehold.ReleaseFailureEvent) {
+// onReleaseFailure counts a release the store failed to answer.
+func (o *Metrics) onReleaseFailure(_ context.Context, e leasehold.ReleaseFailureEvent) {
 	_, c := o.counters(e.Lock)
 	c.releaseFailures.Inc()
 }
 
-// OnFenceRejected counts a stale write refused by fenced storage, by store.
-func (o *Observer) OnFenceRejected(e leasehold.FenceRejectedEvent) {
+// FenceRejected counts a stale write refused by fenced storage, by store: pass
+// it to fence.OnReject.
+func (o *Metrics) FenceRejected(_ context.Context, e fence.Rejection) {
 	if c, ok := o.byStore[e.Store]; ok {
 		c.Inc()
 		return

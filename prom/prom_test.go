@@ -91,7 +91,7 @@ func (s *faultyStore) Release(ctx context.Context, key, token string) error {
 
 type fixture struct {
 	reg   *prometheus.Registry
-	o     *prom.Observer
+	o     *prom.Metrics
 	mem   *memstore.Store
 	store *faultyStore
 }
@@ -112,7 +112,7 @@ func newFixture(t *testing.T, opts ...prom.Option) *fixture {
 // client is one replica: its own Client over the shared store, reporting to
 // the fixture's Observer.
 func (f *fixture) client(opts ...leasehold.Option) *leasehold.Client {
-	base := []leasehold.Option{leasehold.WithObserver(f.o), leasehold.WithLogger(slog.New(slog.DiscardHandler))}
+	base := []leasehold.Option{leasehold.WithObserver(f.o.Observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler))}
 	return leasehold.New(f.store, append(base, opts...)...)
 }
 
@@ -508,7 +508,7 @@ func TestFenceRejection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		a, b := f.client(), f.client()
-		reg := fence.NewMemRegister(fence.WithObserver(f.o))
+		reg := fence.NewMemRegister(fence.OnReject(f.o.FenceRejected))
 		ctx, key, job := t.Context(), "cordum:scheduler:job:J9", "jobs/J9"
 
 		la, err := a.TryAcquire(ctx, key, time.Second)
@@ -526,8 +526,8 @@ func TestFenceRejection(t *testing.T) {
 		if err := reg.Write(ctx, job, la.Fence(), []byte("A")); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("A's late write: %v, want ErrStale", err)
 		}
-		own := fence.NewConfig(fence.WithObserver(f.o))
-		if err := own.Reject("cassandra", job, la.Fence(), lb.Fence()); !errors.Is(err, fence.ErrStale) {
+		own := fence.NewConfig(fence.OnReject(f.o.FenceRejected))
+		if err := own.Reject(t.Context(), "cassandra", job, la.Fence(), lb.Fence()); !errors.Is(err, fence.ErrStale) {
 			t.Fatal(err)
 		}
 
@@ -544,7 +544,7 @@ leasehold_fence_rejected_total{store="redis"} 0
 // WithStores adds a store name to the allowed set.
 func TestWithStores(t *testing.T) {
 	f := newFixture(t, prom.WithStores("cassandra"))
-	if err := fence.NewConfig(fence.WithObserver(f.o)).Reject("cassandra", "jobs/J1", 1, 2); !errors.Is(err, fence.ErrStale) {
+	if err := fence.NewConfig(fence.OnReject(f.o.FenceRejected)).Reject(t.Context(), "cassandra", "jobs/J1", 1, 2); !errors.Is(err, fence.ErrStale) {
 		t.Fatal(err)
 	}
 	f.compare(t, fenceHead+`

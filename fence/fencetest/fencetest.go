@@ -267,23 +267,22 @@ func RaceWriters(t *testing.T, n int, write func(ctx context.Context, fence int6
 	return best.fence
 }
 
-// Rejections is a leasehold.Observer that records fence rejections, for
-// tests that check what a fenced store reports.
+// Rejections records fence rejections, for tests that check what a fenced
+// store reports: pass fence.OnReject(r.Record).
 type Rejections struct {
-	leasehold.NopObserver
 	mu     sync.Mutex
-	events []leasehold.FenceRejectedEvent
+	events []fence.Rejection
 }
 
-// OnFenceRejected records e.
-func (r *Rejections) OnFenceRejected(e leasehold.FenceRejectedEvent) {
+// Record records e.
+func (r *Rejections) Record(_ context.Context, e fence.Rejection) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
 }
 
 // Events returns the rejections recorded so far.
-func (r *Rejections) Events() []leasehold.FenceRejectedEvent {
+func (r *Rejections) Events() []fence.Rejection {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)

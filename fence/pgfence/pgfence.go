@@ -63,7 +63,7 @@ type Table struct {
 
 // NewTable describes the fenced table name (optionally "schema.table") whose
 // rows are identified by keyColumn. Options: fence.WithMode (default
-// fence.Strict) and fence.WithObserver. It does not touch the database;
+// fence.Strict) and fence.OnReject. It does not touch the database;
 // Migrate adds the fence column.
 func NewTable(name, keyColumn string, opts ...fence.Option) (*Table, error) {
 	if err := checkIdent("table", name, true); err != nil {
@@ -268,7 +268,7 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	case err != nil:
 		return t.translate("lock row", err)
 	case !t.cfg.Mode.Accepts(fenceToken, cur):
-		return t.cfg.Reject("postgres", t.resource(id), fenceToken, cur)
+		return t.cfg.Reject(ctx, "postgres", t.resource(id), fenceToken, cur)
 	}
 	// The fence is raised before fn runs, so that it commits with fn's
 	// writes even if fn ends the transaction itself.
@@ -324,7 +324,7 @@ func (t *Table) refused(ctx context.Context, q Querier, id any, fenceToken int64
 		// back; the write was still refused for a fence that was stale then.
 		return fmt.Errorf("pgfence: %s %s: refused, and the row's fence is now %d", op, t.resource(id), cur)
 	}
-	return t.cfg.Reject("postgres", t.resource(id), fenceToken, cur)
+	return t.cfg.Reject(ctx, "postgres", t.resource(id), fenceToken, cur)
 }
 
 func (t *Table) resource(id any) string { return fmt.Sprintf("%s/%v", t.name, id) }

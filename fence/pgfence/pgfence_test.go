@@ -272,13 +272,13 @@ func TestMigrateIsIdempotent(t *testing.T) {
 
 func TestRejectionsAreReported(t *testing.T) {
 	obs := &fencetest.Rejections{}
-	tbl, name := runsTable(t, fence.WithObserver(obs))
+	tbl, name := runsTable(t, fence.OnReject(obs.Record))
 	if _, err := pool.Exec(t.Context(), "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
 		t.Fatal(err)
 	}
 	_ = tbl.Update(t.Context(), pool, "R1", 10, "payload = $1", "new")
 	_ = tbl.Update(t.Context(), pool, "R1", 3, "payload = $1", "old")
-	want := leasehold.FenceRejectedEvent{Store: "postgres", Resource: name + "/R1", Presented: 3, Current: 10}
+	want := fence.Rejection{Store: "postgres", Resource: name + "/R1", Presented: 3, Current: 10}
 	if events := obs.Events(); len(events) != 1 || events[0] != want {
 		t.Fatalf("events %+v, want %+v", obs.Events(), want)
 	}

@@ -21,7 +21,7 @@ type Register struct {
 var _ fence.Register = (*Register)(nil)
 
 // NewRegister returns a Register on table through q (a pool, usually).
-// Options: fence.WithMode and fence.WithObserver. Call Migrate once to
+// Options: fence.WithMode and fence.OnReject. Call Migrate once to
 // create the table.
 func NewRegister(q Querier, table string, opts ...fence.Option) (*Register, error) {
 	if q == nil {

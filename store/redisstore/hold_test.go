@@ -186,7 +186,6 @@ func TestHoldSurvivesIntermittentFailuresOnRedis(t *testing.T) {
 }
 
 type failureCounter struct {
-	leasehold.NopObserver
 	mu                 sync.Mutex
 	failures, expiries int
 }
@@ -202,6 +201,13 @@ func (f *failureCounter) OnLeaseExpired(leasehold.LeaseExpiredEvent) {
 	f.mu.Unlock()
 }
 
+func (f *failureCounter) observer() leasehold.Observer {
+	return leasehold.Observer{
+		OnRenewFailure: func(_ context.Context, e leasehold.RenewFailureEvent) { f.OnRenewFailure(e) },
+		OnLeaseExpired: func(_ context.Context, e leasehold.LeaseExpiredEvent) { f.OnLeaseExpired(e) },
+	}
+}
+
 func TestContinuePolicyOnRedis(t *testing.T) {
 	t.Parallel()
 	client := singleClient(shared.Addr())
@@ -211,7 +217,7 @@ func TestContinuePolicyOnRedis(t *testing.T) {
 	}
 	client.AddHook(faults)
 	obs := &failureCounter{}
-	c := leasehold.New(newStore(t, client), leasehold.WithObserver(obs), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	c := leasehold.New(newStore(t, client), leasehold.WithObserver(obs.observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
 	err := c.Hold(t.Context(), storetest.Key(t), holdTTL, func(ctx context.Context, l *leasehold.Lease) error {
 		select {
 		case <-ctx.Done():

@@ -92,20 +92,19 @@ func newFaultStore(t *testing.T) *faultStore {
 
 // clientOf is a Client on s reporting to obs and logging to logs (both
 // optional).
-func clientOf(s leasehold.Store, obs leasehold.Observer, logs slog.Handler) *leasehold.Client {
+func clientOf(s leasehold.Store, obs *events, logs slog.Handler) *leasehold.Client {
 	if logs == nil {
 		logs = slog.DiscardHandler
 	}
 	opts := []leasehold.Option{leasehold.WithLogger(slog.New(logs))}
 	if obs != nil {
-		opts = append(opts, leasehold.WithObserver(obs))
+		opts = append(opts, leasehold.WithObserver(obs.observer()))
 	}
 	return leasehold.New(s, opts...)
 }
 
 // events records what the core reports.
 type events struct {
-	leasehold.NopObserver
 	mu       sync.Mutex
 	results  map[leasehold.AcquireResult]int
 	notOwned int
@@ -129,6 +128,17 @@ func (e *events) OnReleaseFailure(leasehold.ReleaseFailureEvent) {
 	e.mu.Lock()
 	e.failures++
 	e.mu.Unlock()
+}
+
+// observer wires e's methods into an Observer.
+func (e *events) observer() leasehold.Observer {
+	return leasehold.Observer{
+		OnAcquire:        func(_ context.Context, ev leasehold.AcquireEvent) { e.OnAcquire(ev) },
+		OnNotOwned:       func(_ context.Context, ev leasehold.NotOwnedEvent) { e.OnNotOwned(ev) },
+		OnRelease:        func(_ context.Context, ev leasehold.ReleaseEvent) { e.OnRelease(ev) },
+		OnAbandon:        func(_ context.Context, ev leasehold.AbandonEvent) { e.OnAbandon(ev) },
+		OnReleaseFailure: func(_ context.Context, ev leasehold.ReleaseFailureEvent) { e.OnReleaseFailure(ev) },
+	}
 }
 
 func (e *events) snapshot() events {
@@ -250,7 +260,7 @@ func TestShortDeadlinesNeverReturnASocketErrorOnRedis(t *testing.T) {
 	t.Parallel()
 	const calls = 3000
 	obs := &events{}
-	c := leasehold.New(newStore(t, singleClient(shared.Addr())), leasehold.WithObserver(obs), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	c := leasehold.New(newStore(t, singleClient(shared.Addr())), leasehold.WithObserver(obs.observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
 	base := storetest.Key(t)
 	start, acquired, timedOut := time.Now(), 0, 0
 	for i := 0; i < calls && time.Since(start) < time.Minute; i++ {
@@ -402,7 +412,7 @@ func TestLostReleaseIsRetriedOnRedis(t *testing.T) {
 	t.Run("reply lost", func(t *testing.T) {
 		proxy := testserver.StartProxy(t, shared.Addr())
 		obs, logs := &events{}, &warnLog{}
-		c := leasehold.New(newStore(t, singleClient(proxy.Addr())), leasehold.WithObserver(obs), leasehold.WithLogger(slog.New(logs)))
+		c := leasehold.New(newStore(t, singleClient(proxy.Addr())), leasehold.WithObserver(obs.observer()), leasehold.WithLogger(slog.New(logs)))
 		warmUp(t, c)
 		key := storetest.Key(t)
 		l, err := c.TryAcquire(t.Context(), key, time.Minute)

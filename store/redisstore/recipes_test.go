@@ -26,7 +26,7 @@ func replica(t *testing.T, hooks ...*renewFaults) *leasehold.Client {
 	return leasehold.New(newStore(t, client), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
-func TestEnvelopeOnRedis(t *testing.T) {
+func TestHoldWithWaitBudgetOnRedis(t *testing.T) {
 	t.Parallel()
 	holderC, c := replica(t), replica(t)
 	key := storetest.Key(t)
@@ -36,10 +36,10 @@ func TestEnvelopeOnRedis(t *testing.T) {
 	}
 	const budget = 200 * time.Millisecond
 	start := time.Now()
-	err = c.Envelope(t.Context(), key, 10*time.Second, func(context.Context, *leasehold.Lease) error { return nil }, leasehold.WithWaitBudget(budget))
+	err = c.Hold(t.Context(), key, 10*time.Second, func(context.Context, *leasehold.Lease) error { return nil }, leasehold.WithWaitBudget(budget))
 	waited := time.Since(start)
 	if !errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Fatalf("Envelope on a held key: %v", err)
+		t.Fatalf("Hold with a wait budget on a held key: %v", err)
 	}
 	if waited > budget+50*time.Millisecond {
 		t.Errorf("busy answer after %v, want within the %v budget + 50ms", waited, budget)
@@ -52,7 +52,7 @@ func TestEnvelopeOnRedis(t *testing.T) {
 		released = time.Now()
 		_ = holder.Release(context.Background())
 	}()
-	err = c.Envelope(t.Context(), key, 10*time.Second, func(context.Context, *leasehold.Lease) error {
+	err = c.Hold(t.Context(), key, 10*time.Second, func(context.Context, *leasehold.Lease) error {
 		if lag := time.Since(released); lag > 50*time.Millisecond {
 			t.Errorf("acquired %v after the release", lag)
 		}

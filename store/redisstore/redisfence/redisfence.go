@@ -50,7 +50,7 @@ var _ fence.Register = (*Writer)(nil)
 
 // New returns a Writer on client, which must be made with
 // ContextTimeoutEnabled: true (see redisstore.New). Options: fence.WithMode
-// (default fence.Strict) and fence.WithObserver.
+// (default fence.Strict) and fence.OnReject.
 func New(client redis.UniversalClient, opts ...fence.Option) (*Writer, error) {
 	if err := rscript.CheckClient("redisfence", client); err != nil {
 		return nil, err
@@ -160,7 +160,7 @@ func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceTo
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), staleReply); ok {
 		if cur, perr := strconv.ParseInt(msg, 10, 64); perr == nil {
-			return nil, w.cfg.Reject("redis", keys[0], fenceToken, cur)
+			return nil, w.cfg.Reject(ctx, "redis", keys[0], fenceToken, cur)
 		}
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), badMarkReply); ok {

@@ -160,11 +160,11 @@ func TestOneRoundTripPerWrite(t *testing.T) {
 
 func TestRejectionsAreReported(t *testing.T) {
 	obs := &fencetest.Rejections{}
-	w := newWriter(t, single(shared.Addr()), fence.WithObserver(obs))
+	w := newWriter(t, single(shared.Addr()), fence.OnReject(obs.Record))
 	key := fencetest.Key(t)
 	_ = w.Set(t.Context(), key, 10, "new")
 	_ = w.Set(t.Context(), key, 3, "old")
-	want := leasehold.FenceRejectedEvent{Store: "redis", Resource: key, Presented: 3, Current: 10}
+	want := fence.Rejection{Store: "redis", Resource: key, Presented: 3, Current: 10}
 	if events := obs.Events(); len(events) != 1 || events[0] != want {
 		t.Fatalf("events %+v, want one %+v", obs.Events(), want)
 	}

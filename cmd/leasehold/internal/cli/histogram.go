@@ -155,7 +155,7 @@ func fetchHeld(ctx context.Context, u *url.URL, namespace string, timeout time.D
 	}
 	mf, ok := families[HeldMetric]
 	if !ok {
-		return nil, fmt.Errorf("%s has no %s histogram (is prom.New's Observer registered on the registry it serves?)", where, HeldMetric)
+		return nil, fmt.Errorf("%s has no %s histogram (is prom.New's Metrics registered on the registry it serves?)", where, HeldMetric)
 	}
 	if mf.GetType() != dto.MetricType_HISTOGRAM {
 		return nil, fmt.Errorf("%s: %s is a %v, not a histogram", where, HeldMetric, mf.GetType())

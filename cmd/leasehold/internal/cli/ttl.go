@@ -81,7 +81,7 @@ what would meet it (a shorter critical section, the work split into shorter
 steps each under its own lease, or a looser SLO) and exits 1.
 
 --from reads the exec p99 from a live process instead: it fetches URL (the
-/metrics endpoint of a process that registered package prom's Observer; text
+/metrics endpoint of a process that registered package prom's Metrics; text
 format) and estimates the --quantile of leasehold_lock_held_seconds for
 --namespace the way histogram_quantile does: linear interpolation inside the
 bucket where the quantile falls, so the error is at most that bucket's width
