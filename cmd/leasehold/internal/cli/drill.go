@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/drill/pgjobs"
+	"github.com/leasehold/leasehold/drill/report"
 )
 
 // drillCommand is the game day: see package drill.
@@ -198,7 +199,7 @@ func (a *app) drillWorkerCommand() *cobra.Command {
 }
 
 // writeHTMLReport writes rep's HTML page to f and closes it.
-func writeHTMLReport(f *os.File, rep *drill.Report) error {
+func writeHTMLReport(f *os.File, rep *report.Report) error {
 	err := rep.WriteHTML(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
