@@ -1,9 +1,9 @@
 // Package report presents what a drill found: the Report, as a text
-// summary or one self-contained HTML page with a timeline (its JSON is its
-// fields').
+// summary, JSON, or one self-contained HTML page with a timeline.
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -150,6 +150,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "  %s: %d (first: %s)\n", c, counts[c], first)
 	}
 	return nil
+}
+
+// WriteJSON writes the report as indented JSON, without its history.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }
 
 func sum(m map[string]int) (n int) {

@@ -1,6 +1,7 @@
 package report_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,33 @@ func TestReportLinearize(t *testing.T) {
 	for _, want := range []string{"illegal (3 ops, checked in ", check.NotLinearizable + ": 1 (first: " + key} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// WriteJSON writes the figures and the violations, not the history or
+// porcupine's page.
+func TestWriteJSON(t *testing.T) {
+	h := illegalHistory()
+	rep := &report.Report{Store: "memory", TTL: time.Second}
+	rep.Fill(h, check.Run(check.Input{History: h, TTL: time.Second}))
+	var out strings.Builder
+	if err := rep.WriteJSON(&out); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	if got["store"] != "memory" || got["ttl_ns"] != float64(time.Second) || got["linearizable"] != check.LinearizableIllegal {
+		t.Errorf("JSON %s", out.String())
+	}
+	if vs, _ := got["violations"].([]any); len(vs) == 0 {
+		t.Errorf("no violations in %s", out.String())
+	}
+	for _, k := range []string{"History", "Visualization"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("the JSON carries %s", k)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,13 +108,11 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 			if err != nil {
 				return err
 			}
+			write := rep.WriteText
 			if jsonOut {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else if err := rep.WriteText(a.stdout); err != nil {
+				write = rep.WriteJSON
+			}
+			if err := write(a.stdout); err != nil {
 				return err
 			}
 			if html != nil {
