@@ -40,9 +40,9 @@ type Config struct {
 	// 1.5 × TTL (0.8 TTL on average), about 12 seconds at the default time
 	// scale, long enough for some eighty faults.
 	Jobs int
-	// TimeScale compresses the production lock timings of docs/design.md §5 (the
-	// scheduler job path: TTL 60 s, renewal every 20 s). Default: 1/100,
-	// so the TTL is 600 ms and a drill takes seconds.
+	// TimeScale compresses the per-item lock timings of docs/design.md §5
+	// (Client.Hold: TTL 60 s, renewal every 20 s). Default: 1/100, so the
+	// TTL is 600 ms and a drill takes seconds.
 	TimeScale float64
 	// Faults are injected in turn, one every TTL/4, each healed a TTL
 	// later (so up to four are active at once). Default: faults.Default();
@@ -75,6 +75,10 @@ type Config struct {
 	// environment and takes its standard input and output.
 	StartWorker func() *exec.Cmd
 }
+
+// keyPrefix starts every key the drill locks (drill:jobs:42): the drill's
+// own namespace, apart from any other locks in the store.
+const keyPrefix = "drill:jobs:"
 
 // run is one drill in progress.
 type run struct {
@@ -185,7 +189,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	return r.report(time.Since(start)), nil
 }
 
-// scaledTTL is the scheduler path's 60 s TTL (docs/design.md §5) at scale.
+// scaledTTL is the per-item path's 60 s TTL (docs/design.md §5) at scale.
 func scaledTTL(scale float64) (time.Duration, error) {
 	if scale <= 0 || scale > 1 {
 		return 0, &leasehold.ArgumentError{Arg: "time scale", Reason: fmt.Sprintf("%v is not in (0, 1]", scale)}
@@ -216,7 +220,7 @@ func newRun(cfg Config, ttl time.Duration, out *lineWriter) *run {
 		r.rec = history.NewRecorder(nil)
 	}
 	for i := range cfg.Jobs {
-		r.jobKeys = append(r.jobKeys, fmt.Sprintf("drill:scheduler:job:%d", i))
+		r.jobKeys = append(r.jobKeys, fmt.Sprintf("%s%d", keyPrefix, i))
 	}
 	return r
 }

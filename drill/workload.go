@@ -43,7 +43,7 @@ const (
 	faultKill
 )
 
-// worker is one control-plane worker: it takes job locks and moves jobs on.
+// worker takes job locks and moves jobs through their states.
 type worker struct {
 	id       int
 	run      *run
@@ -70,9 +70,9 @@ func (w *worker) request(f faultKind) {
 func (w *worker) loop(ctx context.Context) {
 	r := w.run
 	for ctx.Err() == nil && r.remaining(ctx) > 0 {
-		// Recovery first, as a control plane's reconciler does: an in-flight
-		// job whose lease is no longer held (its owner paused, killed or
-		// fenced) is taken over. New work only within the headroom.
+		// Recovery first: an in-flight job whose lease is no longer held
+		// (its owner paused, killed or fenced) is taken over. New work only
+		// within the headroom.
 		result := sectionBusy
 		if key := r.orphan(ctx); key != "" {
 			result = w.section(ctx, key)

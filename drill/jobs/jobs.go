@@ -29,9 +29,10 @@ func Terminal(state string) bool { return state == Done || state == Failed }
 // superseded owner cannot slip a write in between the new owner's acquire
 // and its first write; Write sets the state under the fence, accepting the
 // same fence again (fence.SameHolder). Both return a *fence.StaleError when
-// the fence is refused. Pick, InState and Remaining are the scheduler's view,
-// read outside any lock. Log returns every accepted claim and write in the
-// storage's order for each job, for the checkers.
+// the fence is refused. Pick, InState and Remaining are the workers' view
+// when they look for work, read outside any lock. Log returns every
+// accepted claim and write in the storage's order for each job, for the
+// checkers.
 type Storage interface {
 	Init(ctx context.Context, jobs []string, noFencing bool) error
 	// Attach joins a storage another process has initialised: the worker
@@ -130,9 +131,7 @@ func (s *Memory) Write(_ context.Context, worker int, job string, f int64, state
 	return nil
 }
 
-// Pick implements Storage: a random job in state, or "" when there is none. It reads
-// the storage's view directly: the drill's workers scan for work as a
-// scheduler would, outside any lock.
+// Pick implements Storage: a random job in state, or "" when there is none.
 func (s *Memory) Pick(_ context.Context, state string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -551,10 +551,13 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// shortKey is a job key without the drill's prefix: "job:12".
+// shortKey is a key's last two segments, without the drill's namespace:
+// drill:jobs:12 → jobs:12.
 func shortKey(key string) string {
-	if i := strings.LastIndex(key, ":job:"); i >= 0 {
-		return key[i+1:]
+	if i := strings.LastIndex(key, ":"); i > 0 {
+		if j := strings.LastIndex(key[:i], ":"); j >= 0 {
+			return key[j+1:]
+		}
 	}
 	return key
 }

@@ -203,9 +203,9 @@ func TestWriteHTMLHistory(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	const (
-		job1 = "drill:scheduler:job:1"
-		job2 = "drill:scheduler:job:2"
-		job3 = "drill:scheduler:job:3"
+		job1 = "drill:jobs:1"
+		job2 = "drill:jobs:2"
+		job3 = "drill:jobs:3"
 	)
 	rep := &report.Report{
 		Store: "memory", Storage: "memory", Workers: 3, Jobs: 3, TTL: 100 * time.Millisecond, Duration: 400 * time.Millisecond,
@@ -277,7 +277,7 @@ func TestWriteHTMLHistory(t *testing.T) {
 		"held 2 ms – 100 ms (holder paused past the TTL; expired)",                  // worker 1: a TTL after its acquire's call
 		"the worker carried on without the lease until 203 ms",                      // and then acted on
 		"held 301 ms – 400 ms (holder killed; expired)",                             // worker 0: cut at the drill's end
-		"worker 1&#39;s write done of drill:scheduler:job:2 with fence 1 refused",   // the stale write
+		"worker 1&#39;s write done of drill:jobs:2 with fence 1 refused",            // the stale write
 		"job 2: &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;",                    // a violation, escaped
 		`srcdoc="&lt;html&gt;&lt;body&gt;&lt;script&gt;let s = &#34;porcupine&#34;`, // porcupine, escaped into srcdoc
 	} {

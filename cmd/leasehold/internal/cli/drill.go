@@ -40,7 +40,7 @@ It runs on an in-process memory store unless a store is given with --redis,
 --etcd or --postgres for the locks; the jobs' fenced storage is in-process
 unless --jobs-postgres names a PostgreSQL (tables drill_jobs and
 drill_jobs_writes are dropped and created there). Lock
-timings are the scheduler path's (TTL 60 s, renew 20 s), scaled by
+timings are the per-item path's (TTL 60 s, renew 20 s), scaled by
 --time-scale. --unsafe-release and --no-fencing switch a protection off: the
 drill must then report violations, which proves it can fail. --report writes
 the report as one self-contained HTML page as well: a timeline of the leases
