@@ -157,18 +157,16 @@ func WrongOwners(ops []history.Op) []Violation {
 // Takeovers is how fast paused or killed holders' keys were taken over.
 type Takeovers struct {
 	Times []time.Duration // sorted
-	// Excluded counts takeovers that overlapped an outage of the store for
-	// every worker (a partition): nobody can take over then, and the SLO
-	// is about a working network.
+	// Excluded counts takeovers that overlapped a partition: nobody can
+	// take over then, and the SLO is about a working network.
 	Excluded int
 	P50, P99 time.Duration
 	SLO      time.Duration
 }
 
-// MeasureTakeovers measures, for each paused or killed holder, the time from the
-// fault to the next owner's acquire of the same key. (A holder fenced by
-// renewal failures is left out: its event is stamped when it notices, which
-// can be after the takeover.)
+// MeasureTakeovers times each paused or killed holder's fault to the next
+// owner's acquire of its key; a holder fenced by renewal failures is left out
+// (its event is stamped when it notices, which can be after the takeover).
 func MeasureTakeovers(h history.History, slo time.Duration) Takeovers {
 	t := Takeovers{SLO: slo}
 	for _, e := range h.Events {

@@ -96,9 +96,8 @@ func NewRecorder(sink Sink) *Recorder {
 	return &Recorder{fences: make(map[string]int64), started: time.Now(), sink: sink}
 }
 
-// Call notes the call of o and returns its sequence number for Return. A
-// sink learns of the call at once, so that the call is in the history even
-// if the worker is killed before it returns.
+// Call notes the call of o and returns its sequence number for Return; a
+// sink hears of it at once, so a call cut short by a kill stays in the history.
 func (r *Recorder) Call(o Op) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -109,8 +108,8 @@ func (r *Recorder) Call(o Op) int64 {
 	return r.seq
 }
 
-// Return records o, the return of call seq; token, for a successful
-// acquire, maps the lease's later renewals and releases to its fence.
+// Return records o, the return of call seq; a successful acquire's token
+// maps the lease's later renewals and releases to its fence.
 func (r *Recorder) Return(seq int64, o Op, token string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -131,8 +130,7 @@ func (r *Recorder) Add(o Op) {
 	r.ops = append(r.ops, o)
 }
 
-// FenceOf returns the fence of the lease token, 0 if no acquire of it was
-// recorded.
+// FenceOf returns the fence of the lease token, 0 if its acquire is unknown.
 func (r *Recorder) FenceOf(token string) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -150,8 +148,7 @@ func (r *Recorder) Event(e Event) {
 	r.events = append(r.events, e)
 }
 
-// History returns a copy of what was recorded so far: its start, operations
-// and events.
+// History returns a copy of the start, operations and events recorded so far.
 func (r *Recorder) History() History {
 	r.mu.Lock()
 	defer r.mu.Unlock()

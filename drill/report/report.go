@@ -68,9 +68,8 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 }
 // most, the takeover-time check, which depends on the machine's scheduling.
 func (r *Report) Safe() bool { return check.Safe(r.Violations) }
 
-// Fill completes r with what the history h and the checks' result res say:
-// the operations by kind and outcome, the faults' hits, the takeovers, the
-// linearizability check and the violations.
+// Fill completes r from the history h and the checks' result res: operations
+// by outcome, faults' hits, takeovers, linearizability and violations.
 func (r *Report) Fill(h history.History, res check.Result) {
 	r.History = h
 	r.Ops, r.Effects = make(map[string]int), make(map[string]int)
