@@ -12,14 +12,26 @@
 //  5. the history is linearizable: porcupine finds, for every key, an order
 //     of its lock operations that a fenced lock allows and an order of its
 //     job's storage operations that fenced storage allows, consistent with
-//     their real times (see linearize.go for the models, and how expiry and
-//     unknown outcomes are treated). A check that times out is reported,
-//     never passed; when the check fails the report carries porcupine's
-//     HTML visualization.
+//     their real times. A check that times out is reported, never passed;
+//     when the check fails the report carries porcupine's visualization.
 //
 // The drill proves it can fail: with UnsafeRelease (releases delete the key
 // whoever holds it) or NoFencing (the storage accepts any fence) the same
 // workload must produce violations.
+//
+// The parts are split as etcd's tests/robustness is. This package is the
+// workload and the run: Run, Config, and the worker processes (ServeWorker).
+// Below it, with no import back:
+//
+//   - jobs: the fenced job storage the workers write through (pgjobs keeps
+//     it in PostgreSQL);
+//   - faults: what is injected, each fault a value (Name, Available,
+//     Inject, Heal) acting through the Env the run gives it;
+//   - history: the record of every operation, event and fault, and its
+//     Recorder;
+//   - check: the safety checkers, the takeover SLO and the linearizability
+//     check (its models are described in check/linearize.go);
+//   - report: the Report, as text, JSON or one self-contained HTML page.
 //
 // Workers run as goroutines on any leasehold.Store (memstore by default),
 // where a pause stops a worker's renewals and a kill ends its goroutine; or,
@@ -29,7 +41,4 @@
 // operations to the drill over a pipe (see ServeWorker). Store-wide faults:
 // latency, a silent partition and a restart without persistence, the last
 // two when the caller can freeze or restart its store.
-//
-// Report.WriteHTML draws a run as one self-contained HTML page: a timeline
-// of lock ownership per worker, fences, faults and refused writes.
 package drill

@@ -8,6 +8,9 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/faults"
+	"github.com/leasehold/leasehold/drill/report"
 )
 
 // The default drill, every in-process fault: no safety violation, and
@@ -24,11 +27,11 @@ func TestDefaultDrillFindsNoViolation(t *testing.T) {
 		t.Fatalf("safety violations in a default drill:\n%s", out.String())
 	}
 	checkTakeover(t, rep)
-	if rep.Linearizable != drill.LinearizableOK || rep.LinearizeOps == 0 || rep.Visualization != nil {
+	if rep.Linearizable != check.LinearizableOK || rep.LinearizeOps == 0 || rep.Visualization != nil {
 		t.Errorf("linearizable %q on %d ops with a %d-byte visualization; want ok on the whole history, no page",
 			rep.Linearizable, rep.LinearizeOps, len(rep.Visualization))
 	}
-	for _, f := range drill.DefaultFaults() {
+	for _, f := range faults.Default() {
 		if rep.Faults[f.Name()] == 0 {
 			t.Errorf("fault %s was never injected", f.Name())
 		}
@@ -57,20 +60,20 @@ func TestNegativeControlsFail(t *testing.T) {
 			var out strings.Builder
 			_ = rep.WriteText(&out)
 			t.Log("\n" + out.String())
-			want := drill.CheckWrongOwner
+			want := check.WrongOwner
 			if cfg.NoFencing {
-				want = drill.CheckStaleWrite
+				want = check.StaleWrite
 			}
-			for _, check := range []string{want, drill.CheckLinearizable} {
+			for _, c := range []string{want, check.NotLinearizable} {
 				found := false
 				for _, v := range rep.Violations {
-					found = found || v.Check == check
+					found = found || v.Check == c
 				}
 				if !found {
-					t.Errorf("%s: no %s violation found; the drill cannot fail", name, check)
+					t.Errorf("%s: no %s violation found; the drill cannot fail", name, c)
 				}
 			}
-			if rep.Linearizable != drill.LinearizableIllegal || !strings.Contains(string(rep.Visualization), "<html") {
+			if rep.Linearizable != check.LinearizableIllegal || !strings.Contains(string(rep.Visualization), "<html") {
 				t.Errorf("%s: linearizable %q with a %d-byte visualization; want illegal and porcupine's page",
 					name, rep.Linearizable, len(rep.Visualization))
 			}
@@ -84,7 +87,7 @@ func TestNegativeControlsFail(t *testing.T) {
 // detector a starved scheduler can add a hundred milliseconds or so to the
 // slowest of a few dozen. The drill itself (and its exit code) applies the
 // SLO without allowance.
-func checkTakeover(t *testing.T, rep *drill.Report) {
+func checkTakeover(t *testing.T, rep *report.Report) {
 	t.Helper()
 	if rep.Takeovers == 0 {
 		t.Fatal("no takeover was measured")

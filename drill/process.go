@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/drill/faults"
+	"github.com/leasehold/leasehold/drill/history"
+	"github.com/leasehold/leasehold/drill/jobs"
 )
 
 // A multi-process drill runs each worker as its own OS process, so that a
@@ -51,12 +54,12 @@ const (
 
 // line is one message from a worker process to the parent.
 type line struct {
-	T     string `json:"t"`
-	Seq   int64  `json:"seq,omitempty"`
-	Op    *Op    `json:"op,omitempty"`
-	Event *Event `json:"event,omitempty"`
-	Key   string `json:"key,omitempty"`
-	Fence int64  `json:"fence,omitempty"`
+	T     string         `json:"t"`
+	Seq   int64          `json:"seq,omitempty"`
+	Op    *history.Op    `json:"op,omitempty"`
+	Event *history.Event `json:"event,omitempty"`
+	Key   string         `json:"key,omitempty"`
+	Fence int64          `json:"fence,omitempty"`
 }
 
 // lineWriter sends lines to the parent, one write each, so that a line is
@@ -73,6 +76,20 @@ func (w *lineWriter) send(l line) {
 	if w.err == nil {
 		w.err = w.enc.Encode(l)
 	}
+}
+
+// Call, Return and Event make a lineWriter the history.Sink of a worker
+// process's recorder.
+func (w *lineWriter) Call(seq int64, o history.Op) { w.send(line{T: lineCall, Seq: seq, Op: &o}) }
+
+func (w *lineWriter) Return(seq int64, o history.Op) { w.send(line{T: lineReturn, Seq: seq, Op: &o}) }
+
+func (w *lineWriter) Event(e history.Event) { w.send(line{T: lineEvent, Event: &e}) }
+
+func (w *lineWriter) error() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // errUnknownOutcome is the error of an operation whose worker process ended
@@ -114,7 +131,7 @@ func WorkerSpecFromEnv() (WorkerSpec, bool, error) {
 // initialised) until every job is done, ctx ends, or in says "stop" or
 // closes. It reads the parent's commands from in and writes its history to
 // out (see the protocol above); nothing else may write to out.
-func ServeWorker(ctx context.Context, spec WorkerSpec, store leasehold.Store, storage Storage, in io.Reader, out io.Writer) error {
+func ServeWorker(ctx context.Context, spec WorkerSpec, store leasehold.Store, storage jobs.Storage, in io.Reader, out io.Writer) error {
 	ttl, err := scaledTTL(spec.TimeScale)
 	if err != nil {
 		return err
@@ -127,8 +144,8 @@ func ServeWorker(ctx context.Context, spec WorkerSpec, store leasehold.Store, st
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := newRun(Config{Store: store, Storage: storage, Jobs: spec.Jobs, UnsafeRelease: spec.UnsafeRelease}, ttl)
-	r.rec.out = &lineWriter{enc: json.NewEncoder(out)}
+	r := newRun(Config{Store: store, Storage: storage, Jobs: spec.Jobs, UnsafeRelease: spec.UnsafeRelease}, ttl,
+		&lineWriter{enc: json.NewEncoder(out)})
 	w := r.newWorker(spec.ID)
 	w.starter, w.careless = spec.Starter, true
 
@@ -150,9 +167,17 @@ func ServeWorker(ctx context.Context, spec WorkerSpec, store leasehold.Store, st
 		}
 	}()
 	w.loop(ctx)
-	r.rec.out.mu.Lock()
-	defer r.rec.out.mu.Unlock()
-	return r.rec.out.err
+	return r.out.error()
+}
+
+// eventWorkerCrashed is the event of a worker process that exited on its
+// own with an error: not a fault the drill injected.
+const eventWorkerCrashed = "worker-crashed"
+
+// workersGone reports whether a multi-process drill has no worker left
+// (they failed and were not replaced: see procs.read).
+func (r *run) workersGone() bool {
+	return r.procs != nil && len(r.procs.live()) == 0
 }
 
 // proc is one worker process, seen from the parent.
@@ -243,7 +268,7 @@ func (ps *procs) spawn(ctx context.Context, starter bool) (*proc, error) {
 // that never returned enter the history with unknown outcomes.
 func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 	r := ps.run
-	pending := make(map[int64]Op)
+	pending := make(map[int64]history.Op)
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -256,12 +281,12 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 			pending[l.Seq] = *l.Op
 		case lineReturn:
 			delete(pending, l.Seq)
-			r.rec.add(*l.Op)
+			r.rec.Add(*l.Op)
 			if l.Op.Stale {
 				r.refused.Add(1)
 			}
 		case lineEvent:
-			r.rec.event(*l.Event)
+			r.rec.Event(*l.Event)
 		case lineSection:
 			r.sections.Add(1)
 		case lineWorking, lineIdle:
@@ -274,7 +299,7 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 	now := time.Now()
 	for _, o := range pending {
 		o.Return, o.Err = now, errUnknownOutcome
-		r.rec.add(o)
+		r.rec.Add(o)
 	}
 	p.mu.Lock()
 	killed := p.killed
@@ -286,7 +311,7 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 	if err == nil || killed || ctx.Err() != nil {
 		return
 	}
-	r.rec.event(Event{Fault: "worker-crashed", Worker: p.spec.ID, At: now})
+	r.rec.Event(history.Event{Fault: eventWorkerCrashed, Worker: p.spec.ID, At: now})
 	slog.Default().Error("drill: worker process failed", "worker", p.spec.ID, "err", err, "stderr", p.stderr.String())
 	// A worker that cannot run (a bad store address, say) would crash
 	// again at once: replace crashed workers only as many times as there
@@ -303,7 +328,7 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 // marks it (under its lock, so that no other fault picks it too), names it
 // as the fault's target and records the fault's event on the key and fence
 // it holds.
-func (ps *procs) strike(e *Env, fault string, mark func(*proc)) (p *proc, key string, f int64, err error) {
+func (ps *procs) strike(e *env, fault string, mark func(*proc)) (p *proc, key string, f int64, err error) {
 	ps.mu.Lock()
 	var busy []*proc
 	for _, p := range ps.all {
@@ -323,7 +348,7 @@ func (ps *procs) strike(e *Env, fault string, mark func(*proc)) (p *proc, key st
 	mark(p)
 	p.mu.Unlock()
 	e.target = p.spec.ID
-	ps.run.rec.event(Event{Fault: fault, Worker: p.spec.ID, Key: key, Fence: f, At: time.Now()})
+	ps.run.rec.Event(history.Event{Fault: fault, Worker: p.spec.ID, Key: key, Fence: f, At: time.Now()})
 	return p, key, f, nil
 }
 
@@ -347,8 +372,8 @@ var errNoWorkerWorking = errors.New("drill: no worker process is in a critical s
 // pause SIGSTOPs a worker in its critical section and SIGCONTs it once
 // another worker holds its key (or after three TTLs): it wakes to write
 // and release on a lease that is gone.
-func (ps *procs) pause(ctx context.Context, e *Env) error {
-	p, key, f, err := ps.strike(e, PauseWorker{}.Name(), func(p *proc) { p.stopped = true })
+func (ps *procs) pause(ctx context.Context, e *env) error {
+	p, key, f, err := ps.strike(e, faults.PauseWorker{}.Name(), func(p *proc) { p.stopped = true })
 	if err != nil {
 		return err
 	}
@@ -375,8 +400,8 @@ func (ps *procs) pause(ctx context.Context, e *Env) error {
 }
 
 // kill SIGKILLs a worker in its critical section and starts a replacement.
-func (ps *procs) kill(ctx context.Context, e *Env) error {
-	p, _, _, err := ps.strike(e, KillWorker{}.Name(), func(p *proc) { p.killed = true })
+func (ps *procs) kill(ctx context.Context, e *env) error {
+	p, _, _, err := ps.strike(e, faults.KillWorker{}.Name(), func(p *proc) { p.killed = true })
 	if err != nil {
 		return err
 	}
@@ -395,7 +420,7 @@ func (ps *procs) kill(ctx context.Context, e *Env) error {
 
 // failRenew turns the renew-failures fault on for one random worker, or
 // off for the one it was on for.
-func (ps *procs) failRenew(on bool, e *Env) {
+func (ps *procs) failRenew(on bool, e *env) {
 	if !on {
 		if p := ps.run.failingProc.Swap(nil); p != nil {
 			p.command("fail-renew off")

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/drill/pgjobs"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
@@ -67,12 +69,12 @@ func drillOnRealServers(t *testing.T) (cfg drill.Config, redisAddr, table string
 	if err != nil {
 		t.Fatal(err)
 	}
-	faults := append(append(append(drill.DefaultFaults(), drill.DefaultFaults()...), drill.DefaultFaults()...),
-		drill.StoreRestart{Restart: srv.Restart},
-		drill.Partition{Freeze: proxy.Freeze, Thaw: proxy.Thaw})
+	fs := append(append(append(faults.Default(), faults.Default()...), faults.Default()...),
+		faults.StoreRestart{Restart: srv.Restart},
+		faults.Partition{Freeze: proxy.Freeze, Thaw: proxy.Thaw})
 	return drill.Config{
 		Store: store, StoreName: "redis via proxy " + proxy.Addr(),
-		Storage: jobs, StorageName: "postgres", Faults: faults,
+		Storage: jobs, StorageName: "postgres", Faults: fs,
 	}, proxy.Addr(), table
 }
 
@@ -94,7 +96,7 @@ func TestDrillOnRealServersCanFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range rep.Violations {
-		if v.Check == drill.CheckStaleWrite {
+		if v.Check == check.StaleWrite {
 			return
 		}
 	}
@@ -205,7 +207,7 @@ const (
 // than starting processes until its timeout.
 func TestDrillWorkerProcessesThatCannotRun(t *testing.T) {
 	cfg, _, _ := drillOnRealServers(t)
-	cfg.Processes, cfg.Jobs, cfg.Faults = 2, 5, []drill.Fault{}
+	cfg.Processes, cfg.Jobs, cfg.Faults = 2, 5, []faults.Fault{}
 	var started atomic.Int32 // replacements are started from the drill's goroutines
 	cfg.StartWorker = func() *exec.Cmd { started.Add(1); return exec.Command("false") }
 	rep, err := drill.Run(t.Context(), cfg)
@@ -217,7 +219,7 @@ func TestDrillWorkerProcessesThatCannotRun(t *testing.T) {
 	}
 	unfinished := false
 	for _, v := range rep.Violations {
-		unfinished = unfinished || v.Check == drill.CheckUnfinished
+		unfinished = unfinished || v.Check == check.Unfinished
 	}
 	if !unfinished || rep.Effects["worker-crashed"] != 2*cfg.Processes {
 		t.Fatalf("violations %+v, %d crashes recorded; want jobs unfinished and %d crashes", rep.Violations, rep.Effects["worker-crashed"], 2*cfg.Processes)

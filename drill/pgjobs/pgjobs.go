@@ -15,12 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/drill/jobs"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/pgfence"
 )
 
-// Storage is a drill.Storage on PostgreSQL.
+// Storage is a jobs.Storage on PostgreSQL.
 type Storage struct {
 	pool      *pgxpool.Pool
 	name      string // the jobs table; the audit table is name_writes
@@ -28,7 +28,7 @@ type Storage struct {
 	noFencing bool
 }
 
-var _ drill.Storage = (*Storage)(nil)
+var _ jobs.Storage = (*Storage)(nil)
 
 // New returns a Storage on pool whose tables are name and name_writes. Init
 // drops and creates them: give a name no application uses.
@@ -42,8 +42,8 @@ func New(pool *pgxpool.Pool, name string) (*Storage, error) {
 
 func (s *Storage) writes() string { return s.name[:len(s.name)-1] + `_writes"` }
 
-// Init implements drill.Storage: fresh tables with every job queued.
-func (s *Storage) Init(ctx context.Context, jobs []string, noFencing bool) error {
+// Init implements jobs.Storage: fresh tables with every job queued.
+func (s *Storage) Init(ctx context.Context, keys []string, noFencing bool) error {
 	s.noFencing = noFencing
 	_, err := s.pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s, %[2]s;
 CREATE TABLE %[1]s (key text PRIMARY KEY, state text NOT NULL);
@@ -55,14 +55,14 @@ CREATE TABLE %[2]s (seq bigserial PRIMARY KEY, job text NOT NULL, fence bigint N
 	if err := s.table.Migrate(ctx, s.pool); err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, state) SELECT unnest($1::text[]), $2`, s.name), jobs, drill.Queued)
+	_, err = s.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (key, state) SELECT unnest($1::text[]), $2`, s.name), keys, jobs.Queued)
 	if err != nil {
 		return fmt.Errorf("pgjobs: insert jobs: %w", err)
 	}
 	return nil
 }
 
-// Attach implements drill.Storage: the tables exist (another process ran
+// Attach implements jobs.Storage: the tables exist (another process ran
 // Init); this process only needs to know the negative control's setting.
 func (s *Storage) Attach(ctx context.Context, noFencing bool) error {
 	s.noFencing = noFencing
@@ -96,7 +96,7 @@ func (s *Storage) audit(ctx context.Context, tx pgx.Tx, worker int, job string, 
 	return err
 }
 
-// Claim implements drill.Storage.
+// Claim implements jobs.Storage.
 func (s *Storage) Claim(ctx context.Context, worker int, job string, f int64) (string, error) {
 	var state string
 	err := s.inTx(ctx, job, f, func(ctx context.Context, tx pgx.Tx) error {
@@ -108,7 +108,7 @@ func (s *Storage) Claim(ctx context.Context, worker int, job string, f int64) (s
 	return state, err
 }
 
-// Write implements drill.Storage.
+// Write implements jobs.Storage.
 func (s *Storage) Write(ctx context.Context, worker int, job string, f int64, state string) error {
 	return s.inTx(ctx, job, f, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET state = $2 WHERE key = $1`, s.name), job, state); err != nil {
@@ -118,7 +118,7 @@ func (s *Storage) Write(ctx context.Context, worker int, job string, f int64, st
 	})
 }
 
-// Pick implements drill.Storage.
+// Pick implements jobs.Storage.
 func (s *Storage) Pick(ctx context.Context, state string) (string, error) {
 	var key string
 	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT key FROM %s WHERE state = $1 ORDER BY random() LIMIT 1`, s.name), state).Scan(&key)
@@ -128,7 +128,7 @@ func (s *Storage) Pick(ctx context.Context, state string) (string, error) {
 	return key, err
 }
 
-// InState implements drill.Storage.
+// InState implements jobs.Storage.
 func (s *Storage) InState(ctx context.Context, state string) ([]string, error) {
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT key FROM %s WHERE state = $1`, s.name), state)
 	if err != nil {
@@ -137,21 +137,21 @@ func (s *Storage) InState(ctx context.Context, state string) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// Remaining implements drill.Storage.
+// Remaining implements jobs.Storage.
 func (s *Storage) Remaining(ctx context.Context) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE state NOT IN ($1, $2)`, s.name), drill.Done, drill.Failed).Scan(&n)
+	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE state NOT IN ($1, $2)`, s.name), jobs.Done, jobs.Failed).Scan(&n)
 	return n, err
 }
 
-// Log implements drill.Storage: the audit, in commit order for each job.
-func (s *Storage) Log(ctx context.Context) ([]drill.Write, error) {
+// Log implements jobs.Storage: the audit, in commit order for each job.
+func (s *Storage) Log(ctx context.Context) ([]jobs.Write, error) {
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT seq, job, fence, worker, state FROM %s ORDER BY seq`, s.writes()))
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (drill.Write, error) {
-		var w drill.Write
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Write, error) {
+		var w jobs.Write
 		err := row.Scan(&w.Seq, &w.Job, &w.Fence, &w.Worker, &w.State)
 		return w, err
 	})

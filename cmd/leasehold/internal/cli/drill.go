@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/drill/pgjobs"
+	"github.com/leasehold/leasehold/drill/report"
 )
 
 // drillCommand is the game day: see package drill.
@@ -40,7 +40,7 @@ It runs on an in-process memory store unless a store is given with --redis,
 --etcd or --postgres for the locks; the jobs' fenced storage is in-process
 unless --jobs-postgres names a PostgreSQL (tables drill_jobs and
 drill_jobs_writes are dropped and created there). Lock
-timings are the scheduler path's (TTL 60 s, renew 20 s), scaled by
+timings are the per-item path's (TTL 60 s, renew 20 s), scaled by
 --time-scale. --unsafe-release and --no-fencing switch a protection off: the
 drill must then report violations, which proves it can fail. --report writes
 the report as one self-contained HTML page as well: a timeline of the leases
@@ -108,13 +108,11 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 			if err != nil {
 				return err
 			}
+			write := rep.WriteText
 			if jsonOut {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else if err := rep.WriteText(a.stdout); err != nil {
+				write = rep.WriteJSON
+			}
+			if err := write(a.stdout); err != nil {
 				return err
 			}
 			if html != nil {
@@ -198,7 +196,7 @@ func (a *app) drillWorkerCommand() *cobra.Command {
 }
 
 // writeHTMLReport writes rep's HTML page to f and closes it.
-func writeHTMLReport(f *os.File, rep *drill.Report) error {
+func writeHTMLReport(f *os.File, rep *report.Report) error {
 	err := rep.WriteHTML(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr

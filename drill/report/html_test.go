@@ -1,4 +1,4 @@
-package drill_test
+package report_test
 
 import (
 	"bytes"
@@ -12,15 +12,18 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/history"
+	"github.com/leasehold/leasehold/drill/report"
 )
 
 // quickDrill is one short drill with every in-process fault, shared by the
 // HTML tests: about 40 critical sections in 2-3 seconds.
-var quickDrill = sync.OnceValues(func() (*drill.Report, error) {
+var quickDrill = sync.OnceValues(func() (*report.Report, error) {
 	return drill.Run(context.Background(), drill.Config{Jobs: 30, TimeScale: 0.005})
 })
 
-func quickReport(t *testing.T) *drill.Report {
+func quickReport(t *testing.T) *report.Report {
 	t.Helper()
 	rep, err := quickDrill()
 	if err != nil {
@@ -113,7 +116,7 @@ func checkSelfContained(t *testing.T, page string) {
 }
 
 // workersSeen are the workers the history names, sorted.
-func workersSeen(h drill.History) []int {
+func workersSeen(h history.History) []int {
 	seen := make(map[int]bool)
 	for _, o := range h.Ops {
 		seen[o.Worker] = true
@@ -165,7 +168,7 @@ func TestWriteHTMLDrill(t *testing.T) {
 	}
 	acquired, stale, aimed := 0, 0, 0
 	for _, o := range rep.History.Ops {
-		if o.Kind == drill.OpAcquire && o.OK {
+		if o.Kind == history.OpAcquire && o.OK {
 			acquired++
 		}
 		if o.Stale {
@@ -200,43 +203,43 @@ func TestWriteHTMLHistory(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	const (
-		job1 = "drill:scheduler:job:1"
-		job2 = "drill:scheduler:job:2"
-		job3 = "drill:scheduler:job:3"
+		job1 = "drill:jobs:1"
+		job2 = "drill:jobs:2"
+		job3 = "drill:jobs:3"
 	)
-	rep := &drill.Report{
+	rep := &report.Report{
 		Store: "memory", Storage: "memory", Workers: 3, Jobs: 3, TTL: 100 * time.Millisecond, Duration: 400 * time.Millisecond,
 		CriticalSections: 4, Ops: map[string]int{"acquire ok": 4}, Faults: map[string]int{"pause-past-ttl": 1},
-		Violations: []drill.Violation{
-			{Check: drill.CheckStaleWrite, Detail: `job 2: <script>alert("x")</script>`},
-			{Check: drill.CheckStaleWrite, Detail: "second"},
-			{Check: drill.CheckTakeover, Detail: "takeover p99 over the SLO"},
+		Violations: []check.Violation{
+			{Check: check.StaleWrite, Detail: `job 2: <script>alert("x")</script>`},
+			{Check: check.StaleWrite, Detail: "second"},
+			{Check: check.Takeover, Detail: "takeover p99 over the SLO"},
 		},
 		Visualization: []byte(`<html><body><script>let s = "porcupine" < 'x' && 1</script></body></html>`),
-		History: drill.History{
+		History: history.History{
 			Started: t0,
-			Ops: []drill.Op{
+			Ops: []history.Op{
 				// Worker 3 (lanes are sorted: it comes last) holds job 1,
 				// renews and releases.
-				{Kind: drill.OpAcquire, Worker: 3, Key: job1, Fence: 1, Call: ms(0), Return: ms(1), OK: true},
-				{Kind: drill.OpRenew, Worker: 3, Key: job1, Fence: 1, Call: ms(30), Return: ms(31), OK: true},
-				{Kind: drill.OpRelease, Worker: 3, Key: job1, Fence: 1, Call: ms(50), Return: ms(51), OK: true},
+				{Kind: history.OpAcquire, Worker: 3, Key: job1, Fence: 1, Call: ms(0), Return: ms(1), OK: true},
+				{Kind: history.OpRenew, Worker: 3, Key: job1, Fence: 1, Call: ms(30), Return: ms(31), OK: true},
+				{Kind: history.OpRelease, Worker: 3, Key: job1, Fence: 1, Call: ms(50), Return: ms(51), OK: true},
 				// Worker 1 holds job 2, is paused, its lease expires at
 				// 100 ms, worker 2 takes over; worker 1 wakes and writes.
-				{Kind: drill.OpAcquire, Worker: 1, Key: job2, Fence: 1, Call: ms(0), Return: ms(2), OK: true},
-				{Kind: drill.OpAcquire, Worker: 2, Key: job2, Fence: 2, Call: ms(110), Return: ms(111), OK: true},
-				{Kind: drill.OpWrite, Worker: 1, Key: job2, Fence: 1, State: "done", Call: ms(200), Return: ms(201), Stale: true, Err: "fence: stale"},
-				{Kind: drill.OpRelease, Worker: 1, Key: job2, Fence: 1, Call: ms(202), Return: ms(203), Err: "leasehold: not owned"},
-				{Kind: drill.OpRelease, Worker: 2, Key: job2, Fence: 2, Call: ms(250), Return: ms(251), OK: true},
+				{Kind: history.OpAcquire, Worker: 1, Key: job2, Fence: 1, Call: ms(0), Return: ms(2), OK: true},
+				{Kind: history.OpAcquire, Worker: 2, Key: job2, Fence: 2, Call: ms(110), Return: ms(111), OK: true},
+				{Kind: history.OpWrite, Worker: 1, Key: job2, Fence: 1, State: "done", Call: ms(200), Return: ms(201), Stale: true, Err: "fence: stale"},
+				{Kind: history.OpRelease, Worker: 1, Key: job2, Fence: 1, Call: ms(202), Return: ms(203), Err: "leasehold: not owned"},
+				{Kind: history.OpRelease, Worker: 2, Key: job2, Fence: 2, Call: ms(250), Return: ms(251), OK: true},
 				// Worker 0 holds job 3 and is killed.
-				{Kind: drill.OpAcquire, Worker: 0, Key: job3, Fence: 1, Call: ms(300), Return: ms(301), OK: true},
+				{Kind: history.OpAcquire, Worker: 0, Key: job3, Fence: 1, Call: ms(300), Return: ms(301), OK: true},
 			},
-			Events: []drill.Event{
+			Events: []history.Event{
 				{Fault: "pause-past-ttl", Worker: 1, Key: job2, Fence: 1, At: ms(20)},
 				{Fault: "kill-holder", Worker: 0, Key: job3, Fence: 1, At: ms(320)},
 			},
-			Outages: []drill.Window{{From: ms(150), To: ms(180)}},
-			Faults: []drill.FaultSpan{
+			Outages: []history.Window{{From: ms(150), To: ms(180)}},
+			Faults: []history.FaultSpan{
 				{Name: "pause-past-ttl", Worker: 1, From: ms(10), To: ms(110)},
 				{Name: "store-latency", Worker: -1, From: ms(60), To: ms(160)},
 				{Name: "silent-partition", Worker: -1, From: ms(150), To: ms(180)},
@@ -274,7 +277,7 @@ func TestWriteHTMLHistory(t *testing.T) {
 		"held 2 ms – 100 ms (holder paused past the TTL; expired)",                  // worker 1: a TTL after its acquire's call
 		"the worker carried on without the lease until 203 ms",                      // and then acted on
 		"held 301 ms – 400 ms (holder killed; expired)",                             // worker 0: cut at the drill's end
-		"worker 1&#39;s write done of drill:scheduler:job:2 with fence 1 refused",   // the stale write
+		"worker 1&#39;s write done of drill:jobs:2 with fence 1 refused",            // the stale write
 		"job 2: &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;",                    // a violation, escaped
 		`srcdoc="&lt;html&gt;&lt;body&gt;&lt;script&gt;let s = &#34;porcupine&#34;`, // porcupine, escaped into srcdoc
 	} {
@@ -287,7 +290,7 @@ func TestWriteHTMLHistory(t *testing.T) {
 	}
 	v := page[strings.Index(page, `id="violations"`):]
 	v = v[:strings.Index(v, "</section>")]
-	if !strings.Contains(v, drill.CheckStaleWrite+"</strong>: 2") || !strings.Contains(v, drill.CheckTakeover+"</strong>: 1") {
+	if !strings.Contains(v, check.StaleWrite+"</strong>: 2") || !strings.Contains(v, check.Takeover+"</strong>: 1") {
 		t.Errorf("violations section does not count by check:\n%s", v)
 	}
 }

@@ -1,13 +1,20 @@
-package drill
+// Package report presents what a drill found: the Report, as a text
+// summary, JSON, or one self-contained HTML page with a timeline.
+package report
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"text/tabwriter"
 	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/faults"
+	"github.com/leasehold/leasehold/drill/history"
 )
 
 // Report is what a drill found.
@@ -30,14 +37,14 @@ type Report struct {
 	Takeovers        int            `json:"takeovers"`
 	// TakeoversExcluded are takeovers that overlapped a partition: no
 	// worker could reach the store, so they say nothing about the lock.
-	TakeoversExcluded int         `json:"takeovers_during_outages"`
-	UnsafeRelease     bool        `json:"unsafe_release"`
-	NoFencing         bool        `json:"no_fencing"`
-	Violations        []Violation `json:"violations"`
+	TakeoversExcluded int               `json:"takeovers_during_outages"`
+	UnsafeRelease     bool              `json:"unsafe_release"`
+	NoFencing         bool              `json:"no_fencing"`
+	Violations        []check.Violation `json:"violations"`
 
-	// Linearizable is the linearizability check's result: LinearizableOK,
-	// LinearizableIllegal or LinearizableUnknown (a timeout, reported as a
-	// violation: never a pass).
+	// Linearizable is the linearizability check's result:
+	// check.LinearizableOK, LinearizableIllegal or LinearizableUnknown (a
+	// timeout, reported as a violation: never a pass).
 	Linearizable string `json:"linearizable"`
 	// LinearizeOps is the number of operations checked.
 	LinearizeOps int `json:"linearize_ops"`
@@ -48,21 +55,10 @@ type Report struct {
 	// embeds it.
 	Visualization []byte `json:"-"`
 
-	// History is the run's record, for the HTML report and the
-	// linearizability check: every lock and storage operation with its
-	// call and return times, the faults as they hit, and the partitions.
-	History History `json:"-"`
-}
-
-// History is a drill's record.
-type History struct {
-	Started time.Time
-	Ops     []Op     // lock and storage operations, in the order they returned
-	Events  []Event  // faults taking effect on a critical section
-	Outages []Window // partitions: spans when no worker could reach the store
-
-	// Faults are the faults injected, each from injection to heal.
-	Faults []FaultSpan
+	// History is the run's record, for the HTML report: every lock and
+	// storage operation with its call and return times, the faults as
+	// they were injected and as they hit, and the partitions.
+	History history.History `json:"-"`
 }
 
 // OK reports whether the drill found no violation.
@@ -70,67 +66,39 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
 // Safe reports whether every safety check passed: no violation but, at
 // most, the takeover-time check, which depends on the machine's scheduling.
-func (r *Report) Safe() bool {
-	for _, v := range r.Violations {
-		if v.Check != CheckTakeover {
-			return false
-		}
-	}
-	return true
-}
+func (r *Report) Safe() bool { return check.Safe(r.Violations) }
 
-func (r *run) report(elapsed time.Duration) *Report {
-	writes, logErr := r.jobs.Log(context.Background())
-	refused := int(r.refused.Load())
-	r.rec.mu.Lock()
-	ops, events := slices.Clone(r.rec.ops), slices.Clone(r.rec.events)
-	r.rec.mu.Unlock()
-
-	rep := &Report{
-		Store: r.cfg.StoreName, Storage: r.cfg.StorageName, Workers: r.cfg.Workers, Jobs: r.cfg.Jobs, TTL: r.ttl, Duration: elapsed,
-		CriticalSections: r.sections.Load(), Ops: make(map[string]int), Faults: maps.Clone(r.injected),
-		Effects: make(map[string]int), WritesAccepted: len(writes), StaleRefused: refused,
-		TakeoverSLO: r.ttl + r.ttl/3, UnsafeRelease: r.cfg.UnsafeRelease, NoFencing: r.cfg.NoFencing,
-		History: History{Started: r.rec.started, Ops: ops, Events: events, Outages: slices.Clone(r.outages)},
-	}
-	rep.History.Faults = slices.Clone(r.faultSpans)
-	for _, o := range ops {
+// Fill completes r from the history h and the checks' result res: operations
+// by outcome, faults' hits, takeovers, linearizability and violations.
+func (r *Report) Fill(h history.History, res check.Result) {
+	r.History = h
+	r.Ops, r.Effects = make(map[string]int), make(map[string]int)
+	for _, o := range h.Ops {
 		result := "ok"
 		switch {
 		case o.OK:
 		case o.Stale:
 			result = "stale refused"
-		case o.Err == "" && o.Kind == OpAcquire:
+		case o.Err == "" && o.Kind == history.OpAcquire:
 			result = "busy"
-		case o.Err == "leasehold: not owned":
+		case o.Err == errNotOwned:
 			result = "not owned"
 		default:
 			result = "error"
 		}
-		rep.Ops[o.Kind+" "+result]++
+		r.Ops[o.Kind+" "+result]++
 	}
-	for _, e := range events {
-		rep.Effects[e.Fault]++
+	for _, e := range h.Events {
+		r.Effects[e.Fault]++
 	}
-	rep.Violations = append(rep.Violations, checkStaleWrites(writes)...)
-	rep.Violations = append(rep.Violations, checkWrongOwner(ops)...)
-	rep.Violations = append(rep.Violations, checkDoubleTerminal(writes)...)
-	rep.linearize(r.cfg.LinearizeTimeout)
-	times, excluded := takeovers(events, ops, r.outages)
-	rep.Takeovers, rep.TakeoverP50, rep.TakeoverP99 = len(times), percentile(times, 0.5), percentile(times, 0.99)
-	rep.TakeoversExcluded = excluded
-	if rep.TakeoverP99 > rep.TakeoverSLO {
-		rep.Violations = append(rep.Violations, Violation{CheckTakeover, fmt.Sprintf(
-			"takeover p99 %v over the SLO of TTL + one renewal interval (%v)", rep.TakeoverP99, rep.TakeoverSLO)})
-	}
-	if logErr != nil {
-		rep.Violations = append(rep.Violations, Violation{"history-unreadable", logErr.Error()})
-	}
-	if n := r.remaining(context.Background()); n > 0 {
-		rep.Violations = append(rep.Violations, Violation{CheckUnfinished, fmt.Sprintf("%d of %d jobs not done when the drill ended", n, r.cfg.Jobs)})
-	}
-	return rep
+	t := res.Takeovers
+	r.Takeovers, r.TakeoverP50, r.TakeoverP99, r.TakeoverSLO, r.TakeoversExcluded = len(t.Times), t.P50, t.P99, t.SLO, t.Excluded
+	lin := res.Linearization
+	r.Linearizable, r.LinearizeOps, r.LinearizeTime, r.Visualization = lin.Result, lin.Ops, lin.Took, lin.Visualization
+	r.Violations = append(r.Violations, res.Violations...)
 }
+
+var errNotOwned = leasehold.ErrNotOwned.Error()
 
 // WriteText writes the summary table.
 func (r *Report) WriteText(w io.Writer) error {
@@ -147,7 +115,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "faults injected\t%d\n", sum(r.Faults))
 	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
-		if storeWide[k] {
+		if faults.StoreWide(k) {
 			fmt.Fprintf(tw, "  %s\t%d (store-wide)\n", k, r.Faults[k])
 		} else {
 			fmt.Fprintf(tw, "  %s\t%d (hit a critical section: %d)\n", k, r.Faults[k], r.Effects[k])
@@ -181,4 +149,18 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "  %s: %d (first: %s)\n", c, counts[c], first)
 	}
 	return nil
+}
+
+// WriteJSON writes the report as indented JSON, without its history.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func sum(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

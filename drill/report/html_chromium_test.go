@@ -1,6 +1,6 @@
 //go:build unix
 
-package drill_test
+package report_test
 
 import (
 	"bytes"

@@ -1,4 +1,7 @@
-package drill
+// Package jobs is the fenced storage a drill's workers write through: the
+// job states, the Storage contract every job storage meets, and Memory, the
+// in-process one (package pgjobs keeps them in PostgreSQL).
+package jobs
 
 import (
 	"context"
@@ -18,16 +21,18 @@ const (
 	Failed  = "failed"
 )
 
-func terminal(state string) bool { return state == Done || state == Failed }
+// Terminal reports whether state is Done or Failed.
+func Terminal(state string) bool { return state == Done || state == Failed }
 
 // Storage is the fenced storage the drill's jobs live in. Claim raises the
 // job's fence to the lease's atomically with reading its state, so a
 // superseded owner cannot slip a write in between the new owner's acquire
 // and its first write; Write sets the state under the fence, accepting the
 // same fence again (fence.SameHolder). Both return a *fence.StaleError when
-// the fence is refused. Pick, InState and Remaining are the scheduler's view,
-// read outside any lock. Log returns every accepted claim and write in the
-// storage's order for each job, for the checkers.
+// the fence is refused. Pick, InState and Remaining are the workers' view
+// when they look for work, read outside any lock. Log returns every
+// accepted claim and write in the storage's order for each job, for the
+// checkers.
 type Storage interface {
 	Init(ctx context.Context, jobs []string, noFencing bool) error
 	// Attach joins a storage another process has initialised: the worker
@@ -50,44 +55,44 @@ type Write struct {
 	State  string // "" for a claim
 }
 
-// memStorage is the in-process Storage: a job's state and the newest fence
+// Memory is the in-process Storage: a job's state and the newest fence
 // that claimed or wrote it, under one mutex, so the acceptance order is the
 // storage's own.
-type memStorage struct {
+type Memory struct {
 	noFencing bool // the negative control: accept any fence
 
 	mu       sync.Mutex
-	jobs     map[string]*jobRecord
+	jobs     map[string]*record
 	accepted []Write
 }
 
-// NewMemStorage returns the in-process job storage, the default.
-func NewMemStorage() Storage { return &memStorage{} }
+// NewMemory returns an in-process job storage, the drill's default.
+func NewMemory() *Memory { return &Memory{} }
 
-type jobRecord struct {
+type record struct {
 	state string
 	fence int64
 }
 
 // Init implements Storage.
-func (s *memStorage) Init(_ context.Context, jobs []string, noFencing bool) error {
+func (s *Memory) Init(_ context.Context, jobs []string, noFencing bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.noFencing, s.jobs, s.accepted = noFencing, make(map[string]*jobRecord, len(jobs)), nil
+	s.noFencing, s.jobs, s.accepted = noFencing, make(map[string]*record, len(jobs)), nil
 	for _, j := range jobs {
-		s.jobs[j] = &jobRecord{state: Queued}
+		s.jobs[j] = &record{state: Queued}
 	}
 	return nil
 }
 
 // Attach implements Storage: in-process storage cannot be shared with
 // another process.
-func (s *memStorage) Attach(context.Context, bool) error {
+func (s *Memory) Attach(context.Context, bool) error {
 	return errors.New("drill: the in-process job storage cannot be shared with worker processes; use a PostgreSQL job storage")
 }
 
 // check returns a *fence.StaleError when f may not write rec. s.mu is held.
-func (s *memStorage) check(job string, rec *jobRecord, f int64) error {
+func (s *Memory) check(job string, rec *record, f int64) error {
 	if s.noFencing || fence.SameHolder.Accepts(f, rec.fence) {
 		return nil
 	}
@@ -95,7 +100,7 @@ func (s *memStorage) check(job string, rec *jobRecord, f int64) error {
 }
 
 // Claim implements Storage.
-func (s *memStorage) Claim(ctx context.Context, worker int, job string, f int64) (string, error) {
+func (s *Memory) Claim(ctx context.Context, worker int, job string, f int64) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
@@ -114,7 +119,7 @@ func (s *memStorage) Claim(ctx context.Context, worker int, job string, f int64)
 }
 
 // Write implements Storage.
-func (s *memStorage) Write(_ context.Context, worker int, job string, f int64, state string) error {
+func (s *Memory) Write(_ context.Context, worker int, job string, f int64, state string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec := s.jobs[job]
@@ -126,10 +131,8 @@ func (s *memStorage) Write(_ context.Context, worker int, job string, f int64, s
 	return nil
 }
 
-// Pick implements Storage: a random job in state, or "" when there is none. It reads
-// the storage's view directly: the drill's workers scan for work as a
-// scheduler would, outside any lock.
-func (s *memStorage) Pick(_ context.Context, state string) (string, error) {
+// Pick implements Storage: a random job in state, or "" when there is none.
+func (s *Memory) Pick(_ context.Context, state string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := 0
@@ -147,7 +150,7 @@ func (s *memStorage) Pick(_ context.Context, state string) (string, error) {
 }
 
 // InState implements Storage.
-func (s *memStorage) InState(_ context.Context, state string) ([]string, error) {
+func (s *Memory) InState(_ context.Context, state string) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
@@ -160,12 +163,12 @@ func (s *memStorage) InState(_ context.Context, state string) ([]string, error) 
 }
 
 // Remaining implements Storage: the jobs not yet in a terminal state.
-func (s *memStorage) Remaining(context.Context) (int, error) {
+func (s *Memory) Remaining(context.Context) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, rec := range s.jobs {
-		if !terminal(rec.state) {
+		if !Terminal(rec.state) {
 			n++
 		}
 	}
@@ -173,7 +176,7 @@ func (s *memStorage) Remaining(context.Context) (int, error) {
 }
 
 // Log implements Storage.
-func (s *memStorage) Log(context.Context) ([]Write, error) {
+func (s *Memory) Log(context.Context) ([]Write, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Write(nil), s.accepted...), nil

@@ -1,4 +1,4 @@
-package drill
+package report
 
 import (
 	"bufio"
@@ -13,6 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/faults"
+	"github.com/leasehold/leasehold/drill/history"
 )
 
 //go:embed report.html.tmpl
@@ -150,10 +154,10 @@ type leaseID struct {
 // leaseSpan gathers what the history says about one lease.
 type leaseSpan struct {
 	leaseID
-	acquired   Op
+	acquired   history.Op
 	lastRenew  time.Time // call time of the last successful renewal
 	renewFails int
-	release    *Op
+	release    *history.Op
 	lastCall   time.Time // the last operation made under it: its call
 	lastReturn time.Time // and its return
 	event      string    // the fault that hit it, if any
@@ -169,7 +173,7 @@ func (r *Report) htmlPage() htmlPage {
 	p.ViolationsN = len(r.Violations)
 	keys := make(map[string]bool)
 	for _, o := range r.History.Ops {
-		if o.Kind == OpAcquire && o.OK {
+		if o.Kind == history.OpAcquire && o.OK {
 			keys[o.Key] = true
 		}
 	}
@@ -206,7 +210,7 @@ func (r *Report) summaryRows() []summaryRow {
 	rows = append(rows, summaryRow{Label: "faults injected", Value: strconv.Itoa(sum(r.Faults))})
 	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
 		v := fmt.Sprintf("%d (hit a critical section: %d)", r.Faults[k], r.Effects[k])
-		if storeWide[k] {
+		if faults.StoreWide(k) {
 			v = fmt.Sprintf("%d (store-wide)", r.Faults[k])
 		}
 		rows = append(rows, summaryRow{Label: k, Value: v, Sub: true})
@@ -221,7 +225,7 @@ func (r *Report) summaryRows() []summaryRow {
 		summaryRow{Label: "stale writes refused", Value: strconv.Itoa(r.StaleRefused)},
 		summaryRow{Label: "takeover p50 / p99", Value: takeover + ")", Bad: r.TakeoverP99 > r.TakeoverSLO},
 		summaryRow{Label: "linearizable", Value: fmt.Sprintf("%s (%d ops, checked in %d ms)", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds()),
-			Bad: r.Linearizable != "ok"},
+			Bad: r.Linearizable != check.LinearizableOK},
 		summaryRow{Label: "violations", Value: strconv.Itoa(len(r.Violations)), Bad: len(r.Violations) > 0},
 	)
 	return rows
@@ -229,7 +233,7 @@ func (r *Report) summaryRows() []summaryRow {
 
 // groupViolations groups violations by check, in check order, with the
 // first few details of each: a negative control can find thousands.
-func groupViolations(vs []Violation) []violationGroup {
+func groupViolations(vs []check.Violation) []violationGroup {
 	byCheck := make(map[string]*violationGroup)
 	for _, v := range vs {
 		g := byCheck[v.Check]
@@ -362,7 +366,7 @@ func (r *Report) timeline() timeline {
 			class, verb = "accepted-stale", fmt.Sprintf("accepted although fence %d had been accepted before", m.newer)
 		}
 		what := m.op.Kind
-		if m.op.State != "" && m.op.Kind == OpWrite {
+		if m.op.State != "" && m.op.Kind == history.OpWrite {
 			what += " " + m.op.State
 		}
 		l.Marks = append(l.Marks, mark{X: round(x(m.op.Return)), Y: barTop + barHeight/2, Class: class,
@@ -371,7 +375,7 @@ func (r *Report) timeline() timeline {
 	for _, f := range h.Faults {
 		b := band{X: round(x(f.From)), W: round(max(x(f.To)-x(f.From), 1)), Fault: f.Name}
 		if f.Worker < 0 {
-			if f.Name == (Partition{}).Name() && len(h.Outages) > 0 {
+			if f.Name == (faults.Partition{}).Name() && len(h.Outages) > 0 {
 				continue // drawn from the outages
 			}
 			b.Class = "fault band"
@@ -386,7 +390,7 @@ func (r *Report) timeline() timeline {
 	}
 	for _, o := range h.Outages {
 		t.Bands = append(t.Bands, band{X: round(x(o.From)), W: round(max(x(o.To)-x(o.From), 1)),
-			Class: "fault band outage", Fault: (Partition{}).Name(),
+			Class: "fault band outage", Fault: (faults.Partition{}).Name(),
 			Title: fmt.Sprintf("partition: no worker reaches the store, %s – %s", at(o.From), at(o.To))})
 	}
 
@@ -423,7 +427,7 @@ func (r *Report) leases() (map[leaseID]*leaseSpan, []leaseID) {
 	var order []leaseID
 	for _, o := range h.Ops {
 		id := leaseID{o.Worker, o.Key, o.Fence}
-		if o.Kind == OpAcquire {
+		if o.Kind == history.OpAcquire {
 			if o.OK {
 				leases[id] = &leaseSpan{leaseID: id, acquired: o, lastCall: o.Call, lastReturn: o.Return}
 				order = append(order, id)
@@ -438,13 +442,13 @@ func (r *Report) leases() (map[leaseID]*leaseSpan, []leaseID) {
 			ls.lastCall, ls.lastReturn = o.Call, o.Return
 		}
 		switch o.Kind {
-		case OpRenew:
+		case history.OpRenew:
 			if o.OK {
 				ls.lastRenew = o.Call
 			} else {
 				ls.renewFails++
 			}
-		case OpRelease:
+		case history.OpRelease:
 			if ls.release == nil {
 				ls.release = &o
 			}
@@ -470,9 +474,9 @@ func (r *Report) leaseEnd(ls *leaseSpan) (time.Time, string) {
 	switch {
 	case ls.release != nil && ls.release.OK:
 		return ls.release.Call, "released"
-	case ls.event == (KillWorker{}).Name():
+	case ls.event == (faults.KillWorker{}).Name():
 		return expiry, "holder killed; expired"
-	case ls.event == (PauseWorker{}).Name():
+	case ls.event == (faults.PauseWorker{}).Name():
 		return expiry, "holder paused past the TTL; expired"
 	case ls.event != "":
 		return expiry, ls.event + "; expired"
@@ -486,14 +490,14 @@ func (r *Report) leaseEnd(ls *leaseSpan) (time.Time, string) {
 }
 
 type staleMark struct {
-	op    Op
+	op    history.Op
 	newer int64 // for an accepted stale write: the newer fence accepted before
 }
 
 // staleMarks finds the storage operations the fence refused, and those it
 // accepted although a newer fence had been accepted for the job before the
 // operation was even called (a negative control's stale writes).
-func staleMarks(ops []Op) []staleMark {
+func staleMarks(ops []history.Op) []staleMark {
 	var out []staleMark
 	type accepted struct {
 		fence int64
@@ -501,7 +505,7 @@ func staleMarks(ops []Op) []staleMark {
 	}
 	var newest = make(map[string][]accepted) // key → accepted ops, by return
 	for _, o := range ops {
-		if o.Kind != OpClaim && o.Kind != OpWrite {
+		if o.Kind != history.OpClaim && o.Kind != history.OpWrite {
 			continue
 		}
 		if o.Stale {
@@ -547,10 +551,13 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// shortKey is a job key without the drill's prefix: "job:12".
+// shortKey is a key's last two segments, without the drill's namespace:
+// drill:jobs:12 → jobs:12.
 func shortKey(key string) string {
-	if i := strings.LastIndex(key, ":job:"); i >= 0 {
-		return key[i+1:]
+	if i := strings.LastIndex(key, ":"); i > 0 {
+		if j := strings.LastIndex(key[:i], ":"); j >= 0 {
+			return key[j+1:]
+		}
 	}
 	return key
 }

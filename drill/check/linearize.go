@@ -1,4 +1,4 @@
-package drill
+package check
 
 import (
 	"bytes"
@@ -10,19 +10,13 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/drill/history"
+	"github.com/leasehold/leasehold/drill/jobs"
 )
 
-// Checks of the linearizability check.
-const (
-	// CheckLinearizable: a key's lock operations or a job's storage
-	// operations have no linearization in the fenced models.
-	CheckLinearizable = "history-not-linearizable"
-	// CheckLinearizeUnknown: the check did not finish within
-	// Config.LinearizeTimeout. Unknown is never passed.
-	CheckLinearizeUnknown = "linearizability-unknown"
-)
-
-// Results of the linearizability check, as Report.Linearizable gives them.
+// Results of the linearizability check: Linearization.Result.
 const (
 	// LinearizableOK: every key's lock operations and every job's storage
 	// operations have a linearization the models accept.
@@ -34,7 +28,7 @@ const (
 )
 
 // DefaultLinearizeTimeout bounds the linearizability check when
-// Config.LinearizeTimeout is zero. Measured on a shared 2-core machine, the
+// Input.LinearizeTimeout is zero. Measured on a shared 2-core machine, the
 // default drill's history (about 1,000 operations) checks in a few
 // milliseconds and a 2,000-section one (14,000 operations) in 30 to 60 ms,
 // also with a fifth of its operations turned into unknown outcomes; 30 s
@@ -82,7 +76,7 @@ const DefaultLinearizeTimeout = 30 * time.Second
 // held, so it can only be refused.
 //
 // The fenced-storage model. A job's state is its fence and its state, from
-// (0, queued) (Storage.Init's contract). A claim or write with fence f is
+// (0, queued) (jobs.Storage.Init's contract). A claim or write with fence f is
 // accepted iff f >= the job's fence (fence.SameHolder), and raises the fence
 // to f; a claim returns the state, which must match what it read; a write
 // sets it. A refusal as stale is legal iff f < the job's fence.
@@ -99,11 +93,7 @@ const DefaultLinearizeTimeout = 30 * time.Second
 // on its own.) Renewals the drill failed itself ("renew-failures"
 // fault) never reached the store and are left out.
 
-// injectedRenewFailure is the error of a renewal the drill failed before it
-// reached the store.
-const injectedRenewFailure = "drill: renewal failed (injected)"
-
-const errNotOwned = "leasehold: not owned"
+var errNotOwned = leasehold.ErrNotOwned.Error()
 
 // outcome is what an operation's caller learnt.
 type outcome int
@@ -133,7 +123,7 @@ func (l lease) String() string {
 // linInput is one operation's input, for either model.
 type linInput struct {
 	key    string // the lock's key, which is also the job's
-	kind   string // OpAcquire … OpWrite
+	kind   string // history.OpAcquire … history.OpWrite
 	worker int
 	lease  lease  // lock ops: the lease acting (for an acquire, the lease it would create)
 	fence  int64  // storage ops: the fence presented
@@ -162,7 +152,7 @@ type jobState struct {
 // stepLock is the fenced-lock model's step; see the comment above.
 func stepLock(s lockState, in linInput, out linOutput) []any {
 	switch in.kind {
-	case OpAcquire:
+	case history.OpAcquire:
 		switch out.outcome {
 		case outOK: // the key was free or had expired
 			if int64(in.lease) > s.highest {
@@ -175,11 +165,11 @@ func stepLock(s lockState, in linInput, out linOutput) []any {
 		case outUnknown: // not applied, or applied with a fence nobody saw
 			return []any{s, lockState{holder: in.lease, highest: s.highest + 1}}
 		}
-	case OpRelease, OpRenew:
+	case history.OpRelease, history.OpRenew:
 		switch out.outcome {
 		case outOK:
 			if s.holder == in.lease {
-				if in.kind == OpRelease {
+				if in.kind == history.OpRelease {
 					s.holder = 0
 				}
 				return []any{s}
@@ -200,12 +190,12 @@ func stepLock(s lockState, in linInput, out linOutput) []any {
 func stepJob(s jobState, in linInput, out linOutput) []any {
 	accepts := in.fence >= s.fence
 	next := jobState{fence: max(s.fence, in.fence), state: s.state}
-	if in.kind == OpWrite {
+	if in.kind == history.OpWrite {
 		next.state = in.state
 	}
 	switch out.outcome {
 	case outOK:
-		if accepts && (in.kind == OpWrite || out.state == s.state) {
+		if accepts && (in.kind == history.OpWrite || out.state == s.state) {
 			return []any{next}
 		}
 	case outStale:
@@ -232,13 +222,13 @@ var linearizeModel = (&porcupine.NondeterministicModel{
 	Step: func(state, input, output any) []any {
 		in, out := input.(linInput), output.(linOutput)
 		switch in.kind {
-		case OpAcquire, OpRenew, OpRelease:
+		case history.OpAcquire, history.OpRenew, history.OpRelease:
 			s, _ := state.(lockState) // nil: free, no fence issued
 			return stepLock(s, in, out)
 		default:
 			s, ok := state.(jobState)
 			if !ok {
-				s = jobState{state: Queued}
+				s = jobState{state: jobs.Queued}
 			}
 			return stepJob(s, in, out)
 		}
@@ -268,22 +258,22 @@ func describeOperation(input, output any) string {
 	in, out := input.(linInput), output.(linOutput)
 	var b strings.Builder
 	switch in.kind {
-	case OpAcquire:
+	case history.OpAcquire:
 		b.WriteString("acquire")
-	case OpRenew, OpRelease:
+	case history.OpRenew, history.OpRelease:
 		fmt.Fprintf(&b, "%s %v", in.kind, in.lease)
-	case OpClaim:
+	case history.OpClaim:
 		fmt.Fprintf(&b, "claim @%d", in.fence)
-	case OpWrite:
+	case history.OpWrite:
 		fmt.Fprintf(&b, "write %s @%d", in.state, in.fence)
 	}
 	b.WriteString(" → ")
 	switch out.outcome {
 	case outOK:
 		switch in.kind {
-		case OpAcquire:
+		case history.OpAcquire:
 			fmt.Fprintf(&b, "fence %d", in.lease)
-		case OpClaim:
+		case history.OpClaim:
 			b.WriteString(out.state)
 		default:
 			b.WriteString("ok")
@@ -302,10 +292,10 @@ func describeOperation(input, output any) string {
 
 // partitionByKey splits a history into one partition per key and model, in
 // the order of each partition's first operation.
-func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
+func partitionByKey(ops []porcupine.Operation) [][]porcupine.Operation {
 	index := make(map[string]int)
 	var parts [][]porcupine.Operation
-	for _, o := range history {
+	for _, o := range ops {
 		in := o.Input.(linInput)
 		p := in.key + " " + family(in.kind)
 		i, ok := index[p]
@@ -321,26 +311,28 @@ func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
 
 // family names the model an operation kind belongs to.
 func family(kind string) string {
-	if kind == OpClaim || kind == OpWrite {
+	if kind == history.OpClaim || kind == history.OpWrite {
 		return "job storage"
 	}
 	return "lock"
 }
 
-// linearization is the outcome of a linearizability check.
-type linearization struct {
-	result     string        // LinearizableOK, LinearizableIllegal or LinearizableUnknown
-	ops        int           // operations checked
-	took       time.Duration // time the check took
-	violations []Violation
-	visual     []byte // porcupine's HTML visualization; only when the result is not ok
+// Linearization is the outcome of a linearizability check.
+type Linearization struct {
+	Result     string        // LinearizableOK, LinearizableIllegal or LinearizableUnknown
+	Ops        int           // operations checked
+	Took       time.Duration // time the check took
+	Violations []Violation
+	// Visualization is porcupine's HTML page of the history and its
+	// (partial) linearizations; only when Result is not ok.
+	Visualization []byte
 }
 
 // toOperations turns a drill's operations into porcupine's, leaving out the
 // renewals the drill failed itself; times count from started.
-func toOperations(ops []Op, started time.Time) []porcupine.Operation {
+func toOperations(ops []history.Op, started time.Time) []porcupine.Operation {
 	byCall := slices.Clone(ops)
-	slices.SortStableFunc(byCall, func(a, b Op) int { return a.Call.Compare(b.Call) })
+	slices.SortStableFunc(byCall, func(a, b history.Op) int { return a.Call.Compare(b.Call) })
 	type workerKey struct {
 		worker int
 		key    string
@@ -351,7 +343,7 @@ func toOperations(ops []Op, started time.Time) []porcupine.Operation {
 
 	out := make([]porcupine.Operation, 0, len(byCall))
 	for _, o := range byCall {
-		if o.Kind == OpRenew && o.Err == injectedRenewFailure {
+		if o.Kind == history.OpRenew && o.Err == history.InjectedRenewFailure {
 			continue
 		}
 		in := linInput{key: o.Key, kind: o.Kind, worker: o.Worker, lease: lease(o.Fence)}
@@ -361,19 +353,19 @@ func toOperations(ops []Op, started time.Time) []porcupine.Operation {
 			res = linOutput{outcome: outOK}
 		case o.Stale:
 			res = linOutput{outcome: outStale}
-		case o.Kind == OpAcquire && o.Err == "":
+		case o.Kind == history.OpAcquire && o.Err == "":
 			res = linOutput{outcome: outBusy}
-		case o.Err == errNotOwned && (o.Kind == OpRelease || o.Kind == OpRenew):
+		case o.Err == errNotOwned && (o.Kind == history.OpRelease || o.Kind == history.OpRenew):
 			res = linOutput{outcome: outNotOwned}
 		}
 		wk := workerKey{o.Worker, o.Key}
 		switch o.Kind {
-		case OpAcquire:
+		case history.OpAcquire:
 			if res.outcome == outUnknown {
 				in.lease = newUnknown()
 				unknownLease[wk] = in.lease
 			}
-		case OpRenew, OpRelease:
+		case history.OpRenew, history.OpRelease:
 			if in.lease == 0 {
 				if l, ok := unknownLease[wk]; ok {
 					in.lease = l
@@ -381,9 +373,9 @@ func toOperations(ops []Op, started time.Time) []porcupine.Operation {
 					in.lease = newUnknown() // a lease no acquire ever issued
 				}
 			}
-		case OpClaim, OpWrite:
+		case history.OpClaim, history.OpWrite:
 			in.lease, in.fence = 0, o.Fence
-			if o.Kind == OpClaim {
+			if o.Kind == history.OpClaim {
 				res.state = o.State
 			} else {
 				in.state = o.State
@@ -407,26 +399,32 @@ func toOperations(ops []Op, started time.Time) []porcupine.Operation {
 	return out
 }
 
+// Linearize checks h's operations for linearizability in the fenced-lock
+// and fenced-storage models within timeout.
+func Linearize(h history.History, timeout time.Duration) Linearization {
+	return linearize(linearizeModel, h, timeout)
+}
+
 // linearize checks h's operations against model within timeout and, unless
 // they are linearizable, renders porcupine's visualization with h's faults
 // and partitions as annotations.
-func linearize(model porcupine.Model, h History, timeout time.Duration) linearization {
-	history := toOperations(h.Ops, h.Started)
+func linearize(model porcupine.Model, h history.History, timeout time.Duration) Linearization {
+	ops := toOperations(h.Ops, h.Started)
 	begin := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(model, history, timeout)
-	lin := linearization{ops: len(history), took: time.Since(begin)}
+	res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
+	lin := Linearization{Ops: len(ops), Took: time.Since(begin)}
 	switch res {
 	case porcupine.Ok:
-		lin.result = LinearizableOK
+		lin.Result = LinearizableOK
 		return lin
 	case porcupine.Illegal:
-		lin.result = LinearizableIllegal
+		lin.Result = LinearizableIllegal
 		// A partition is linearizable when one of its partial
 		// linearizations covers all of it. (Partitions the check had not
 		// finished when another was found illegal are named too: the
 		// verbose check finishes them all unless it times out.)
 		partials := info.PartialLinearizations()
-		for i, part := range model.Partition(history) {
+		for i, part := range model.Partition(ops) {
 			longest := 0
 			for _, p := range partials[i] {
 				longest = max(longest, len(p))
@@ -435,26 +433,26 @@ func linearize(model porcupine.Model, h History, timeout time.Duration) lineariz
 				continue
 			}
 			in := part[0].Input.(linInput)
-			lin.violations = append(lin.violations, Violation{CheckLinearizable, fmt.Sprintf(
+			lin.Violations = append(lin.Violations, Violation{NotLinearizable, fmt.Sprintf(
 				"%s: its %d %s operations have no linearization in the fenced %s model (the longest legal prefix has %d)",
 				in.key, len(part), family(in.kind), family(in.kind), longest)})
 		}
 	default:
-		lin.result = LinearizableUnknown
-		lin.violations = append(lin.violations, Violation{CheckLinearizeUnknown, fmt.Sprintf(
-			"the check of %d operations did not finish within %v; unknown is not a pass", len(history), timeout)})
+		lin.Result = LinearizableUnknown
+		lin.Violations = append(lin.Violations, Violation{LinearizeUnknown, fmt.Sprintf(
+			"the check of %d operations did not finish within %v; unknown is not a pass", len(ops), timeout)})
 	}
 	info.AddAnnotations(annotations(h))
 	var b bytes.Buffer
 	if err := porcupine.Visualize(model, info, &b); err == nil {
-		lin.visual = b.Bytes()
+		lin.Visualization = b.Bytes()
 	}
 	return lin
 }
 
 // annotations show h's faults, as they hit a worker, and its partitions in
 // the visualization, on a line of their own.
-func annotations(h History) []porcupine.Annotation {
+func annotations(h history.History) []porcupine.Annotation {
 	var out []porcupine.Annotation
 	for _, e := range h.Events {
 		at := int64(e.At.Sub(h.Started))
@@ -470,14 +468,4 @@ func annotations(h History) []porcupine.Annotation {
 		})
 	}
 	return out
-}
-
-// linearize runs the linearizability check on the report's history and
-// records its result, its violations and, when it is not ok, porcupine's
-// visualization.
-func (rep *Report) linearize(timeout time.Duration) {
-	lin := linearize(linearizeModel, rep.History, timeout)
-	rep.Linearizable, rep.LinearizeOps, rep.LinearizeTime = lin.result, lin.ops, lin.took
-	rep.Visualization = lin.visual
-	rep.Violations = append(rep.Violations, lin.violations...)
 }

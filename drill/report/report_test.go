@@ -1,0 +1,74 @@
+package report_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/history"
+	"github.com/leasehold/leasehold/drill/report"
+)
+
+// A superseded lease's release succeeds: an illegal history on key.
+const key = "jobs:1"
+
+func illegalHistory() history.History {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	return history.History{Started: t0, Ops: []history.Op{
+		{Kind: history.OpAcquire, Worker: 0, Key: key, Fence: 1, Call: at(0), Return: at(1), OK: true},
+		{Kind: history.OpAcquire, Worker: 1, Key: key, Fence: 2, Call: at(10), Return: at(11), OK: true},
+		{Kind: history.OpRelease, Worker: 0, Key: key, Fence: 1, Call: at(12), Return: at(13), OK: true},
+	}}
+}
+
+// The report carries the linearizability result, a line in the summary,
+// and the violation.
+func TestReportLinearize(t *testing.T) {
+	h := illegalHistory()
+	lin := check.Linearize(h, check.DefaultLinearizeTimeout)
+	rep := &report.Report{}
+	rep.Fill(h, check.Result{Violations: lin.Violations, Linearization: lin})
+	if rep.Linearizable != check.LinearizableIllegal || rep.LinearizeOps != 3 || rep.Safe() || len(rep.Visualization) == 0 {
+		t.Fatalf("result %s on %d ops, safe %v, %d-byte visualization; want illegal on 3, unsafe, a page",
+			rep.Linearizable, rep.LinearizeOps, rep.Safe(), len(rep.Visualization))
+	}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"illegal (3 ops, checked in ", check.NotLinearizable + ": 1 (first: " + key} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// WriteJSON writes the figures and the violations, not the history or
+// porcupine's page.
+func TestWriteJSON(t *testing.T) {
+	h := illegalHistory()
+	rep := &report.Report{Store: "memory", TTL: time.Second}
+	rep.Fill(h, check.Run(check.Input{History: h, TTL: time.Second}))
+	var out strings.Builder
+	if err := rep.WriteJSON(&out); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	if got["store"] != "memory" || got["ttl_ns"] != float64(time.Second) || got["linearizable"] != check.LinearizableIllegal {
+		t.Errorf("JSON %s", out.String())
+	}
+	if vs, _ := got["violations"].([]any); len(vs) == 0 {
+		t.Errorf("no violations in %s", out.String())
+	}
+	for _, k := range []string{"History", "Visualization"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("the JSON carries %s", k)
+		}
+	}
+}
