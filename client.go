@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Defaults of the Client. Each is the value used when the matching option is
@@ -51,8 +53,8 @@ const (
 // process that lock the same keys: its waiters for a key queue together, so
 // a release wakes one of them (see Acquire).
 type Client struct {
-	store          Store
-	notifier       ReleaseNotifier // nil when the store has none or wake-ups are off
+	store          driver.Store
+	notifier       driver.ReleaseNotifier // nil when the store has none or wake-ups are off
 	log            *slog.Logger
 	observers      []Observer
 	namespace      func(key string) string
@@ -114,7 +116,7 @@ func WithoutWakeups() Option {
 }
 
 // New returns a Client that takes leases from store.
-func New(store Store, opts ...Option) *Client {
+func New(store driver.Store, opts ...Option) *Client {
 	if store == nil {
 		store = nilStore{}
 	}
@@ -126,7 +128,7 @@ func New(store Store, opts ...Option) *Client {
 		maxBackoff:     DefaultMaxBackoff,
 		cleanupTimeout: defaultCleanupTimeout,
 	}
-	c.notifier, _ = store.(ReleaseNotifier)
+	c.notifier, _ = store.(driver.ReleaseNotifier)
 	for _, o := range opts {
 		o(c)
 	}
@@ -213,12 +215,12 @@ func (s safeHandler) WithGroup(name string) (h slog.Handler) {
 }
 
 // Store returns the store the Client was made with.
-func (c *Client) Store() Store { return c.store }
+func (c *Client) Store() driver.Store { return c.store }
 
 // Waiting returns how many goroutines wait in a waiting acquire of key
 // through c (Acquire, Hold, Lead): the length of the Client's
 // queue for key. It is 0 when wake-ups are off (WithoutWakeups, or a store
-// without ReleaseNotifier), since waiters then poll on their own and are not
+// without driver.ReleaseNotifier), since waiters then poll on their own and are not
 // queued. It is meant for diagnosis and tests; the value may be stale as soon
 // as it is returned.
 func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
@@ -256,7 +258,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 }
 
 // Acquire takes key for ttl, waiting while another owner holds it. It is woken
-// by releases when the store can notify them (see ReleaseNotifier) and
+// by releases when the store can notify them (see driver.ReleaseNotifier) and
 // otherwise retries with jittered exponential backoff, never waiting past the
 // holder's remaining TTL when the store reports it.
 //
@@ -526,10 +528,10 @@ func expired(ctx context.Context) error {
 func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 func validateKeyTTL(key string, ttl time.Duration) error {
-	if err := ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
-	return ValidateTTL(ttl)
+	return driver.ValidateTTL(ttl)
 }
 
 // NewToken returns a fresh owner token: 130 random bits from crypto/rand,
@@ -547,4 +549,6 @@ func (nilStore) Acquire(context.Context, string, string, time.Duration) (int64, 
 }
 func (nilStore) Release(context.Context, string, string) error              { return errNilStore }
 func (nilStore) Renew(context.Context, string, string, time.Duration) error { return errNilStore }
-func (nilStore) Inspect(context.Context, string) (Info, error)              { return Info{}, errNilStore }
+func (nilStore) Inspect(context.Context, string) (driver.Info, error) {
+	return driver.Info{}, errNilStore
+}

@@ -12,17 +12,18 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 	"github.com/leasehold/leasehold/storetest"
 )
 
 // bareStore hides a store's optional abilities (release notifications).
-type bareStore struct{ leasehold.Store }
+type bareStore struct{ driver.Store }
 
 // lostReplyStore applies an acquire and then fails, like a store whose reply
 // was lost on the way back.
 type lostReplyStore struct {
-	leasehold.Store
+	driver.Store
 	mu       sync.Mutex
 	released []string
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -33,7 +34,7 @@ var errSocketTimeout = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineE
 // (the request got through, the reply did not), and fails with a socket
 // timeout.
 type socketTimeoutStore struct {
-	leasehold.Store
+	driver.Store
 	apply bool
 	calls atomic.Int32
 }
@@ -134,7 +135,7 @@ func TestPassedDeadlineMakesNoAttempt(t *testing.T) {
 // cancelOnAcquire cancels a context right after each acquire it lets
 // through: the acquire succeeds just as its caller's context ends.
 type cancelOnAcquire struct {
-	leasehold.Store
+	driver.Store
 	cancel context.CancelFunc
 }
 

@@ -2,23 +2,20 @@ package leasehold
 
 import (
 	"errors"
-	"fmt"
-	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
-// Sentinel errors. Match them with errors.Is: the errors returned by the
-// Client and by stores wrap them and add the key or the backend's reason.
+// Errors, matched with errors.Is or errors.As. Stores return the same values
+// (package driver defines them for store implementers).
 var (
 	// ErrNotAcquired means another owner holds the key, or, from a waiting
-	// Acquire, that its context ended before the key came free (joined with
-	// the context's error). A store that cannot answer returns its own error,
-	// never this one.
-	ErrNotAcquired = errors.New("leasehold: not acquired")
+	// Acquire, that its context ended first (joined with the context's error).
+	ErrNotAcquired = driver.ErrNotAcquired
 
-	// ErrNotOwned means the key no longer holds the caller's token: the lease
-	// expired, was released, or now belongs to another owner. Nothing was
-	// changed in the store.
-	ErrNotOwned = errors.New("leasehold: not owned")
+	// ErrNotOwned means the key no longer holds the lease's token: it
+	// expired, was released, or belongs to another owner. Nothing changed.
+	ErrNotOwned = driver.ErrNotOwned
 
 	// ErrAbandoned is the cause set on a critical section's context when
 	// renewal could no longer be trusted and the lease was given up without
@@ -26,39 +23,12 @@ var (
 	ErrAbandoned = errors.New("leasehold: lock abandoned")
 
 	// ErrInvalidArgument is matched by every *ArgumentError.
-	ErrInvalidArgument = errors.New("leasehold: invalid argument")
+	ErrInvalidArgument = driver.ErrInvalidArgument
 )
 
-// ArgumentError reports a bad argument. It names the argument so the caller
-// can tell which one to fix, and it is returned before anything is written.
-type ArgumentError struct {
-	Arg    string // the argument's name: "key", "ttl", "token"
-	Reason string // what is wrong with it
-}
+// ArgumentError reports a bad argument, by name, before anything is written.
+type ArgumentError = driver.ArgumentError
 
-func (e *ArgumentError) Error() string {
-	return fmt.Sprintf("leasehold: invalid %s: %s", e.Arg, e.Reason)
-}
-
-// Is makes every ArgumentError match ErrInvalidArgument.
-func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
-
-// HeldError is a not-acquired answer that carries what the store knows of the
-// current holder. It matches ErrNotAcquired.
-type HeldError struct {
-	Key string
-	// Remaining is the holder's remaining TTL as seen by the store, or 0
-	// when the store does not report it. Waiters use it so that a lease
-	// that expires (rather than being released) is taken over promptly.
-	Remaining time.Duration
-}
-
-func (e *HeldError) Error() string {
-	if e.Remaining > 0 {
-		return fmt.Sprintf("leasehold: not acquired: %q is held by another owner for %v more", e.Key, e.Remaining)
-	}
-	return fmt.Sprintf("leasehold: not acquired: %q is held by another owner", e.Key)
-}
-
-// Is makes every HeldError match ErrNotAcquired.
-func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+// HeldError is a not-acquired answer carrying the holder's remaining TTL
+// when the store knows it. It matches ErrNotAcquired.
+type HeldError = driver.HeldError

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
 // faultyStore wraps a store and injects renewal faults.
 type faultyStore struct {
-	leasehold.Store
+	driver.Store
 	mu       sync.Mutex
 	fault    func(attempt int) error // nil, or the error for renewal attempt n (from 1)
 	renews   int

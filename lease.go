@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Lease is one ownership of a key: the key, the owner's token and the fence
@@ -121,7 +123,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := l.valid(); err != nil {
 		return err
 	}
-	if err := ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if !l.begin(ctx.Done()) {

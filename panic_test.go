@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -120,7 +121,7 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 		t.Run(kp.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture(nil)
-				var s leasehold.Store = f.store
+				var s driver.Store = f.store
 				if kp.batch {
 					s = &batchStore{faultyStore: f.store, start: time.Now()}
 				}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -228,7 +229,7 @@ func raceLeaseCalls(t *testing.T, c, other *leasehold.Client, r *leasehold.Renew
 // notifications, so the next owner is woken the moment the key is freed.
 type yieldingNotifier struct {
 	yieldingStore
-	n leasehold.ReleaseNotifier
+	n driver.ReleaseNotifier
 }
 
 func (y yieldingNotifier) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {

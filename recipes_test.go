@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -288,7 +289,7 @@ func leaderOf(t *testing.T, cands []*candidate) *candidate {
 
 // countingStore counts acquire attempts.
 type countingStore struct {
-	leasehold.Store
+	driver.Store
 	acquires atomic.Int64
 }
 
@@ -298,7 +299,7 @@ func (s *countingStore) Acquire(ctx context.Context, key, token string, ttl time
 }
 
 func (s *countingStore) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return s.Store.(leasehold.ReleaseNotifier).WatchReleases(ctx, key)
+	return s.Store.(driver.ReleaseNotifier).WatchReleases(ctx, key)
 }
 
 // 64 goroutines, 1,000 critical sections on one key: through LocalFirst the

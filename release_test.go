@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -19,7 +20,7 @@ import (
 // the caller gets instead of the store's answer (nil: the answer). after
 // runs once a release was applied, before its answer goes back.
 type releaseFaults struct {
-	leasehold.Store
+	driver.Store
 	fault func(n int) (reach bool, err error)
 	after func()
 
@@ -105,7 +106,7 @@ func TestReleaseCancelsTheKeepAliveBeforeTheKeyIsFree(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					mem := memstore.New()
 					faults := &releaseFaults{Store: mem}
-					var s leasehold.Store = faults
+					var s driver.Store = faults
 					if kp.batch {
 						s = &batchStore{faultyStore: &faultyStore{Store: faults}, start: time.Now()}
 					}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -18,7 +19,7 @@ import (
 // opens the gate, after saying that it arrived: a manual renewal that passed
 // its checks and is on the wire.
 type gatedStore struct {
-	leasehold.Store
+	driver.Store
 	gated   time.Duration
 	arrived chan struct{}
 	gate    chan struct{}
@@ -46,7 +47,7 @@ func TestManualRenewInFlightDoesNotShortenAKeepAlive(t *testing.T) {
 				const short = 3 * time.Second
 				mem := memstore.New()
 				store := &gatedStore{Store: mem, gated: short, arrived: make(chan struct{}), gate: make(chan struct{})}
-				var s leasehold.Store = store
+				var s driver.Store = store
 				if kp.batch {
 					s = &batchStore{faultyStore: &faultyStore{Store: store}, start: time.Now()}
 				}
@@ -95,7 +96,7 @@ func TestManualRenewInFlightDoesNotShortenAKeepAlive(t *testing.T) {
 
 // yieldingStore gives other goroutines a chance inside each call, so that
 // two public calls on one lease interleave at the store, not only before it.
-type yieldingStore struct{ leasehold.Store }
+type yieldingStore struct{ driver.Store }
 
 func (s yieldingStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	runtime.Gosched()
@@ -156,7 +157,7 @@ func TestKeepAliveAfterStopCountsFromTheLastRenewal(t *testing.T) {
 		t.Run(kp.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture(nil)
-				var s leasehold.Store = f.store
+				var s driver.Store = f.store
 				if kp.batch {
 					s = &batchStore{faultyStore: f.store, start: time.Now()}
 				}
@@ -200,7 +201,7 @@ func TestLostClosesOnlyOnceTheContextIsCancelled(t *testing.T) {
 		t.Run(kp.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFixture(always(leasehold.ErrNotOwned))
-				var s leasehold.Store = f.store
+				var s driver.Store = f.store
 				if kp.batch {
 					s = &batchStore{faultyStore: f.store, start: time.Now()}
 				}

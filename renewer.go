@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Defaults of NewRenewer. Each is used when its option is not given.
@@ -20,21 +22,21 @@ const (
 	// renewed more than a quarter of its interval early, whatever the window.
 	DefaultBatchWindow = 20 * time.Millisecond
 
-	// DefaultBatchSize caps the leases in one BatchRenewer call. On Redis a
+	// DefaultBatchSize caps the leases in one driver.BatchRenewer call. On Redis a
 	// batch of 1 000 renewals is one pipeline of about 100 KB that the
 	// server runs in a few milliseconds: large enough that the round trip no
 	// longer matters, small enough that one batch does not hold the
 	// single-threaded server, or a client's buffers, for long.
 	DefaultBatchSize = 1000
 
-	// DefaultBatchConcurrency caps the BatchRenewer calls in flight. Four
+	// DefaultBatchConcurrency caps the driver.BatchRenewer calls in flight. Four
 	// batches of 1 000 keep up with hundreds of thousands of renewals a
 	// second on loopback, and keep a slow store from being flooded with
 	// retries of work it has not finished.
 	DefaultBatchConcurrency = 4
 
 	// defaultFallbackConcurrency caps the Renew calls in flight for a store
-	// without BatchRenewer, each on a goroutine of its own while it runs.
+	// without driver.BatchRenewer, each on a goroutine of its own while it runs.
 	// 64 calls of 1 ms each renew 64 000 leases a second, enough for 100 000
 	// leases at the default ttl/3 interval of any TTL above 5 s, with at
 	// most 64 goroutines whatever the number of leases.
@@ -61,13 +63,13 @@ type RenewerOption func(*Renewer)
 // DefaultBatchWindow (20 ms); at most 1 minute.
 func WithBatchWindow(d time.Duration) RenewerOption { return func(r *Renewer) { r.window = d } }
 
-// WithBatchSize caps the leases in one BatchRenewer call. Default:
+// WithBatchSize caps the leases in one driver.BatchRenewer call. Default:
 // DefaultBatchSize (1 000). It has no effect on a store without
-// BatchRenewer, which is called once per lease.
+// driver.BatchRenewer, which is called once per lease.
 func WithBatchSize(n int) RenewerOption { return func(r *Renewer) { r.size = n } }
 
-// WithRenewConcurrency caps the store calls in flight at once: BatchRenewer
-// calls, or Renew calls for a store without BatchRenewer. Each call in
+// WithRenewConcurrency caps the store calls in flight at once: driver.BatchRenewer
+// calls, or Renew calls for a store without driver.BatchRenewer. Each call in
 // flight runs on a goroutine of its own. Default: DefaultBatchConcurrency (4)
 // or defaultFallbackConcurrency (64).
 func WithRenewConcurrency(n int) RenewerOption { return func(r *Renewer) { r.concurrency = n } }
@@ -76,8 +78,8 @@ func WithRenewConcurrency(n int) RenewerOption { return func(r *Renewer) { r.con
 // thousands of them. It keeps the leases in a min-heap of the times they
 // next need attention and sleeps until the earliest; renewals due within
 // the batch window are sent together, in chunks of the batch size, one
-// BatchRenewer call per chunk (a pipeline on Redis). A store without
-// BatchRenewer gets one Renew call per lease, a bounded number at a time.
+// driver.BatchRenewer call per chunk (a pipeline on Redis). A store without
+// driver.BatchRenewer gets one Renew call per lease, a bounded number at a time.
 // Each lease costs memory and a heap entry, never a goroutine or a timer:
 // the goroutines are the Renewer's one, plus one per store call in flight
 // (at most the concurrency).
@@ -91,7 +93,7 @@ func WithRenewConcurrency(n int) RenewerOption { return func(r *Renewer) { r.con
 // Close stops it and must be called.
 type Renewer struct {
 	client      *Client
-	batch       BatchRenewer // nil: one Renew per lease
+	batch       driver.BatchRenewer // nil: one Renew per lease
 	window      time.Duration
 	size        int
 	concurrency int
@@ -115,7 +117,7 @@ func NewRenewer(c *Client, opts ...RenewerOption) (*Renewer, error) {
 		return nil, &ArgumentError{Arg: "client", Reason: "nil"}
 	}
 	r := &Renewer{client: c, window: DefaultBatchWindow, size: DefaultBatchSize}
-	r.batch, _ = c.store.(BatchRenewer)
+	r.batch, _ = c.store.(driver.BatchRenewer)
 	if r.batch != nil {
 		r.concurrency = DefaultBatchConcurrency
 	} else {
@@ -264,7 +266,7 @@ func (r *Renewer) remove(k *KeepAlive) {
 // renewCall is one store call: a chunk of leases renewed together.
 type renewCall struct {
 	leases  []*KeepAlive
-	items   []RenewItem
+	items   []driver.RenewItem
 	errs    []error
 	timeout time.Duration
 	sent    time.Time // when the call was made: every item's send time
@@ -359,7 +361,7 @@ func (r *Renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := min(r.size, len(queue))
-	c = &renewCall{leases: make([]*KeepAlive, 0, n), items: make([]RenewItem, 0, n)}
+	c = &renewCall{leases: make([]*KeepAlive, 0, n), items: make([]driver.RenewItem, 0, n)}
 	i := 0
 	for ; i < len(queue) && len(c.leases) < r.size; i++ {
 		k := queue[i]
@@ -370,7 +372,7 @@ func (r *Renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 		k.slot.phase = phaseInFlight
 		l := k.lease
 		c.leases = append(c.leases, k)
-		c.items = append(c.items, RenewItem{Key: l.key, Token: l.token, TTL: k.slot.st.ttl})
+		c.items = append(c.items, driver.RenewItem{Key: l.key, Token: l.token, TTL: k.slot.st.ttl})
 		if c.timeout == 0 || k.cfg.renewTimeout < c.timeout {
 			c.timeout = k.cfg.renewTimeout
 		}

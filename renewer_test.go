@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -31,7 +32,7 @@ type batchStore struct {
 	calls []batchCall
 }
 
-func (s *batchStore) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []error {
+func (s *batchStore) RenewBatch(ctx context.Context, items []driver.RenewItem) []error {
 	c := batchCall{at: time.Since(s.start)}
 	errs := make([]error, len(items))
 	for i, it := range items {
@@ -50,7 +51,7 @@ func (s *batchStore) recorded() []batchCall {
 	return append([]batchCall(nil), s.calls...)
 }
 
-var _ leasehold.BatchRenewer = (*batchStore)(nil)
+var _ driver.BatchRenewer = (*batchStore)(nil)
 
 // newBatchFixture is newFixture on a store with BatchRenewer.
 func newBatchFixture(fault func(int) error) (*fixture, *batchStore) {

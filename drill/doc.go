@@ -33,7 +33,7 @@
 //     check (its models are described in check/linearize.go);
 //   - report: the Report, as text, JSON or one self-contained HTML page.
 //
-// Workers run as goroutines on any leasehold.Store (memstore by default),
+// Workers run as goroutines on any driver.Store (memstore by default),
 // where a pause stops a worker's renewals and a kill ends its goroutine; or,
 // with Config.Processes, as separate OS processes on shared servers (Redis,
 // etcd or PostgreSQL locks; PostgreSQL jobs, package pgjobs), where a pause

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/drill/history"
 	"github.com/leasehold/leasehold/drill/jobs"
 	"github.com/leasehold/leasehold/drill/report"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -23,7 +24,7 @@ import (
 // in-process memstore.
 type Config struct {
 	// Store holds the job locks. Default: a new memstore.
-	Store leasehold.Store
+	Store driver.Store
 	// StoreName names it in the report. Default: "memory".
 	StoreName string
 	// Storage holds the jobs' states, fenced. Default: jobs.NewMemory().
@@ -195,7 +196,7 @@ func scaledTTL(scale float64) (time.Duration, error) {
 		return 0, &leasehold.ArgumentError{Arg: "time scale", Reason: fmt.Sprintf("%v is not in (0, 1]", scale)}
 	}
 	ttl := time.Duration(float64(60*time.Second) * scale)
-	if err := leasehold.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return 0, fmt.Errorf("drill: time scale %v gives %w", scale, err)
 	}
 	return ttl, nil
@@ -226,7 +227,7 @@ func newRun(cfg Config, ttl time.Duration, out *lineWriter) *run {
 }
 
 // isMemory reports whether the store or the storage lives in this process.
-func isMemory(s leasehold.Store, st jobs.Storage) bool {
+func isMemory(s driver.Store, st jobs.Storage) bool {
 	_, memStore := s.(*memstore.Store)
 	_, memJobs := st.(*jobs.Memory)
 	return memStore || memJobs

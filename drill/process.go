@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/drill/history"
 	"github.com/leasehold/leasehold/drill/jobs"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // A multi-process drill runs each worker as its own OS process, so that a
@@ -131,7 +132,7 @@ func WorkerSpecFromEnv() (WorkerSpec, bool, error) {
 // initialised) until every job is done, ctx ends, or in says "stop" or
 // closes. It reads the parent's commands from in and writes its history to
 // out (see the protocol above); nothing else may write to out.
-func ServeWorker(ctx context.Context, spec WorkerSpec, store leasehold.Store, storage jobs.Storage, in io.Reader, out io.Writer) error {
+func ServeWorker(ctx context.Context, spec WorkerSpec, store driver.Store, storage jobs.Storage, in io.Reader, out io.Writer) error {
 	ttl, err := scaledTTL(spec.TimeScale)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/drill/history"
 	"github.com/leasehold/leasehold/drill/jobs"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -292,7 +293,7 @@ func sleepFor(ctx context.Context, d time.Duration) {
 // workerStore is the store as one worker sees it: every call is recorded,
 // and the faults' knobs act on it.
 type workerStore struct {
-	leasehold.Store
+	driver.Store
 	worker    int
 	rec       *history.Recorder
 	knobs     *knobs

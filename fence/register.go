@@ -5,7 +5,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Register is fenced key-value storage: each key keeps the value written
@@ -45,7 +45,7 @@ func NewMemRegister(opts ...Option) *MemRegister {
 
 // Write implements Register.
 func (r *MemRegister) Write(ctx context.Context, key string, fence int64, value []byte) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := Validate(fence); err != nil {
@@ -66,7 +66,7 @@ func (r *MemRegister) Write(ctx context.Context, key string, fence int64, value 
 
 // Read implements Register.
 func (r *MemRegister) Read(ctx context.Context, key string) ([]byte, int64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, 0, err
 	}
 	if err := ctx.Err(); err != nil {

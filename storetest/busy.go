@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // BusySignal wraps a store for tests of waiting: every Acquire that finds the
@@ -15,12 +16,12 @@ import (
 // releases, makes a second attempt and then waits: after two signals, with
 // an hour of backoff, only a release notification can hand it the lock.
 type BusySignal struct {
-	leasehold.Store
+	driver.Store
 	busy chan struct{}
 }
 
 // NewBusySignal wraps s. Its WatchReleases is s's, or an error if s has none.
-func NewBusySignal(s leasehold.Store) *BusySignal {
+func NewBusySignal(s driver.Store) *BusySignal {
 	return &BusySignal{Store: s, busy: make(chan struct{}, 64)}
 }
 
@@ -35,7 +36,7 @@ func (b *BusySignal) Acquire(ctx context.Context, key, token string, ttl time.Du
 
 // WatchReleases is the wrapped store's, when it has one.
 func (b *BusySignal) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	n, ok := b.Store.(leasehold.ReleaseNotifier)
+	n, ok := b.Store.(driver.ReleaseNotifier)
 	if !ok {
 		return nil, nil, errors.New("storetest: the wrapped store does not notify releases")
 	}

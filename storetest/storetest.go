@@ -1,9 +1,9 @@
-// Package storetest is the conformance suite for leasehold.Store
+// Package storetest is the conformance suite for driver.Store
 // implementations. Every backend in this repository passes it, and a
 // third-party backend should too:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) leasehold.Store { return mystore.New(...) })
+//		storetest.Run(t, func(t *testing.T) driver.Store { return mystore.New(...) })
 //	}
 //
 // The factory may return a fresh store per call or share one: every subtest
@@ -22,14 +22,15 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Run runs the conformance suite against stores made by newStore.
-func Run(t *testing.T, newStore func(t *testing.T) leasehold.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 	t.Helper()
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s leasehold.Store)
+		fn   func(t *testing.T, s driver.Store)
 	}{
 		{"AcquireIsExclusive", testAcquireIsExclusive},
 		{"ConcurrentAcquireHasOneWinner", testConcurrentAcquire},
@@ -68,7 +69,7 @@ const (
 
 func token() string { return leasehold.NewToken() }
 
-func acquire(t *testing.T, s leasehold.Store, key, tok string, ttl time.Duration) int64 {
+func acquire(t *testing.T, s driver.Store, key, tok string, ttl time.Duration) int64 {
 	t.Helper()
 	fence, err := s.Acquire(t.Context(), key, tok, ttl)
 	if err != nil {
@@ -80,7 +81,7 @@ func acquire(t *testing.T, s leasehold.Store, key, tok string, ttl time.Duration
 	return fence
 }
 
-func inspect(t *testing.T, s leasehold.Store, key string) leasehold.Info {
+func inspect(t *testing.T, s driver.Store, key string) driver.Info {
 	t.Helper()
 	info, err := s.Inspect(t.Context(), key)
 	if err != nil {
@@ -92,7 +93,7 @@ func inspect(t *testing.T, s leasehold.Store, key string) leasehold.Info {
 	return info
 }
 
-func wantHeldBy(t *testing.T, s leasehold.Store, key, tok string) leasehold.Info {
+func wantHeldBy(t *testing.T, s driver.Store, key, tok string) driver.Info {
 	t.Helper()
 	info := inspect(t, s, key)
 	if !info.Held || info.Token != tok {
@@ -111,7 +112,7 @@ func wantErr(t *testing.T, what string, err, target error) {
 // waitExpired waits until the store itself reports key no longer held. It
 // polls the store's view instead of sleeping for a guessed time, and gives up
 // well after ttl.
-func waitExpired(t *testing.T, s leasehold.Store, key string, ttl time.Duration) {
+func waitExpired(t *testing.T, s driver.Store, key string, ttl time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(ttl + 5*time.Second)
 	for time.Now().Before(deadline) {
@@ -123,7 +124,7 @@ func waitExpired(t *testing.T, s leasehold.Store, key string, ttl time.Duration)
 	t.Fatalf("%q still held %v after its TTL of %v", key, ttl+5*time.Second, ttl)
 }
 
-func testAcquireIsExclusive(t *testing.T, s leasehold.Store) {
+func testAcquireIsExclusive(t *testing.T, s driver.Store) {
 	key, other := Key(t), Key(t)+":ü:日本"
 	a, b := token(), token()
 	fa := acquire(t, s, key, a, longTTL)
@@ -149,7 +150,7 @@ func testAcquireIsExclusive(t *testing.T, s leasehold.Store) {
 	wantHeldBy(t, s, key, a)
 }
 
-func testConcurrentAcquire(t *testing.T, s leasehold.Store) {
+func testConcurrentAcquire(t *testing.T, s driver.Store) {
 	const n = 16
 	key := Key(t)
 	var (
@@ -181,7 +182,7 @@ func testConcurrentAcquire(t *testing.T, s leasehold.Store) {
 	wantHeldBy(t, s, key, winners[0])
 }
 
-func testWrongTokenRelease(t *testing.T, s leasehold.Store) {
+func testWrongTokenRelease(t *testing.T, s driver.Store) {
 	key, a := Key(t), token()
 	fa := acquire(t, s, key, a, longTTL)
 	wantErr(t, "Release with another token", s.Release(t.Context(), key, token()), leasehold.ErrNotOwned)
@@ -192,7 +193,7 @@ func testWrongTokenRelease(t *testing.T, s leasehold.Store) {
 	wantErr(t, "Release of a key never acquired", s.Release(t.Context(), Key(t), a), leasehold.ErrNotOwned)
 }
 
-func testWrongTokenRenew(t *testing.T, s leasehold.Store) {
+func testWrongTokenRenew(t *testing.T, s driver.Store) {
 	key, a := Key(t), token()
 	acquire(t, s, key, a, longTTL)
 	wantErr(t, "Renew with another token", s.Renew(t.Context(), key, token(), time.Hour), leasehold.ErrNotOwned)
@@ -201,7 +202,7 @@ func testWrongTokenRenew(t *testing.T, s leasehold.Store) {
 	}
 }
 
-func testReleaseThenReacquire(t *testing.T, s leasehold.Store) {
+func testReleaseThenReacquire(t *testing.T, s driver.Store) {
 	key, a, b := Key(t), token(), token()
 	fa := acquire(t, s, key, a, longTTL)
 	if err := s.Release(t.Context(), key, a); err != nil {
@@ -225,7 +226,7 @@ func testReleaseThenReacquire(t *testing.T, s leasehold.Store) {
 	wantHeldBy(t, s, key, b)
 }
 
-func testRenewExtends(t *testing.T, s leasehold.Store) {
+func testRenewExtends(t *testing.T, s driver.Store) {
 	key, a := Key(t), token()
 	acquire(t, s, key, a, time.Second)
 	if err := s.Renew(t.Context(), key, a, time.Hour); err != nil {
@@ -243,7 +244,7 @@ func testRenewExtends(t *testing.T, s leasehold.Store) {
 	}
 }
 
-func testExpiredOwner(t *testing.T, s leasehold.Store) {
+func testExpiredOwner(t *testing.T, s driver.Store) {
 	key, a, b := Key(t), token(), token()
 	fa := acquire(t, s, key, a, shortTTL)
 	waitExpired(t, s, key, shortTTL)
@@ -262,7 +263,7 @@ func testExpiredOwner(t *testing.T, s leasehold.Store) {
 	}
 }
 
-func testFencesRise(t *testing.T, s leasehold.Store) {
+func testFencesRise(t *testing.T, s driver.Store) {
 	const cycles = 60
 	key := Key(t)
 	var last int64
@@ -288,51 +289,51 @@ func testFencesRise(t *testing.T, s leasehold.Store) {
 	}
 }
 
-func testInspectUnknown(t *testing.T, s leasehold.Store) {
+func testInspectUnknown(t *testing.T, s driver.Store) {
 	if info := inspect(t, s, Key(t)); info.Held || info.Token != "" || info.TTL != 0 || info.Fence != 0 {
 		t.Errorf("Inspect of a key never acquired = %+v, want the zero Info", info)
 	}
 }
 
-func testTTLBounds(t *testing.T, s leasehold.Store) {
+func testTTLBounds(t *testing.T, s driver.Store) {
 	key := Key(t)
-	acquire(t, s, key, token(), leasehold.MaxTTL)
-	if info := inspect(t, s, key); info.TTL <= leasehold.MaxTTL-time.Minute || info.TTL > leasehold.MaxTTL {
+	acquire(t, s, key, token(), driver.MaxTTL)
+	if info := inspect(t, s, key); info.TTL <= driver.MaxTTL-time.Minute || info.TTL > driver.MaxTTL {
 		t.Errorf("TTL of a MaxTTL lease = %v", info.TTL)
 	}
 	key = Key(t)
-	acquire(t, s, key, token(), leasehold.MinTTL)
-	waitExpired(t, s, key, leasehold.MinTTL)
+	acquire(t, s, key, token(), driver.MinTTL)
+	waitExpired(t, s, key, driver.MinTTL)
 }
 
-func testBadInput(t *testing.T, s leasehold.Store) {
+func testBadInput(t *testing.T, s driver.Store) {
 	ctx := t.Context()
 	key := Key(t)
 	okTok := token()
 	badKeys := map[string]string{
 		"empty":           "",
-		"too long":        strings.Repeat("k", leasehold.MaxKeyLen+1),
+		"too long":        strings.Repeat("k", driver.MaxKeyLen+1),
 		"newline":         key + "\n",
 		"NUL":             key + "\x00x",
 		"DEL":             key + "\x7f",
 		"C1 control":      key + "\u0085",
 		"invalid UTF-8":   key + "\xff",
 		"carriage return": "\r" + key,
-		"reserved prefix": leasehold.ReservedPrefix + key,
-		"a fence counter": leasehold.ReservedPrefix + "fence:{ABC}:" + key,
-		"prefix alone":    leasehold.ReservedPrefix,
+		"reserved prefix": driver.ReservedPrefix + key,
+		"a fence counter": driver.ReservedPrefix + "fence:{ABC}:" + key,
+		"prefix alone":    driver.ReservedPrefix,
 	}
 	badTTLs := map[string]time.Duration{
 		"zero":         0,
 		"negative":     -time.Second,
 		"under 1 ms":   time.Millisecond - 1,
-		"over 24 h":    leasehold.MaxTTL + time.Nanosecond,
+		"over 24 h":    driver.MaxTTL + time.Nanosecond,
 		"huge":         1<<63 - 1,
 		"1 nanosecond": 1,
 	}
 	badTokens := map[string]string{
 		"empty":         "",
-		"too long":      strings.Repeat("t", leasehold.MaxTokenLen+1),
+		"too long":      strings.Repeat("t", driver.MaxTokenLen+1),
 		"NUL":           "tok\x00en",
 		"space":         "tok en",
 		"newline":       "token\n",
@@ -367,7 +368,7 @@ func testBadInput(t *testing.T, s leasehold.Store) {
 		_, err := s.Acquire(ctx, key, tok, longTTL)
 		wantArg(t, "Acquire with token "+name, err, "token")
 	}
-	if info := inspect(t, s, key); info != (leasehold.Info{Key: key}) {
+	if info := inspect(t, s, key); info != (driver.Info{Key: key}) {
 		t.Fatalf("rejected acquires wrote to the store: %+v", info)
 	}
 	// With the key held, bad renews and releases must not touch it.
@@ -386,7 +387,7 @@ func testBadInput(t *testing.T, s leasehold.Store) {
 
 // testHostileInput takes keys and tokens at the edges of what is allowed,
 // and keys that look alike, and checks each is stored as given and apart.
-func testHostileInput(t *testing.T, s leasehold.Store) {
+func testHostileInput(t *testing.T, s driver.Store) {
 	ctx := t.Context()
 	base := Key(t)
 	var printable strings.Builder
@@ -398,9 +399,9 @@ func testHostileInput(t *testing.T, s leasehold.Store) {
 		base + "{x}", "{" + base + "}", base + "}{", "{}" + base,
 		base + "*?[a]", base + "%s%d", base + "'\"\\", base + "é世",
 		base + "/../" + base, "Leasehold:" + base, "leasehold" + base,
-		base + strings.Repeat("k", leasehold.MaxKeyLen-len(base)),
+		base + strings.Repeat("k", driver.MaxKeyLen-len(base)),
 	}
-	tokens := []string{printable.String(), strings.Repeat("~", leasehold.MaxTokenLen), "nan", "-1", "1e300", "0"}
+	tokens := []string{printable.String(), strings.Repeat("~", driver.MaxTokenLen), "nan", "-1", "1e300", "0"}
 	owners := make(map[string]string, len(keys))
 	fences := make(map[string]int64, len(keys))
 	for i, k := range keys {
@@ -423,7 +424,7 @@ func testHostileInput(t *testing.T, s leasehold.Store) {
 	}
 }
 
-func testCancelledContext(t *testing.T, s leasehold.Store) {
+func testCancelledContext(t *testing.T, s driver.Store) {
 	key := Key(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -437,10 +438,10 @@ func testCancelledContext(t *testing.T, s leasehold.Store) {
 	}
 }
 
-func testReleaseWakesWatchers(t *testing.T, s leasehold.Store) {
-	n, ok := s.(leasehold.ReleaseNotifier)
+func testReleaseWakesWatchers(t *testing.T, s driver.Store) {
+	n, ok := s.(driver.ReleaseNotifier)
 	if !ok {
-		t.Skip("store does not implement leasehold.ReleaseNotifier")
+		t.Skip("store does not implement driver.ReleaseNotifier")
 	}
 	key, a := Key(t), token()
 	acquire(t, s, key, a, longTTL)
@@ -468,10 +469,10 @@ func testReleaseWakesWatchers(t *testing.T, s leasehold.Store) {
 // own lease renewed, a foreign token and a missing or released key refused
 // with ErrNotOwned and left untouched, a bad item an *ArgumentError naming
 // the argument, and the same key twice answered twice.
-func testRenewBatch(t *testing.T, s leasehold.Store) {
-	b, ok := s.(leasehold.BatchRenewer)
+func testRenewBatch(t *testing.T, s driver.Store) {
+	b, ok := s.(driver.BatchRenewer)
 	if !ok {
-		t.Skip("store does not implement leasehold.BatchRenewer")
+		t.Skip("store does not implement driver.BatchRenewer")
 	}
 	if errs := b.RenewBatch(t.Context(), nil); len(errs) != 0 {
 		t.Fatalf("RenewBatch(nil) = %v, want no results", errs)
@@ -487,7 +488,7 @@ func testRenewBatch(t *testing.T, s leasehold.Store) {
 	if err := s.Release(t.Context(), released, a); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	items := []leasehold.RenewItem{
+	items := []driver.RenewItem{
 		{Key: mine, Token: a, TTL: longTTL},
 		{Key: theirs, Token: a, TTL: longTTL},
 		{Key: gone, Token: a, TTL: longTTL},

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -190,7 +191,7 @@ func testBadInput(t *testing.T, newRegister func(*testing.T, fence.Mode) fence.R
 					}
 				}
 			}
-			for _, k := range []string{"", "a\nb", strings.Repeat("k", leasehold.MaxKeyLen+1)} {
+			for _, k := range []string{"", "a\nb", strings.Repeat("k", driver.MaxKeyLen+1)} {
 				err := r.Write(t.Context(), k, 1, []byte("x"))
 				var ae *leasehold.ArgumentError
 				if !errors.As(err, &ae) || ae.Arg != "key" {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -47,7 +48,7 @@ func (r *Register) Migrate(ctx context.Context) error {
 
 // Write implements fence.Register with an upsert.
 func (r *Register) Write(ctx context.Context, key string, fenceToken int64, value []byte) error {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	return r.t.Upsert(ctx, r.q, fenceToken, map[string]any{"key": key, "value": value})
@@ -55,7 +56,7 @@ func (r *Register) Write(ctx context.Context, key string, fenceToken int64, valu
 
 // Read implements fence.Register; a NULL fence reads as 0.
 func (r *Register) Read(ctx context.Context, key string) ([]byte, int64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, 0, err
 	}
 	var value []byte

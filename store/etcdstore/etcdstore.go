@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // DefaultPrefix is the key prefix used when WithPrefix is not given. A prefix
@@ -21,8 +22,8 @@ import (
 const DefaultPrefix = "leasehold/"
 
 var (
-	_ leasehold.Store           = (*Store)(nil)
-	_ leasehold.ReleaseNotifier = (*Store)(nil)
+	_ driver.Store           = (*Store)(nil)
+	_ driver.ReleaseNotifier = (*Store)(nil)
 )
 
 // Option configures a Store. The zero set of options is valid.
@@ -36,7 +37,7 @@ func WithPrefix(prefix string) Option {
 	return func(s *Store) { s.prefix = prefix }
 }
 
-// Store is a leasehold.Store on etcd v3. It is safe for concurrent use.
+// Store is a driver.Store on etcd v3. It is safe for concurrent use.
 type Store struct {
 	client *clientv3.Client
 	prefix string
@@ -168,7 +169,7 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 	return time.Duration(min(resp.TTL+1, resp.GrantedTTL)) * time.Second, nil
 }
 
-// Acquire implements leasehold.Store in two round trips: a lease grant, then
+// Acquire implements driver.Store in two round trips: a lease grant, then
 // one transaction that puts the lock key on that lease and touches the fence
 // key only if the lock key does not exist. The fence is the revision of that
 // transaction.
@@ -180,7 +181,7 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 // is unknown is then revoked when the context still allows it, which undoes
 // the acquire if it was applied.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
 	lease, err := s.grant(ctx, ttl)
@@ -215,12 +216,12 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	return 0, &leasehold.HeldError{Key: key, Remaining: left}
 }
 
-// Release implements leasehold.Store: one transaction deletes the lock key
+// Release implements driver.Store: one transaction deletes the lock key
 // only if it still holds token (never by key alone), then the owner's lease
 // is revoked, best effort, in a second round trip. It returns
 // leasehold.ErrNotOwned when the key is absent or holds another token.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := leasehold.ValidateRelease(key, token); err != nil {
+	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
 	lk := s.LockKey(key)
@@ -242,14 +243,14 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Renew implements leasehold.Store. It reads the lock key and, if it still
+// Renew implements driver.Store. It reads the lock key and, if it still
 // holds token, keeps its lease alive once: two round trips. When ttl differs
 // from the lease's TTL, it then grants a lease of the new TTL, moves the key
 // onto it in a transaction that checks the token again, and revokes the old
 // lease: five round trips in all. It returns leasehold.ErrNotOwned when the
 // key is absent, holds another token, or its lease has expired.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
 	lk := s.LockKey(key)
@@ -301,15 +302,15 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	return nil
 }
 
-// Inspect implements leasehold.Store: one transaction reads the lock key and
+// Inspect implements driver.Store: one transaction reads the lock key and
 // the fence key together, and when the key is held a second round trip asks
 // for its lease's remaining time (whole seconds, rounded up, at most the
 // lease's TTL).
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
-		return leasehold.Info{}, err
+func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
 	}
-	info := leasehold.Info{Key: key}
+	info := driver.Info{Key: key}
 	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(s.LockKey(key)), clientv3.OpGet(s.FenceKey(key))).Commit()
 	if err != nil {
 		return info, fmt.Errorf("etcdstore: inspect %q: %w", key, err)
@@ -333,7 +334,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 
 var errClosed = errors.New("etcdstore: store closed")
 
-// WatchReleases implements leasehold.ReleaseNotifier with an etcd watch on
+// WatchReleases implements driver.ReleaseNotifier with an etcd watch on
 // the lock key for DELETE events: a release, and also an expiry (etcd
 // deletes the key when it revokes the expired lease), so waiters take over
 // an expired lock at once too. One watch per key is shared by all of the
@@ -346,7 +347,7 @@ var errClosed = errors.New("etcdstore: store closed")
 // cluster is unreachable) is re-established by the Store, which then wakes
 // the waiters once, since a release may have been missed in between.
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	lk := s.LockKey(key)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/etcdstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -66,7 +67,7 @@ func newStore(t testing.TB, client *clientv3.Client, opts ...etcdstore.Option) *
 
 func TestConformance(t *testing.T) {
 	client := newClient(t, shared.Endpoints())
-	storetest.Run(t, func(t *testing.T) leasehold.Store { return newStore(t, client) })
+	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, client) })
 }
 
 func TestNewRefusesNilClient(t *testing.T) {

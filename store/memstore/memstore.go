@@ -1,4 +1,4 @@
-// Package memstore is an in-process leasehold.Store: for tests, for
+// Package memstore is an in-process driver.Store: for tests, for
 // single-process applications, and as the embedded default of the CLI.
 //
 // It gives every guarantee of the Store contract within one process: atomic
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // sweepEvery is how many acquires pass between sweeps of expired leases. The
@@ -41,9 +42,9 @@ type entry struct {
 }
 
 var (
-	_ leasehold.Store           = (*Store)(nil)
-	_ leasehold.ReleaseNotifier = (*Store)(nil)
-	_ leasehold.BatchRenewer    = (*Store)(nil)
+	_ driver.Store           = (*Store)(nil)
+	_ driver.ReleaseNotifier = (*Store)(nil)
+	_ driver.BatchRenewer    = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -83,9 +84,9 @@ func (s *Store) held(key string, now time.Time) (entry, bool) {
 	return e, ok
 }
 
-// Acquire implements leasehold.Store.
+// Acquire implements driver.Store.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,9 +110,9 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	return fence, nil
 }
 
-// Release implements leasehold.Store.
+// Release implements driver.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := leasehold.ValidateRelease(key, token); err != nil {
+	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -132,9 +133,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Renew implements leasehold.Store.
+// Renew implements driver.Store.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -150,9 +151,9 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	return nil
 }
 
-// RenewBatch implements leasehold.BatchRenewer: every item is checked and
+// RenewBatch implements driver.BatchRenewer: every item is checked and
 // renewed as by Renew, all under one lock and one reading of the clock.
-func (s *Store) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []error {
+func (s *Store) RenewBatch(ctx context.Context, items []driver.RenewItem) []error {
 	errs := make([]error, len(items))
 	if err := ctx.Err(); err != nil {
 		for i := range errs {
@@ -164,7 +165,7 @@ func (s *Store) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []e
 	defer s.mu.Unlock()
 	now := s.now()
 	for i, it := range items {
-		if err := leasehold.ValidateAcquire(it.Key, it.Token, it.TTL); err != nil {
+		if err := driver.ValidateAcquire(it.Key, it.Token, it.TTL); err != nil {
 			errs[i] = err
 			continue
 		}
@@ -177,27 +178,27 @@ func (s *Store) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []e
 	return errs
 }
 
-// Inspect implements leasehold.Store.
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
-		return leasehold.Info{}, err
+// Inspect implements driver.Store.
+func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return leasehold.Info{}, err
+		return driver.Info{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	info := leasehold.Info{Key: key, Fence: s.fences[key]}
+	info := driver.Info{Key: key, Fence: s.fences[key]}
 	if e, ok := s.held(key, now); ok {
 		info.Held, info.Token, info.TTL = true, e.token, e.expires.Sub(now)
 	}
 	return info, nil
 }
 
-// WatchReleases implements leasehold.ReleaseNotifier.
+// WatchReleases implements driver.ReleaseNotifier.
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	ch := make(chan struct{}, 1)

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 	"github.com/leasehold/leasehold/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(*testing.T) leasehold.Store { return memstore.New() })
+	storetest.Run(t, func(*testing.T) driver.Store { return memstore.New() })
 }
 
 // fakeClock is moved by the test; no test here sleeps.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
@@ -92,7 +93,7 @@ func TestFencesRiseAcrossRestartAndCrash(t *testing.T) {
 	if err := crash(srv); err != nil {
 		t.Fatal(err)
 	}
-	var info leasehold.Info
+	var info driver.Info
 	retry(t, "inspect after the second crash", func() (err error) { info, err = s.Inspect(ctx, key); return err })
 	if !info.Held || info.Token != tok || info.Fence != last {
 		t.Fatalf("after a crash Inspect = %+v, want held by %q with fence %d", info, tok, last)
@@ -188,9 +189,9 @@ func TestStoppedServerIsAnError(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var info leasehold.Info
+	var info driver.Info
 	retry(t, "inspect after the start", func() (err error) { info, err = s.Inspect(t.Context(), key); return err })
-	if info != (leasehold.Info{Key: key}) {
+	if info != (driver.Info{Key: key}) {
 		t.Fatalf("after failed acquires Inspect = %+v, want no lease and no fence", info)
 	}
 }
@@ -227,7 +228,7 @@ func TestLostAcquireReplyIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info != (leasehold.Info{Key: key, Fence: 1}) {
+	if info != (driver.Info{Key: key, Fence: 1}) {
 		t.Fatalf("after a lost acquire reply Inspect = %+v, want released with fence 1", info)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 func TestIntervalRoundsUpToMicroseconds(t *testing.T) {
@@ -15,9 +15,9 @@ func TestIntervalRoundsUpToMicroseconds(t *testing.T) {
 		{1, 1},
 		{time.Microsecond, 1},
 		{time.Microsecond + 1, 2},
-		{leasehold.MinTTL, 1000},
-		{leasehold.MinTTL + 1, 1001},
-		{leasehold.MaxTTL, 86_400_000_000},
+		{driver.MinTTL, 1000},
+		{driver.MinTTL + 1, 1001},
+		{driver.MaxTTL, 86_400_000_000},
 	} {
 		got := interval(tc.ttl)
 		if !got.Valid || got.Microseconds != tc.want || got.Days != 0 || got.Months != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // DefaultTable is the table New uses without WithTable. It carries the
@@ -26,8 +27,8 @@ const DefaultTable = "leasehold_leases"
 const maxIdentLen = 63
 
 var (
-	_ leasehold.Store           = (*Store)(nil)
-	_ leasehold.ReleaseNotifier = (*Store)(nil)
+	_ driver.Store           = (*Store)(nil)
+	_ driver.ReleaseNotifier = (*Store)(nil)
 )
 
 // Option configures New.
@@ -54,7 +55,7 @@ func WithChannel(name string) Option {
 	return func(c *config) { c.channel = name }
 }
 
-// Store is a leasehold.Store on PostgreSQL: one row per key in a table made
+// Store is a driver.Store on PostgreSQL: one row per key in a table made
 // by Migrate. It is safe for concurrent use.
 type Store struct {
 	pool    *pgxpool.Pool
@@ -215,14 +216,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Acquire implements leasehold.Store in one statement and one round trip,
+// Acquire implements driver.Store in one statement and one round trip,
 // on the database's clock. It returns the new fence; a *leasehold.HeldError
 // carrying the holder's remaining TTL when the key is held; an
 // *leasehold.ArgumentError for bad input (nothing is sent then); and any
 // other error, wrapped as "pgstore: acquire", when the database could not
 // answer. After such an error the acquire may or may not have been applied.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
 	var (
@@ -242,12 +243,12 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	return 0, held
 }
 
-// Release implements leasehold.Store in one round trip: it clears the owner
+// Release implements driver.Store in one round trip: it clears the owner
 // if the key holds token and has not expired, and announces the release to
 // waiters (pg_notify) in the same statement. It returns
 // leasehold.ErrNotOwned when the key is not held with token.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := leasehold.ValidateRelease(key, token); err != nil {
+	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.releaseSQL, key, token, s.channel)
@@ -260,11 +261,11 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Renew implements leasehold.Store in one round trip: it sets the lease to
+// Renew implements driver.Store in one round trip: it sets the lease to
 // end ttl from now (it may shorten it) if the key holds token and has not
 // expired. It returns leasehold.ErrNotOwned otherwise.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.renewSQL, key, token, interval(ttl))
@@ -277,13 +278,13 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	return nil
 }
 
-// Inspect implements leasehold.Store in one round trip. A key never
+// Inspect implements driver.Store in one round trip. A key never
 // acquired has no row and reports the zero Info.
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
-		return leasehold.Info{}, err
+func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
 	}
-	info := leasehold.Info{Key: key}
+	info := driver.Info{Key: key}
 	var (
 		token *string
 		ttl   *time.Duration
@@ -293,7 +294,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 	case errors.Is(err, pgx.ErrNoRows):
 		return info, nil
 	case err != nil:
-		return leasehold.Info{Key: key}, fmt.Errorf("pgstore: inspect %q: %w", key, err)
+		return driver.Info{Key: key}, fmt.Errorf("pgstore: inspect %q: %w", key, err)
 	}
 	if token != nil {
 		info.Held, info.Token = true, *token
@@ -304,7 +305,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 	return info, nil
 }
 
-// WatchReleases implements leasehold.ReleaseNotifier with LISTEN/NOTIFY.
+// WatchReleases implements driver.ReleaseNotifier with LISTEN/NOTIFY.
 // All watches of a Store share one connection, which LISTENs on the Store's
 // channel once; the key travels in the notification's payload. The first
 // watch opens that connection and starts the goroutine that reads it (Close
@@ -318,7 +319,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 // down; the error says why the last attempt failed), and ErrClosed after
 // Close.
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	return s.listener.watch(ctx, key)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -100,7 +101,7 @@ func newTable(t testing.TB, p *pgxpool.Pool) (*pgstore.Store, string) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) leasehold.Store { return newStore(t, pool) })
+	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, pool) })
 }
 
 // A store on a schema-qualified table, with a channel of its own.
@@ -115,7 +116,7 @@ func TestConformanceQualifiedTable(t *testing.T) {
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
-	storetest.Run(t, func(t *testing.T) leasehold.Store { return s })
+	storetest.Run(t, func(t *testing.T) driver.Store { return s })
 }
 
 func TestConcurrentMigrate(t *testing.T) {
@@ -188,7 +189,7 @@ func TestInspectAfterExpiryKeepsFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info != (leasehold.Info{Key: key, Fence: f}) {
+	if info != (driver.Info{Key: key, Fence: f}) {
 		t.Fatalf("Inspect after expiry = %+v, want not held, fence %d", info, f)
 	}
 }

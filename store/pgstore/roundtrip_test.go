@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/storetest"
 )
 
@@ -210,7 +211,7 @@ func TestTTLReachesServerRoundedUp(t *testing.T) {
 		{time.Millisecond + time.Nanosecond, "00:00:00.001001"},
 		{time.Millisecond + 999*time.Nanosecond, "00:00:00.001001"},
 		{1500*time.Millisecond + 1001*time.Nanosecond, "00:00:01.500002"},
-		{leasehold.MaxTTL, "24:00:00"},
+		{driver.MaxTTL, "24:00:00"},
 	} {
 		key, tok := storetest.Key(t), leasehold.NewToken()
 		if _, err := s.Acquire(ctx, key, tok, tc.ttl); err != nil {

@@ -30,7 +30,7 @@
 //     outside 1..MaxInt64, "nan", "1e300") makes Acquire fail, writing
 //     nothing, with an error naming the counter; deleting the counter
 //     restarts it from the clock. Keys starting with "leasehold:" are
-//     refused (leasehold.ReservedPrefix), so no lock key reaches a counter.
+//     refused (driver.ReservedPrefix), so no lock key reaches a counter.
 //
 // # The clock condition
 //

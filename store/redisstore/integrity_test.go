@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -115,7 +116,7 @@ func TestInternalKeysAreOutOfReach(t *testing.T) {
 		}
 		_, err := s.Inspect(ctx, k)
 		wantKeyArg(t, "Inspect("+k+")", err)
-		for _, e := range s.RenewBatch(ctx, []leasehold.RenewItem{{Key: k, Token: tok, TTL: time.Minute}}) {
+		for _, e := range s.RenewBatch(ctx, []driver.RenewItem{{Key: k, Token: tok, TTL: time.Minute}}) {
 			wantKeyArg(t, "RenewBatch("+k+")", e)
 		}
 	}

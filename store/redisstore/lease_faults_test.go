@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -92,7 +93,7 @@ func newFaultStore(t *testing.T) *faultStore {
 
 // clientOf is a Client on s reporting to obs and logging to logs (both
 // optional).
-func clientOf(s leasehold.Store, obs *events, logs slog.Handler) *leasehold.Client {
+func clientOf(s driver.Store, obs *events, logs slog.Handler) *leasehold.Client {
 	if logs == nil {
 		logs = slog.DiscardHandler
 	}

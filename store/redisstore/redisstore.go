@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/redisslot"
 	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
 )
@@ -47,12 +48,12 @@ var (
 )
 
 var (
-	_ leasehold.Store           = (*Store)(nil)
-	_ leasehold.ReleaseNotifier = (*Store)(nil)
-	_ leasehold.BatchRenewer    = (*Store)(nil)
+	_ driver.Store           = (*Store)(nil)
+	_ driver.ReleaseNotifier = (*Store)(nil)
+	_ driver.BatchRenewer    = (*Store)(nil)
 )
 
-// Store is a leasehold.Store on Redis. It is safe for concurrent use.
+// Store is a driver.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
 	subs   subscriptions
@@ -203,13 +204,13 @@ func millis(ttl time.Duration) int64 {
 	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
-// Acquire implements leasehold.Store in one round trip (once the script is
+// Acquire implements driver.Store in one round trip (once the script is
 // cached on the server). Besides the Store's errors, it refuses, writing
 // nothing, a key whose fence counter holds anything but a decimal in
 // 1..math.MaxInt64 (someone else wrote it) or has reached math.MaxInt64: the
 // error names the counter, and deleting it restarts it from the clock.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
 	if !s.evictionOK.Load() {
@@ -258,9 +259,9 @@ func acquireError(key string, err error) error {
 	return fmt.Errorf("redisstore: acquire %q: %w", key, err)
 }
 
-// Release implements leasehold.Store in one round trip.
+// Release implements driver.Store in one round trip.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := leasehold.ValidateRelease(key, token); err != nil {
+	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
 	n, err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
@@ -273,9 +274,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Renew implements leasehold.Store in one round trip.
+// Renew implements driver.Store in one round trip.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := leasehold.ValidateAcquire(key, token, ttl); err != nil {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
 	n, err := renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
@@ -288,7 +289,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	return nil
 }
 
-// RenewBatch implements leasehold.BatchRenewer: the renew script once per
+// RenewBatch implements driver.BatchRenewer: the renew script once per
 // item, all in one pipeline, so a batch costs one round trip on a single
 // server once the script is cached (the first batch after a restart or a
 // SCRIPT FLUSH costs a second one, with EVAL). A cluster client splits the
@@ -296,12 +297,12 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 // with its *ArgumentError and not sent; an item whose command failed (a
 // timeout, a connection error, a cluster redirect that could not be
 // followed) gets that error: it may or may not have been renewed.
-func (s *Store) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []error {
+func (s *Store) RenewBatch(ctx context.Context, items []driver.RenewItem) []error {
 	errs := make([]error, len(items))
 	calls := make([]rscript.Call, 0, len(items))
 	sent := make([]int, 0, len(items)) // item index of each call
 	for i, it := range items {
-		if err := leasehold.ValidateAcquire(it.Key, it.Token, it.TTL); err != nil {
+		if err := driver.ValidateAcquire(it.Key, it.Token, it.TTL); err != nil {
 			errs[i] = err
 			continue
 		}
@@ -323,16 +324,16 @@ func (s *Store) RenewBatch(ctx context.Context, items []leasehold.RenewItem) []e
 	return errs
 }
 
-// Inspect implements leasehold.Store in one round trip.
-func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
-		return leasehold.Info{}, err
+// Inspect implements driver.Store in one round trip.
+func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, err
 	}
 	res, err := inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
 	if err != nil {
-		return leasehold.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
+		return driver.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}
-	info := leasehold.Info{Key: key}
+	info := driver.Info{Key: key}
 	if len(res) != 3 {
 		return info, fmt.Errorf("redisstore: inspect %q: unexpected reply %v", key, res)
 	}
@@ -351,12 +352,12 @@ func (s *Store) Inspect(ctx context.Context, key string) (leasehold.Info, error)
 	return info, nil
 }
 
-// WatchReleases implements leasehold.ReleaseNotifier over Redis pub/sub. All
+// WatchReleases implements driver.ReleaseNotifier over Redis pub/sub. All
 // watches of a Store share one pub/sub connection. It returns once the server
 // has confirmed the subscription, so a release after that is not missed
 // unless the connection drops.
 func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
 	return s.subs.watch(ctx, ReleaseChannel(key))

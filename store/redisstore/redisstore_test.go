@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -59,14 +60,14 @@ func clusterClient(addrs []string) *redis.ClusterClient {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) leasehold.Store {
+	storetest.Run(t, func(t *testing.T) driver.Store {
 		return newStore(t, singleClient(shared.Addr()))
 	})
 }
 
 func TestConformanceCluster(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
-	storetest.Run(t, func(t *testing.T) leasehold.Store {
+	storetest.Run(t, func(t *testing.T) driver.Store {
 		return newStore(t, clusterClient(cluster.Addrs()))
 	})
 }
@@ -406,7 +407,7 @@ func TestClosedStoreRefusesWatches(t *testing.T) {
 
 func TestOddKeysAreValid(t *testing.T) {
 	for _, k := range oddKeys {
-		if err := leasehold.ValidateKey(k); (err != nil) != (k == "") {
+		if err := driver.ValidateKey(k); (err != nil) != (k == "") {
 			t.Errorf("ValidateKey(%q) = %v", k, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 
@@ -90,10 +91,10 @@ func (h *pipeHook) counts() (pipes []int, single []string) {
 	return append([]int(nil), h.pipes...), append([]string(nil), h.single...)
 }
 
-func items(n int, prefix, token string, ttl time.Duration) []leasehold.RenewItem {
-	its := make([]leasehold.RenewItem, n)
+func items(n int, prefix, token string, ttl time.Duration) []driver.RenewItem {
+	its := make([]driver.RenewItem, n)
 	for i := range its {
-		its[i] = leasehold.RenewItem{Key: fmt.Sprintf("%s:%d", prefix, i), Token: token, TTL: ttl}
+		its[i] = driver.RenewItem{Key: fmt.Sprintf("%s:%d", prefix, i), Token: token, TTL: ttl}
 	}
 	return its
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/redisslot"
 	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
@@ -138,7 +139,7 @@ func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceTo
 		return nil, &leasehold.ArgumentError{Arg: "keys", Reason: "empty: a fenced script needs the key its fence guards"}
 	}
 	for _, k := range keys {
-		if err := leasehold.ValidateKey(k); err != nil {
+		if err := driver.ValidateKey(k); err != nil {
 			return nil, err
 		}
 	}
@@ -177,7 +178,7 @@ func (w *Writer) Write(ctx context.Context, key string, fence int64, value []byt
 
 // Read implements fence.Register: key's value, written by Set, and its mark.
 func (w *Writer) Read(ctx context.Context, key string) ([]byte, int64, error) {
-	if err := leasehold.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, 0, err
 	}
 	res, err := readScript.Run(ctx, w.client, []string{key, HighWaterKey(key)}).Slice()

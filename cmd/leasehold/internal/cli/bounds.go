@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Bounds of the numeric flags: out of range is a usage error naming the
@@ -64,7 +65,7 @@ func firstError(errs ...error) error {
 // out of leasehold's range.
 func checkTTLSum(execP99, jitter, guard time.Duration) error {
 	var ae *leasehold.ArgumentError
-	if err := leasehold.ValidateTTL(execP99 + jitter + guard); errors.As(err, &ae) {
+	if err := driver.ValidateTTL(execP99 + jitter + guard); errors.As(err, &ae) {
 		return usagef("invalid ttl (--exec-p99 + --jitter + --guard): %s", ae.Reason)
 	} else if err != nil {
 		return usageError{err}

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/etcdstore"
 )
 
@@ -48,7 +48,7 @@ func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Durati
 		close:   func() { st.Close(); client.Close() },
 		probe:   func() error { return probeTCP(eps, probeTimeout) },
 	}
-	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(leasehold.Info) bool) error {
+	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(driver.Info) bool) error {
 		return etcdList(ctx, b, client, st, pattern, pageSize, emit)
 	}
 	return b, nil
@@ -95,7 +95,7 @@ func parseEtcdEndpoints(endpoints string) ([]string, error) {
 // key order, keeps those whose name matches the whole pattern, and inspects
 // each (the store's Inspect: its owner, its lease's remaining time, its
 // fence). A key released between the two reads is left out.
-func etcdList(ctx context.Context, b *backend, client *clientv3.Client, st *etcdstore.Store, pattern string, pageSize int, emit func(leasehold.Info) bool) error {
+func etcdList(ctx context.Context, b *backend, client *clientv3.Client, st *etcdstore.Store, pattern string, pageSize int, emit func(driver.Info) bool) error {
 	g := compileGlob(pattern)
 	lockPrefix := st.LockKey("")
 	start := st.LockKey(g.prefix)
@@ -113,7 +113,7 @@ func etcdList(ctx context.Context, b *backend, client *clientv3.Client, st *etcd
 		}
 		for _, kv := range resp.Kvs {
 			key := strings.TrimPrefix(string(kv.Key), lockPrefix)
-			if !g.match(key) || leasehold.ValidateKey(key) != nil {
+			if !g.match(key) || driver.ValidateKey(key) != nil {
 				continue
 			}
 			info, err := b.inspect(ctx, key)

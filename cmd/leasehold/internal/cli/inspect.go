@@ -5,9 +5,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/leasehold/leasehold/driver"
 	"github.com/spf13/cobra"
-
-	"github.com/leasehold/leasehold"
 )
 
 // inspectCommand is "leasehold inspect KEY".
@@ -34,7 +33,7 @@ store is asked, exit code 2. --json prints one object with the same fields.`,
 		Args: exactArgs("KEY"),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := leasehold.ValidateKey(key); err != nil {
+			if err := driver.ValidateKey(key); err != nil {
 				return err
 			}
 			b, err := a.openBackend(cmd.Context(), cmd)

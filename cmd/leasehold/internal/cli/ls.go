@@ -6,9 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/leasehold/leasehold/driver"
 	"github.com/spf13/cobra"
-
-	"github.com/leasehold/leasehold"
 )
 
 // Defaults of ls.
@@ -89,7 +88,7 @@ which ones, on Redis, depends on SCAN's order. Every store call is bounded by
 				views     []lockView
 				truncated bool
 			)
-			err = b.list(cmd.Context(), pattern, pageSize, func(info leasehold.Info) bool {
+			err = b.list(cmd.Context(), pattern, pageSize, func(info driver.Info) bool {
 				if len(views) == limit {
 					truncated = true
 					return false

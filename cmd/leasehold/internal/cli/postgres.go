@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
 
@@ -52,7 +52,7 @@ func openPostgres(ctx context.Context, dsn, table string, timeout time.Duration)
 		close:   func() { st.Close(); pool.Close() },
 	}
 	quoted := pgx.Identifier(strings.Split(table, ".")).Sanitize()
-	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(leasehold.Info) bool) error {
+	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(driver.Info) bool) error {
 		return pgList(ctx, b, pool, quoted, table, pattern, pageSize, emit)
 	}
 	return b, nil
@@ -113,19 +113,19 @@ func pgReason(err error) string {
 // pgList pages through the held locks whose key matches pattern (translated
 // to LIKE), pageSize rows per statement, in key order (keyset pagination, so
 // each page is an index range scan, never an OFFSET).
-func pgList(ctx context.Context, b *backend, pool *pgxpool.Pool, quoted, table, pattern string, pageSize int, emit func(leasehold.Info) bool) error {
+func pgList(ctx context.Context, b *backend, pool *pgxpool.Pool, quoted, table, pattern string, pageSize int, emit func(driver.Info) bool) error {
 	like := compileGlob(pattern).like
 	query := fmt.Sprintf(pgListSQL, quoted)
 	after := ""
 	for {
-		var page []leasehold.Info
+		var page []driver.Info
 		err := b.call(ctx, func(ctx context.Context) error {
 			rows, err := pool.Query(ctx, query, like, after, pageSize)
 			if err != nil {
 				return tableHint(err, table)
 			}
-			page, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (leasehold.Info, error) {
-				info := leasehold.Info{Held: true}
+			page, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Info, error) {
+				info := driver.Info{Held: true}
 				err := row.Scan(&info.Key, &info.Token, &info.Fence, &info.TTL)
 				return info, err
 			})
@@ -154,7 +154,7 @@ type pgTableHint struct {
 }
 
 // Inspect is pgstore's, with tableHint on its error.
-func (s *pgTableHint) Inspect(ctx context.Context, key string) (leasehold.Info, error) {
+func (s *pgTableHint) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	info, err := s.Store.Inspect(ctx, key)
 	return info, tableHint(err, s.table)
 }

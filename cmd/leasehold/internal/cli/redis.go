@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/redisstore"
 )
 
@@ -59,7 +59,7 @@ func openRedis(rawURL string, timeout time.Duration) (*backend, error) {
 		store:   st,
 		close:   func() { st.Close(); client.Close() },
 	}
-	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(leasehold.Info) bool) error {
+	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(driver.Info) bool) error {
 		return redisList(ctx, b, client, pattern, pageSize, emit)
 	}
 	return b, nil
@@ -90,7 +90,7 @@ func redisReason(err error) string {
 // writes one, so application strings that merely match the pattern are
 // left out). Keys under ownPrefix and keys that are not valid lock keys are
 // skipped. Memory is one page, whatever the keyspace's size.
-func redisList(ctx context.Context, b *backend, client *redis.Client, pattern string, pageSize int, emit func(leasehold.Info) bool) error {
+func redisList(ctx context.Context, b *backend, client *redis.Client, pattern string, pageSize int, emit func(driver.Info) bool) error {
 	var cursor uint64
 	for {
 		var keys []string
@@ -104,12 +104,12 @@ func redisList(ctx context.Context, b *backend, client *redis.Client, pattern st
 		}
 		cands := keys[:0]
 		for _, k := range keys {
-			if !strings.HasPrefix(k, ownPrefix) && leasehold.ValidateKey(k) == nil {
+			if !strings.HasPrefix(k, ownPrefix) && driver.ValidateKey(k) == nil {
 				cands = append(cands, k)
 			}
 		}
 		if len(cands) > 0 {
-			var infos []leasehold.Info
+			var infos []driver.Info
 			err := b.call(ctx, func(ctx context.Context) error {
 				var err error
 				infos, err = redisReadPage(ctx, client, cands)
@@ -133,7 +133,7 @@ func redisList(ctx context.Context, b *backend, client *redis.Client, pattern st
 // redisReadPage reads keys' owners, TTLs and fences in one transaction, so
 // that each key's three values are of the same instant, and returns the held
 // locks among them, in keys' order.
-func redisReadPage(ctx context.Context, client *redis.Client, keys []string) ([]leasehold.Info, error) {
+func redisReadPage(ctx context.Context, client *redis.Client, keys []string) ([]driver.Info, error) {
 	type reads struct {
 		token *redis.StringCmd
 		pttl  *redis.DurationCmd
@@ -148,7 +148,7 @@ func redisReadPage(ctx context.Context, client *redis.Client, keys []string) ([]
 		}
 		return nil
 	})
-	var infos []leasehold.Info
+	var infos []driver.Info
 	for i, k := range keys {
 		r := rs[i]
 		for _, c := range []redis.Cmder{r.token, r.pttl, r.fence} {
@@ -167,7 +167,7 @@ func redisReadPage(ctx context.Context, client *redis.Client, keys []string) ([]
 		if err != nil || fence <= 0 {
 			continue
 		}
-		infos = append(infos, leasehold.Info{Key: k, Held: true, Token: r.token.Val(), TTL: ttl, Fence: fence})
+		infos = append(infos, driver.Info{Key: k, Held: true, Token: r.token.Val(), TTL: ttl, Fence: fence})
 	}
 	return infos, nil
 }

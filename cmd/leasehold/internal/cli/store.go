@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // errNoStore is the answer of a command that needs a store when none was
@@ -18,18 +19,18 @@ import (
 var errNoStore = usageError{errors.New("no store selected: pass --redis, --etcd or --postgres")}
 
 // backend is the store a command runs against, with what it needs beyond
-// leasehold.Store: a way to list held locks, and names for messages.
+// driver.Store: a way to list held locks, and names for messages.
 type backend struct {
 	kind    string // "redis", "etcd" or "postgres"
 	where   string // the address, for messages and output; never a password
 	timeout time.Duration
-	store   leasehold.Store
+	store   driver.Store
 
 	// list calls emit with every lock held now whose key matches pattern
 	// (a Redis glob on Redis; see compileGlob for the others), reading
 	// pageSize keys per store call, until emit returns false or the keys
 	// run out. Each store call is bounded by timeout.
-	list func(ctx context.Context, pattern string, pageSize int, emit func(leasehold.Info) bool) error
+	list func(ctx context.Context, pattern string, pageSize int, emit func(driver.Info) bool) error
 
 	close func()
 
@@ -65,8 +66,8 @@ func (b *backend) call(ctx context.Context, f func(ctx context.Context) error) e
 }
 
 // inspect is the store's Inspect, bounded by the timeout.
-func (b *backend) inspect(ctx context.Context, key string) (leasehold.Info, error) {
-	var info leasehold.Info
+func (b *backend) inspect(ctx context.Context, key string) (driver.Info, error) {
+	var info driver.Info
 	err := b.call(ctx, func(ctx context.Context) error {
 		var err error
 		info, err = b.store.Inspect(ctx, key)

@@ -7,9 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leasehold/leasehold/driver"
 	"github.com/spf13/cobra"
-
-	"github.com/leasehold/leasehold"
 )
 
 // DefaultQuantile is the quantile ttl --from reads as the exec p99: the
@@ -164,20 +163,20 @@ says so.`,
 	return cmd
 }
 
-// checkTTLFlags checks ttl's durations against leasehold.MaxTTL, and their
+// checkTTLFlags checks ttl's durations against driver.MaxTTL, and their
 // sum, the TTL, when --exec-p99 is given.
 func checkTTLFlags(in PlanInput, fromURL bool) error {
 	err := firstError(
-		checkDuration("--jitter", in.Jitter, 0, leasehold.MaxTTL),
-		checkDuration("--guard", in.Guard, 0, leasehold.MaxTTL),
-		checkDuration("--retry", in.Retry, 0, leasehold.MaxTTL),
-		checkDuration("--slo", in.SLO, 0, leasehold.MaxTTL),
+		checkDuration("--jitter", in.Jitter, 0, driver.MaxTTL),
+		checkDuration("--guard", in.Guard, 0, driver.MaxTTL),
+		checkDuration("--retry", in.Retry, 0, driver.MaxTTL),
+		checkDuration("--slo", in.SLO, 0, driver.MaxTTL),
 	)
 	if err != nil || fromURL {
 		return err
 	}
 	return firstError(
-		checkDuration("--exec-p99", in.ExecP99, 1, leasehold.MaxTTL),
+		checkDuration("--exec-p99", in.ExecP99, 1, driver.MaxTTL),
 		checkTTLSum(in.ExecP99, in.Jitter, in.Guard),
 	)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // DefaultRetry is the waiter's retry delay the takeover bound assumes when
@@ -67,7 +68,7 @@ type Plan struct {
 // with its renewal interval, local deadline and takeover bound, and checks
 // the takeover bound against the SLO. It returns an *leasehold.ArgumentError
 // when an input is negative, the exec p99 is not positive, or the TTL is out
-// of the range every store accepts (leasehold.MinTTL to leasehold.MaxTTL).
+// of the range every store accepts (driver.MinTTL to driver.MaxTTL).
 // An SLO that cannot be met is not an error: Plan.SLOMet is false.
 func PlanTTL(in PlanInput) (Plan, error) {
 	for _, d := range []struct {
@@ -77,15 +78,15 @@ func PlanTTL(in PlanInput) (Plan, error) {
 		switch {
 		case d.v < 0:
 			return Plan{}, &leasehold.ArgumentError{Arg: d.name, Reason: fmt.Sprintf("%v is negative", d.v)}
-		case d.v > leasehold.MaxTTL:
-			return Plan{}, &leasehold.ArgumentError{Arg: d.name, Reason: fmt.Sprintf("%v is longer than %v", d.v, leasehold.MaxTTL)}
+		case d.v > driver.MaxTTL:
+			return Plan{}, &leasehold.ArgumentError{Arg: d.name, Reason: fmt.Sprintf("%v is longer than %v", d.v, driver.MaxTTL)}
 		}
 	}
 	if in.ExecP99 == 0 {
 		return Plan{}, &leasehold.ArgumentError{Arg: "exec p99", Reason: "not given or zero"}
 	}
 	p := Plan{PlanInput: in, TTL: in.ExecP99 + in.Jitter + in.Guard}
-	if err := leasehold.ValidateTTL(p.TTL); err != nil {
+	if err := driver.ValidateTTL(p.TTL); err != nil {
 		return Plan{}, err
 	}
 	p.RenewInterval = p.TTL / leasehold.DefaultRenewDivisor

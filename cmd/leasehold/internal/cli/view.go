@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Lock classes, the recipe a lock path follows (docs/lock-inventory.md).
@@ -57,7 +58,7 @@ type lockView struct {
 }
 
 // newLockView describes info, read from b.
-func newLockView(info leasehold.Info, b *backend) lockView {
+func newLockView(info driver.Info, b *backend) lockView {
 	ns := leasehold.DefaultNamespace(info.Key)
 	v := lockView{
 		Key: info.Key, Held: info.Held, Fence: info.Fence,

@@ -1,4 +1,4 @@
-package leasehold
+package driver
 
 import (
 	"context"
