@@ -12,11 +12,14 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // sweepEvery is how many acquires pass between sweeps of expired leases. The
@@ -44,6 +47,7 @@ var (
 	_ leasehold.Store           = (*Store)(nil)
 	_ leasehold.ReleaseNotifier = (*Store)(nil)
 	_ leasehold.BatchRenewer    = (*Store)(nil)
+	_ leasehold.Lister          = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -219,4 +223,35 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		})
 	}
 	return ch, stop, nil
+}
+
+// List implements leasehold.Lister in key order (bytewise) across calls: next
+// is the last key returned, and each call returns limit locks unless it is
+// the last. It sorts the matching held keys, so a call costs O(n log n) for
+// n held keys.
+func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]leasehold.Info, string, error) {
+	g, err := keyglob.Check(pattern, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	infos := []leasehold.Info{}
+	for k := range s.locks {
+		if k <= after || !g.Match(k) {
+			continue
+		}
+		if e, ok := s.held(k, now); ok {
+			infos = append(infos, leasehold.Info{Key: k, Held: true, Token: e.token, TTL: e.expires.Sub(now), Fence: s.fences[k]})
+		}
+	}
+	slices.SortFunc(infos, func(a, b leasehold.Info) int { return cmp.Compare(a.Key, b.Key) })
+	if len(infos) <= limit {
+		return infos, "", nil
+	}
+	return infos[:limit], infos[limit-1].Key, nil
 }
