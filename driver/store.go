@@ -84,3 +84,42 @@ type BatchRenewer interface {
 	// another's renewal.
 	RenewBatch(ctx context.Context, items []RenewItem) []error
 }
+
+// MaxListLimit is the largest limit Lister.List takes: one call stays one
+// short read for the store (a SCAN step, a range, a page of rows).
+const MaxListLimit = 10_000
+
+// Lister is an optional Store ability: listing the locks held now whose keys
+// match a pattern, one page per call. The operator CLI's ls is built on it.
+type Lister interface {
+	// List returns up to limit locks held now whose key matches pattern,
+	// each as Inspect would report it (Held true, Token, TTL, Fence), sorted
+	// by key (bytewise) within the call, and next, the after of the next
+	// call; next is "" when the listing is done. after is "" to start, or
+	// the next of an earlier call with the same pattern.
+	//
+	// A call may return fewer than limit locks, even none, and a non-empty
+	// next: only next == "" ends the listing. Infos is never nil without an
+	// error. Keys not held now (released, expired, never taken) are not
+	// listed, even when a fence remains: Inspect shows those.
+	//
+	// A key held and matching from the first call to the last is listed at
+	// least once; a key acquired, released or expired meanwhile may or may
+	// not be. Across calls the order is the store's own, which each store
+	// documents; a store whose order is not key order (Redis) may list a
+	// key on more than one page, so callers that want each key once keep
+	// the keys they have seen.
+	//
+	// The pattern is matched against the whole key: * is any run of
+	// characters (possibly empty, ':' and '/' included), ? one character (a
+	// code point), [set] one character in set and [^set] one not in it (set
+	// is characters and ranges such as a-z), and \c the character c itself,
+	// in a set or not. Every other character stands for itself.
+	//
+	// It returns an *ArgumentError, reading nothing, for a bad pattern
+	// (empty, longer than 2×MaxKeyLen bytes, not UTF-8, a control
+	// character, an unclosed or empty set, a range whose ends are reversed,
+	// a trailing lone \), a limit outside 1..MaxListLimit, or an after the
+	// store cannot have returned (Arg "pattern", "limit" or "after").
+	List(ctx context.Context, pattern, after string, limit int) (infos []Info, next string, err error)
+}

@@ -47,6 +47,9 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		{"CancelledContextNeverAcquires", testCancelledContext},
 		{"ReleaseWakesWatchers", testReleaseWakesWatchers},
 		{"RenewBatchPerItem", testRenewBatch},
+		{"ListHeldLocks", testListHeldLocks},
+		{"ListPatterns", testListPatterns},
+		{"ListBadArguments", testListBadArguments},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,6 +27,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"inspect", "k"}, "no store selected: pass --redis, --etcd or --postgres"},
 		{[]string{"ls", "x"}, "no store selected"},
 		{[]string{"ls", "--redis", closed}, "ls needs PATTERN"},
+		{[]string{"ls", "--redis", closed, "cordum:[a-"}, "invalid pattern: the [ at character 8 is not closed"},
+		{[]string{"ls", "--postgres", "postgres://x@" + closedAddr(t) + "/db", `trailing\`}, "invalid pattern: a trailing"},
 		{[]string{"inspect", "--redis", closed, "bad\x07key"}, "invalid key: control character U+0007"},
 		{[]string{"inspect", "--redis", closed, ""}, "invalid key: empty"},
 		{[]string{"inspect", "--redis", "http://127.0.0.1:6379", "k"}, "--redis: invalid URL (not shown: it may contain a password): the scheme is not redis://"},

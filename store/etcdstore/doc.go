@@ -25,6 +25,9 @@
 //     takes one more round trip for its lease's TimeToLive.
 //   - WatchReleases: a watch on the lock key for DELETE events, created once
 //     per key and shared by that key's waiters in this Store.
+//   - List (driver.Lister): one range over the lock keys, a Txn of fence
+//     reads at that revision per 64 matching keys, and a TimeToLive per
+//     matching lock, 16 in flight.
 //
 // # Guarantees
 //
@@ -94,5 +97,6 @@
 //
 // The Store starts one goroutine per key that has waiters, to read its
 // watch; the key's last waiter stops it, and Close stops all of them and
-// waits for them.
+// waits for them. List looks leases up on up to 16 goroutines of its own,
+// which end before it returns.
 package etcdstore

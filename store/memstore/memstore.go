@@ -12,12 +12,15 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // sweepEvery is how many acquires pass between sweeps of expired leases. The
@@ -45,6 +48,7 @@ var (
 	_ driver.Store           = (*Store)(nil)
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.BatchRenewer    = (*Store)(nil)
+	_ driver.Lister          = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -220,4 +224,35 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		})
 	}
 	return ch, stop, nil
+}
+
+// List implements driver.Lister in key order (bytewise) across calls: next
+// is the last key returned, and each call returns limit locks unless it is
+// the last. It sorts the matching held keys, so a call costs O(n log n) for
+// n held keys.
+func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
+	g, err := keyglob.Check(pattern, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	infos := []driver.Info{}
+	for k := range s.locks {
+		if k <= after || !g.Match(k) {
+			continue
+		}
+		if e, ok := s.held(k, now); ok {
+			infos = append(infos, driver.Info{Key: k, Held: true, Token: e.token, TTL: e.expires.Sub(now), Fence: s.fences[k]})
+		}
+	}
+	slices.SortFunc(infos, func(a, b driver.Info) int { return cmp.Compare(a.Key, b.Key) })
+	if len(infos) <= limit {
+		return infos, "", nil
+	}
+	return infos[:limit], infos[limit-1].Key, nil
 }

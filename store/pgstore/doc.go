@@ -36,7 +36,8 @@
 // round trip. The pool may add a ping before handing out a connection idle
 // for more than a second (pgxpool.Config.ShouldPing). Migrate takes a few
 // round trips in one transaction. WatchReleases takes none once the Store's
-// listening connection is up.
+// listening connection is up. List (driver.Lister) is one statement per
+// page: held rows after the last key read, in the key column's order.
 //
 // # Guarantees
 //

@@ -1,9 +1,11 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // DefaultTable is the table New uses without WithTable. It carries the
@@ -29,6 +32,7 @@ const maxIdentLen = 63
 var (
 	_ driver.Store           = (*Store)(nil)
 	_ driver.ReleaseNotifier = (*Store)(nil)
+	_ driver.Lister          = (*Store)(nil)
 )
 
 // Option configures New.
@@ -62,7 +66,7 @@ type Store struct {
 	table   string // as given, for messages
 	channel string
 
-	migrateSQL, acquireSQL, releaseSQL, renewSQL, inspectSQL string
+	migrateSQL, acquireSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
 
 	listener *listener
 }
@@ -113,6 +117,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		releaseSQL: fmt.Sprintf(releaseSQL, t),
 		renewSQL:   fmt.Sprintf(renewSQL, t),
 		inspectSQL: fmt.Sprintf(inspectSQL, t),
+		listSQL:    fmt.Sprintf(listSQL, t),
 	}
 	s.listener = newListener(pool, c.channel)
 	return s, nil
@@ -175,6 +180,15 @@ SELECT pg_notify($3, key) FROM released`
        CASE WHEN expires_at > now() THEN token END,
        CASE WHEN expires_at > now() THEN expires_at - now() END
   FROM %[1]s WHERE key = $1`
+
+	// listSQL reads a page of held locks (inspectSQL's definition of held)
+	// after the key $2 whose key is LIKE $1, in the key column's order:
+	// keyset pagination on the primary key, never an OFFSET.
+	listSQL = `SELECT key, token, fence, expires_at - now()
+  FROM %[1]s
+ WHERE key LIKE $1 ESCAPE '\' AND key > $2 AND token IS NOT NULL AND expires_at > now()
+ ORDER BY key
+ LIMIT $3`
 )
 
 // interval converts a TTL to the interval PostgreSQL stores, rounding up to
@@ -323,4 +337,47 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 		return nil, nil, err
 	}
 	return s.listener.watch(ctx, key)
+}
+
+// List implements driver.Lister in one statement per call. Across calls
+// the order is the key column's collation (byte order under COLLATE "C"), and
+// next is the last key read. The statement filters with LIKE, the pattern
+// with ? and each [set] widened to "_%" (one character or more, in any
+// encoding), and reads limit + 1 rows; the exact pattern is then applied
+// here, so a call may return fewer than limit locks before the end.
+func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
+	g, err := keyglob.Check(pattern, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	like := g.Coarse(func(r rune) string {
+		if r == '%' || r == '_' || r == '\\' {
+			return `\` + string(r)
+		}
+		return string(r)
+	}, "%", "_%")
+	rows, err := s.pool.Query(ctx, s.listSQL, like, after, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("pgstore: list %q: %w", pattern, err)
+	}
+	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Info, error) {
+		info := driver.Info{Held: true}
+		err := row.Scan(&info.Key, &info.Token, &info.Fence, &info.TTL)
+		return info, err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("pgstore: list %q: %w", pattern, err)
+	}
+	next := ""
+	if len(page) > limit {
+		page, next = page[:limit], page[limit-1].Key
+	}
+	infos := make([]driver.Info, 0, len(page))
+	for _, info := range page {
+		if g.Match(info.Key) {
+			infos = append(infos, info)
+		}
+	}
+	slices.SortFunc(infos, func(a, b driver.Info) int { return cmp.Compare(a.Key, b.Key) })
+	return infos, next, nil
 }

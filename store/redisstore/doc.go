@@ -14,6 +14,10 @@
 // retry once written; a lost reply is returned as an error (the Client then
 // releases an acquire that may have been applied).
 //
+// List (driver.Lister) is one SCAN step and one pipeline of the inspect
+// script per call, never KEYS; across calls it follows SCAN's order, not key
+// order, and on a cluster it walks the primaries one after the other.
+//
 // The client must be made with ContextTimeoutEnabled: true (New checks), so
 // that the deadlines on renewals and releases hold on the socket.
 //

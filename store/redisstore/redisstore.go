@@ -51,6 +51,7 @@ var (
 	_ driver.Store           = (*Store)(nil)
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.BatchRenewer    = (*Store)(nil)
+	_ driver.Lister          = (*Store)(nil)
 )
 
 // Store is a driver.Store on Redis. It is safe for concurrent use.
@@ -333,23 +334,34 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}
-	info := driver.Info{Key: key}
-	if len(res) != 3 {
-		return info, fmt.Errorf("redisstore: inspect %q: unexpected reply %v", key, res)
+	info, _, err := inspectReply(key, res)
+	if err != nil {
+		return info, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}
+	return info, nil
+}
+
+// inspectReply reads the inspect script's reply for key; pttl is PTTL's own
+// answer (-1: the key has no expiry, -2: no key).
+func inspectReply(key string, res []any) (info driver.Info, pttl int64, err error) {
+	info = driver.Info{Key: key}
+	if len(res) != 3 {
+		return info, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	pttl, _ = res[1].(int64)
 	if tok, ok := res[0].(string); ok {
 		info.Held, info.Token = true, tok
-		if pttl, ok := res[1].(int64); ok && pttl > 0 {
+		if pttl > 0 {
 			info.TTL = time.Duration(pttl) * time.Millisecond
 		}
 	}
 	if f, ok := res[2].(string); ok {
 		var ok bool
 		if info.Fence, ok = parseFence(f); !ok {
-			return info, fmt.Errorf("redisstore: inspect %q: fence counter %q holds %.32q, not a decimal in 1..%d", key, FenceKey(key), f, int64(math.MaxInt64))
+			return info, pttl, fmt.Errorf("fence counter %q holds %.32q, not a decimal in 1..%d", FenceKey(key), f, int64(math.MaxInt64))
 		}
 	}
-	return info, nil
+	return info, pttl, nil
 }
 
 // WatchReleases implements driver.ReleaseNotifier over Redis pub/sub. All

@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/etcdstore"
 )
 
@@ -40,18 +39,14 @@ func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Durati
 		client.Close()
 		return nil, err
 	}
-	b := &backend{
+	return &backend{
 		kind:    "etcd",
 		where:   strings.Join(eps, ","),
 		timeout: timeout,
 		store:   st,
 		close:   func() { st.Close(); client.Close() },
 		probe:   func() error { return probeTCP(eps, probeTimeout) },
-	}
-	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(driver.Info) bool) error {
-		return etcdList(ctx, b, client, st, pattern, pageSize, emit)
-	}
-	return b, nil
+	}, nil
 }
 
 // parseEtcdEndpoints splits --etcd into host:port or http(s)://host:port
@@ -88,47 +83,6 @@ func parseEtcdEndpoints(endpoints string) ([]string, error) {
 		return nil, usagef("--etcd needs at least one endpoint, such as 127.0.0.1:2379")
 	}
 	return eps, nil
-}
-
-// etcdList reads the lock keys under the store's lock prefix followed by the
-// pattern's literal prefix, pageSize keys (names only) per range request in
-// key order, keeps those whose name matches the whole pattern, and inspects
-// each (the store's Inspect: its owner, its lease's remaining time, its
-// fence). A key released between the two reads is left out.
-func etcdList(ctx context.Context, b *backend, client *clientv3.Client, st *etcdstore.Store, pattern string, pageSize int, emit func(driver.Info) bool) error {
-	g := compileGlob(pattern)
-	lockPrefix := st.LockKey("")
-	start := st.LockKey(g.prefix)
-	end := clientv3.GetPrefixRangeEnd(start)
-	for {
-		var resp *clientv3.GetResponse
-		err := b.call(ctx, func(ctx context.Context) error {
-			var err error
-			resp, err = client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(int64(pageSize)),
-				clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		for _, kv := range resp.Kvs {
-			key := strings.TrimPrefix(string(kv.Key), lockPrefix)
-			if !g.match(key) || driver.ValidateKey(key) != nil {
-				continue
-			}
-			info, err := b.inspect(ctx, key)
-			if err != nil {
-				return err
-			}
-			if info.Held && !emit(info) {
-				return nil
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
 }
 
 // probeTimeout bounds the connection test made after etcd did not answer:

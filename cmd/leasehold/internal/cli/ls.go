@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/leasehold/leasehold/driver"
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // Defaults of ls.
@@ -22,16 +25,14 @@ const (
 	// sorted, 100,000 of them take a few tens of megabytes.
 	MaxLimit = 100_000
 
-	// DefaultPageSize is how many keys one store call reads: the COUNT of
-	// each Redis SCAN, the limit of each etcd range or PostgreSQL page.
-	// Redis's own default COUNT is 10; 200 makes ten times fewer round trips
-	// while each SCAN step (and each MULTI/EXEC of reads that follows it)
-	// stays a sub-millisecond pause for the server.
+	// DefaultPageSize is the limit of each store call (driver.Lister's
+	// List). Redis's own SCAN COUNT is 10; 200 makes ten times fewer round
+	// trips while each call stays a sub-millisecond pause for the store.
 	DefaultPageSize = 200
 
-	// MaxPageSize bounds --page-size, so that one call stays short for the
-	// store however the flag is set.
-	MaxPageSize = 10_000
+	// MaxPageSize bounds --page-size: the largest limit a List call takes,
+	// so that one call stays short for the store however the flag is set.
+	MaxPageSize = driver.MaxListLimit
 )
 
 // lsCommand is "leasehold ls PATTERN".
@@ -50,23 +51,19 @@ expired, never taken) are not listed, even when a fence remains: inspect shows t
 The table shows the first 10 characters of each owner token; --json prints an array
 of objects with the whole token and the fields of inspect --json.
 
-PATTERN, per store:
-  redis     a Redis glob, as SCAN MATCH takes it: * ? [a-z] and \ to escape.
-            Keys under leasehold: (fence counters, fenced-write marks) are never
-            listed, nor keys that are not strings, have no expiry, or have no
-            fence counter (application keys that match the pattern).
-  etcd      a glob over the lock keys without the store's prefix: * any run of
-  postgres  characters (':' and '/' included), ? one character, \ escapes the next;
-            every other character, '[' included, is itself. On etcd the text
-            before the first wildcard is the key range read; on PostgreSQL the
-            glob becomes key LIKE ... (* -> %, ? -> _).
+PATTERN means the same on every store, and must match the whole key (on etcd, the
+key without the store's prefix):
+  *        any run of characters, ':' and '/' included
+  ?        one character
+  [a-z0]   one character of the set; [^a-z0] one that is not in it
+  \c       the character c itself: \* \? \[ \\
 
-Reads are paged: Redis SCAN with COUNT --page-size (never KEYS), one MULTI/EXEC
-of GET, PTTL and the fence counter's GET per page; etcd ranges of --page-size key
-names, then the store's Inspect per matching key; PostgreSQL pages of --page-size
-rows in key order. Listing stops after --limit locks (a note on stderr says so);
-which ones, on Redis, depends on SCAN's order. Every store call is bounded by
---timeout.`,
+The store lists its own locks (its driver.Lister), one page of at most
+--page-size keys per call: on Redis a SCAN step, never KEYS, and only keys that are
+leasehold locks (a value with an expiry and a fence counter); on etcd a range of the
+store's lock keys; on PostgreSQL a page of the lease table. Listing stops after
+--limit locks (a note on stderr says so); which ones, on Redis, depends on SCAN's
+order. Every store call is bounded by --timeout.`,
 		Example: `  leasehold ls --redis redis://127.0.0.1:6379/0 'cordum:wf:run:lock:*'
   leasehold ls --etcd 10.0.0.5:2379,10.0.0.6:2379 'cordum:*' --json
   leasehold ls --postgres postgres://ops@db/cordum '*' --limit 50000`,
@@ -76,6 +73,10 @@ which ones, on Redis, depends on SCAN's order. Every store call is bounded by
 			if pattern == "" {
 				return usagef("PATTERN is empty; use '*' for every key")
 			}
+			// Refused before the store is asked; the stores check it the same way.
+			if _, err := keyglob.Compile(pattern); err != nil {
+				return err
+			}
 			if err := firstError(checkInt("--limit", limit, 1, MaxLimit), checkInt("--page-size", pageSize, 1, MaxPageSize)); err != nil {
 				return err
 			}
@@ -84,18 +85,7 @@ which ones, on Redis, depends on SCAN's order. Every store call is bounded by
 				return err
 			}
 			defer b.close()
-			var (
-				views     []lockView
-				truncated bool
-			)
-			err = b.list(cmd.Context(), pattern, pageSize, func(info driver.Info) bool {
-				if len(views) == limit {
-					truncated = true
-					return false
-				}
-				views = append(views, newLockView(info, b))
-				return true
-			})
+			views, truncated, err := listLocks(cmd.Context(), b, pattern, limit, pageSize)
 			if err != nil {
 				return err
 			}
@@ -115,8 +105,40 @@ which ones, on Redis, depends on SCAN's order. Every store call is bounded by
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print a JSON array of objects instead of a table")
 	f.IntVar(&limit, "limit", DefaultLimit, fmt.Sprintf("stop after this many held locks (1 to %d); 1000 is more than a screen and keeps memory and store reads bounded on any keyspace", MaxLimit))
-	f.IntVar(&pageSize, "page-size", DefaultPageSize, fmt.Sprintf("keys read per store call: Redis SCAN COUNT, etcd range limit, PostgreSQL page (1 to %d); 200 keeps each call a sub-millisecond pause for the store", MaxPageSize))
+	f.IntVar(&pageSize, "page-size", DefaultPageSize, fmt.Sprintf("keys read per store call, the limit of each List call (1 to %d); 200 keeps each call a sub-millisecond pause for the store", MaxPageSize))
 	return cmd
+}
+
+// listLocks calls b's List page after page until the listing ends or limit
+// distinct locks are kept; truncated says that more matched. A key listed
+// twice (Redis may) is kept once.
+func listLocks(ctx context.Context, b *backend, pattern string, limit, pageSize int) (views []lockView, truncated bool, err error) {
+	seen := make(map[string]bool)
+	after := ""
+	for {
+		infos, next, err := b.list(ctx, pattern, after, pageSize)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, info := range infos {
+			if seen[info.Key] {
+				continue
+			}
+			if len(views) == limit {
+				return views, true, nil
+			}
+			seen[info.Key] = true
+			views = append(views, newLockView(info, b))
+		}
+		switch next {
+		case "":
+			return views, false, nil
+		case after:
+			// A store whose listing does not advance would loop forever.
+			return nil, false, fmt.Errorf("%s: the listing did not advance past %q", b, after)
+		}
+		after = next
+	}
 }
 
 // printTable prints the locks as an aligned table, or a line saying that

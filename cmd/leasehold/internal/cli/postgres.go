@@ -9,22 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
-
-// pgListSQL reads one page of held locks, in key order, after the key $2.
-// %s is the quoted table. The WHERE clause is pgstore's own definition of
-// held (a token, and an expiry in the database's future).
-const pgListSQL = `SELECT key, token, fence, expires_at - now()
-  FROM %s
- WHERE key LIKE $1 ESCAPE '\' AND key > $2 AND token IS NOT NULL AND expires_at > now()
- ORDER BY key
- LIMIT $3`
 
 // openPostgres makes a backend on the PostgreSQL database at dsn, whose
 // pgstore keeps its leases in table. The pool holds at most two
@@ -44,18 +34,13 @@ func openPostgres(ctx context.Context, dsn, table string, timeout time.Duration)
 		pool.Close()
 		return nil, err
 	}
-	b := &backend{
+	return &backend{
 		kind:    "postgres",
 		where:   where,
 		timeout: timeout,
 		store:   &pgTableHint{Store: st, table: table},
 		close:   func() { st.Close(); pool.Close() },
-	}
-	quoted := pgx.Identifier(strings.Split(table, ".")).Sanitize()
-	b.list = func(ctx context.Context, pattern string, pageSize int, emit func(driver.Info) bool) error {
-		return pgList(ctx, b, pool, quoted, table, pattern, pageSize, emit)
-	}
-	return b, nil
+	}, nil
 }
 
 // parsePostgres parses dsn, given to flag, as pgx does, connect timeout at
@@ -110,42 +95,6 @@ func pgReason(err error) string {
 	return "pgx does not take it as a PostgreSQL URL or key=value DSN"
 }
 
-// pgList pages through the held locks whose key matches pattern (translated
-// to LIKE), pageSize rows per statement, in key order (keyset pagination, so
-// each page is an index range scan, never an OFFSET).
-func pgList(ctx context.Context, b *backend, pool *pgxpool.Pool, quoted, table, pattern string, pageSize int, emit func(driver.Info) bool) error {
-	like := compileGlob(pattern).like
-	query := fmt.Sprintf(pgListSQL, quoted)
-	after := ""
-	for {
-		var page []driver.Info
-		err := b.call(ctx, func(ctx context.Context) error {
-			rows, err := pool.Query(ctx, query, like, after, pageSize)
-			if err != nil {
-				return tableHint(err, table)
-			}
-			page, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Info, error) {
-				info := driver.Info{Held: true}
-				err := row.Scan(&info.Key, &info.Token, &info.Fence, &info.TTL)
-				return info, err
-			})
-			return tableHint(err, table)
-		})
-		if err != nil {
-			return err
-		}
-		for _, info := range page {
-			if !emit(info) {
-				return nil
-			}
-		}
-		if len(page) < pageSize {
-			return nil
-		}
-		after = page[len(page)-1].Key
-	}
-}
-
 // pgTableHint is pgstore's Store with a clearer error when its table is
 // missing.
 type pgTableHint struct {
@@ -157,6 +106,12 @@ type pgTableHint struct {
 func (s *pgTableHint) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	info, err := s.Store.Inspect(ctx, key)
 	return info, tableHint(err, s.table)
+}
+
+// List is pgstore's, with tableHint on its error.
+func (s *pgTableHint) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
+	infos, next, err := s.Store.List(ctx, pattern, after, limit)
+	return infos, next, tableHint(err, s.table)
 }
 
 // tableHint turns PostgreSQL's "relation does not exist" into the likely

@@ -18,21 +18,14 @@ import (
 // show an empty inventory of the wrong system in the middle of an incident.
 var errNoStore = usageError{errors.New("no store selected: pass --redis, --etcd or --postgres")}
 
-// backend is the store a command runs against, with what it needs beyond
-// driver.Store: a way to list held locks, and names for messages.
+// backend is the store a command runs against, and its names for messages.
+// inspect and ls use only the store's Inspect and its driver.Lister.
 type backend struct {
 	kind    string // "redis", "etcd" or "postgres"
 	where   string // the address, for messages and output; never a password
 	timeout time.Duration
 	store   driver.Store
-
-	// list calls emit with every lock held now whose key matches pattern
-	// (a Redis glob on Redis; see compileGlob for the others), reading
-	// pageSize keys per store call, until emit returns false or the keys
-	// run out. Each store call is bounded by timeout.
-	list func(ctx context.Context, pattern string, pageSize int, emit func(driver.Info) bool) error
-
-	close func()
+	close   func()
 
 	// probe, when set, is asked why the store did not answer in time: a
 	// client that hides its connection errors behind the deadline (etcd's
@@ -74,6 +67,19 @@ func (b *backend) inspect(ctx context.Context, key string) (driver.Info, error) 
 		return err
 	})
 	return info, err
+}
+
+// list is one call of the store's List, bounded by the timeout.
+func (b *backend) list(ctx context.Context, pattern, after string, limit int) (infos []driver.Info, next string, err error) {
+	l, ok := b.store.(driver.Lister)
+	if !ok {
+		return nil, "", fmt.Errorf("%s cannot list its locks (its store has no driver.Lister)", b)
+	}
+	err = b.call(ctx, func(ctx context.Context) error {
+		infos, next, err = l.List(ctx, pattern, after, limit)
+		return err
+	})
+	return infos, next, err
 }
 
 // openBackend connects to the one store named on cmd's command line. It

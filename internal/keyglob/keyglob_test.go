@@ -1,0 +1,143 @@
+package keyglob
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+)
+
+func TestMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, prefix string
+		match, noMatch  []string
+	}{
+		{"cordum:*", "cordum:", []string{"cordum:", "cordum:wf:run:lock:R1", "cordum:a/b"}, []string{"cordum", "xcordum:a"}},
+		{"*", "", []string{"a", "leader:x", "é"}, nil},
+		{"job:?", "job:", []string{"job:1", "job:é", "job:世"}, []string{"job:", "job:12"}},
+		{"a*b?c", "a", []string{"abxc", "a123bxc", "abbbbxc"}, []string{"abc", "abxcd"}},
+		{`50%_off\*`, "50%_off*", []string{"50%_off*"}, []string{"50%_offx", "50x_off*"}},
+		{`x[12]`, "x", []string{"x1", "x2"}, []string{"x3", "x[12]", "x"}},
+		{`x\[1]`, "x[1]", []string{"x[1]"}, []string{"x1"}},
+		{`[a-c]*`, "", []string{"a", "bcd", "c:"}, []string{"d", "A", ""}},
+		{`[^a-c]*`, "", []string{"d", "é:x", "A"}, []string{"a", "bcd"}},
+		{`[é-ê]`, "", []string{"é", "ê"}, []string{"e", "ë"}},
+		{`[a-]`, "", []string{"a", "-"}, []string{"b"}},
+		{`[-a]`, "", []string{"a", "-"}, []string{"b"}},
+		{`[\]\\]`, "", []string{"]", `\`}, []string{"["}},
+		{`[\^x]`, "", []string{"^", "x"}, []string{"y"}},
+		{`back\\slash*`, `back\slash`, []string{`back\slash`, `back\slash2`}, []string{"backslash"}},
+		{"a.b+c(d)$", "a.b+c(d)$", []string{"a.b+c(d)$"}, []string{"aXb+c(d)$"}},
+		{"**a**", "", []string{"a", "xxaxx"}, []string{"b"}},
+		{"{x}*", "{x}", []string{"{x}", "{x}:1"}, []string{"x"}},
+	} {
+		p, err := Compile(tc.pattern)
+		if err != nil {
+			t.Errorf("Compile(%q): %v", tc.pattern, err)
+			continue
+		}
+		if p.Prefix() != tc.prefix {
+			t.Errorf("Compile(%q).Prefix() = %q, want %q", tc.pattern, p.Prefix(), tc.prefix)
+		}
+		for _, k := range tc.match {
+			if !p.Match(k) {
+				t.Errorf("%q does not match %q", tc.pattern, k)
+			}
+		}
+		for _, k := range tc.noMatch {
+			if p.Match(k) {
+				t.Errorf("%q matches %q", tc.pattern, k)
+			}
+		}
+	}
+}
+
+func TestBadPatterns(t *testing.T) {
+	for _, pattern := range []string{
+		"", "[", "a[", "[a", `[a\]`, "[]", "[^]", "[z-a]", `a\`, "[a-", `[a-\`,
+		"a\x00", "a\nb", "a\x7f", "\u0085", "a\xff", strings.Repeat("a", MaxLen+1),
+	} {
+		_, err := Compile(pattern)
+		var ae *leasehold.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != "pattern" || !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Errorf("Compile(%q) = %v, want an *ArgumentError for the pattern", pattern, err)
+		}
+	}
+	if _, err := Compile(strings.Repeat(`\*`, driver.MaxKeyLen)); err != nil {
+		t.Errorf("a pattern of MaxLen bytes: %v", err)
+	}
+}
+
+func TestCheckLimit(t *testing.T) {
+	for _, limit := range []int{-1, 0, driver.MaxListLimit + 1} {
+		var ae *leasehold.ArgumentError
+		if _, err := Check("*", limit); !errors.As(err, &ae) || ae.Arg != "limit" {
+			t.Errorf("Check(limit %d) = %v, want an *ArgumentError for the limit", limit, err)
+		}
+	}
+	for _, limit := range []int{1, driver.MaxListLimit} {
+		if _, err := Check("*", limit); err != nil {
+			t.Errorf("Check(limit %d): %v", limit, err)
+		}
+	}
+	var ae *leasehold.ArgumentError
+	if _, err := Check("[", 10); !errors.As(err, &ae) || ae.Arg != "pattern" {
+		t.Errorf("Check of a bad pattern = %v", err)
+	}
+}
+
+// TestMatchAgreesWithRegexp compares Match with a regexp built from the same
+// pattern, over every key made of a small alphabet up to length 4.
+func TestMatchAgreesWithRegexp(t *testing.T) {
+	alphabet := []string{"a", "b", "é", "*", "-"}
+	var keys []string
+	var grow func(k string, n int)
+	grow = func(k string, n int) {
+		keys = append(keys, k)
+		if n == 0 {
+			return
+		}
+		for _, c := range alphabet {
+			grow(k+c, n-1)
+		}
+	}
+	grow("", 4)
+	for _, tc := range []struct{ pattern, re string }{
+		{"*a*b", `.*a.*b`},
+		{"?*?", `..+`},
+		{"a*a*a*a", `a.*a.*a.*a`},
+		{`[a-bé]?\*`, `[a-bé].\*`},
+		{`*[^a]*é`, `.*[^a].*é`},
+		{`\-*`, `-.*`},
+	} {
+		p, err := Compile(tc.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		re := regexp.MustCompile(`^(?s:` + tc.re + `)$`)
+		for _, k := range keys[1:] {
+			if got, want := p.Match(k), re.MatchString(k); got != want {
+				t.Errorf("%q on %q: Match %v, regexp %v", tc.pattern, k, got, want)
+			}
+		}
+	}
+}
+
+func TestCoarse(t *testing.T) {
+	p, err := Compile(`a%_\*?[xy]*b`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	like := p.Coarse(func(r rune) string {
+		if strings.ContainsRune(`%_\`, r) {
+			return `\` + string(r)
+		}
+		return string(r)
+	}, "%", "_%")
+	if want := `a\%\_*_%_%%b`; like != want {
+		t.Errorf("Coarse as LIKE = %q, want %q", like, want)
+	}
+}

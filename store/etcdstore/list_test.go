@@ -1,0 +1,70 @@
+package etcdstore_test
+
+import (
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/etcdstore"
+)
+
+// TestListPagesInKeyOrder lists 150 locks, more than one transaction of
+// fence reads, in one page and in pages of 7: key order across pages, each
+// lock's own fence and TTL, and the keys under the lock prefix that are not
+// lock keys skipped.
+func TestListPagesInKeyOrder(t *testing.T) {
+	client := newClient(t, shared.Endpoints())
+	s := newStore(t, client, etcdstore.WithPrefix("list-test-"+rand.Text()[:8]+"/"))
+	const n = 150
+	fences := map[string]int64{}
+	for i := range n {
+		k := fmt.Sprintf("job:%03d", i)
+		f, err := s.Acquire(t.Context(), k, leasehold.NewToken(), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences[k] = f
+	}
+	if _, err := s.Acquire(t.Context(), "job:released", "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(t.Context(), "job:released", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(t.Context(), s.LockKey("job:\n"), "not a lock key"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct{ limit, calls int }{{1000, 1}, {7, (n + 1 + 6) / 7}} {
+		var (
+			keys  []string
+			calls int
+			after string
+		)
+		for calls < 1000 {
+			infos, next, err := s.List(t.Context(), "job:*", after, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls++
+			for _, info := range infos {
+				if len(keys) > 0 && keys[len(keys)-1] >= info.Key {
+					t.Fatalf("limit %d: %q after %q: not in key order", tc.limit, info.Key, keys[len(keys)-1])
+				}
+				if f, ok := fences[info.Key]; !ok || info.Fence != f || !info.Held || info.TTL <= 0 || info.TTL > time.Minute {
+					t.Errorf("limit %d: listed %+v, want fence %d and a TTL in (0, 1m]", tc.limit, info, f)
+				}
+				keys = append(keys, info.Key)
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+		if len(keys) != n || calls != tc.calls {
+			t.Errorf("limit %d: %d locks in %d calls, want %d in %d", tc.limit, len(keys), calls, n, tc.calls)
+		}
+	}
+}
