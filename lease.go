@@ -163,8 +163,8 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 //
 // The release is not ended by ctx's cancellation, so a cancelled caller, or
 // one passing the KeepAlive's own Context, still gives the key back; it keeps
-// ctx's values and ends at ctx's deadline (if ctx is live and has one) or
-// after defaultReleaseTimeout, whichever comes first.
+// ctx's values and ends at ctx's deadline when ctx is live and has one, else
+// after defaultReleaseTimeout (2 s).
 //
 // A release whose outcome is unknown (a store error other than ErrNotOwned
 // or an *ArgumentError: a lost reply, a broken connection) is sent again,
@@ -176,7 +176,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
 	}
-	return l.release(ctx, defaultReleaseTimeout)
+	timeout := defaultReleaseTimeout
+	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil {
+		timeout = time.Until(dl) // the caller's own bound, longer or shorter
+	}
+	return l.release(ctx, timeout)
 }
 
 // release is Release bounded by timeout (see releaseContext).

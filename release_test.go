@@ -350,3 +350,31 @@ func TestAmbiguousAcquireCleanupIsRetried(t *testing.T) {
 		})
 	}
 }
+
+// A caller's own deadline bounds Release, also when it is longer than the
+// 2 s default: a store that comes back after 3 s still gets the release.
+func TestReleaseHonoursALongerCallerDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		start := time.Now()
+		faults := &releaseFaults{Store: mem, fault: func(int) (bool, error) {
+			if time.Since(start) < 3*time.Second {
+				return false, errLostReply
+			}
+			return true, nil
+		}}
+		c := leasehold.New(faults, leasehold.WithLogger(quietLogger()))
+		l, err := c.TryAcquire(t.Context(), "jobs:1", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release with a 10 s deadline, store back after 3 s: %v", err)
+		}
+		if info, _ := mem.Inspect(t.Context(), "jobs:1"); info.Held {
+			t.Fatal("the key is still held")
+		}
+	})
+}
