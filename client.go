@@ -62,6 +62,7 @@ type Client struct {
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
 	waiters        waitQueues // Acquire's waiters per key, when wake-ups are on
+	local          localTurns // Hold's turns per key
 }
 
 // Option configures a Client.

@@ -12,6 +12,11 @@ import (
 // set with WithWaitBudget), runs fn while renewing the lease in the
 // background, and releases it when fn returns.
 //
+// The goroutines of one Client that Hold the same key take turns locally
+// first: while one holds the key, the others wait in the process, not at the
+// store, so a Client's contention on a key costs the store one acquire per
+// turn.
+//
 // fn's context is cancelled when ctx is, and, under the fence policy (the
 // default, see FenceAfter), when renewal can no longer be trusted: after n
 // consecutive failures or at the local deadline, whichever comes first. Its
@@ -45,7 +50,19 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	if err != nil {
 		return err
 	}
-	l, err := c.acquireWithin(ctx, key, ttl, cfg.waitBudget)
+	start := time.Now()
+	turn, err := c.local.take(ctx, key, cfg.waitBudget)
+	if err != nil {
+		return err
+	}
+	defer turn()
+	budget := cfg.waitBudget
+	if budget > 0 { // the store wait gets what is left of the budget
+		if budget -= time.Since(start); budget <= 0 {
+			return errors.Join(ErrNotAcquired, errWaitBudget)
+		}
+	}
+	l, err := c.acquireWithin(ctx, key, ttl, budget)
 	if err != nil {
 		return err
 	}

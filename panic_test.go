@@ -70,8 +70,8 @@ func TestHoldFnPanicReleasesAndRepanics(t *testing.T) {
 		<-done
 		mustBeFree(t, mem, key)
 
-		// Through LocalFirst and Hold with a wait budget: the local turn is given back too.
-		lf := c.LocalFirst()
+		// Through Hold's local turn and Hold with a wait budget: the local turn is given back too.
+		lf := localFirst{c}
 		if v := recoverValue(func() {
 			_ = lf.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("local") })
 		}); v != "local" {

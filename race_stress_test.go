@@ -250,7 +250,7 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 	c := leasehold.New(mem, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()),
 		leasehold.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	r := newRenewer(t, c)
-	lf := c.LocalFirst()
+	lf := localFirst{c}
 	var (
 		inside [3]atomic.Int32
 		fences [3]atomic.Int64

@@ -337,11 +337,20 @@ func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 
 	var inside atomic.Int32
 	local := &countingStore{Store: mem}
-	lf := leasehold.New(local).LocalFirst()
+	lf := localFirst{leasehold.New(local)}
 	run(lf.Hold, &inside)
 
+	// Independent waiters: Acquire and Release by hand, no local turn.
 	independent := &countingStore{Store: mem}
-	run(leasehold.New(independent).Hold, &inside)
+	indep := leasehold.New(independent)
+	run(func(ctx context.Context, key string, ttl time.Duration, fn func(context.Context, *leasehold.Lease) error, _ ...leasehold.HoldOption) error {
+		l, err := indep.Acquire(ctx, key, ttl)
+		if err != nil {
+			return err
+		}
+		defer l.Release(ctx)
+		return fn(ctx, l)
+	}, &inside)
 
 	t.Logf("store acquire calls for %d sections by %d goroutines: local-first %d, independent %d",
 		sections, goroutines, local.acquires.Load(), independent.acquires.Load())
@@ -359,9 +368,9 @@ func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 	}
 
 	// Two processes' LocalFirsts on the same store, at the same time.
-	a, b := leasehold.New(mem).LocalFirst(), leasehold.New(mem).LocalFirst()
+	a, b := localFirst{leasehold.New(mem)}, localFirst{leasehold.New(mem)}
 	var wg sync.WaitGroup
-	for _, lf := range []*leasehold.LocalFirst{a, b} {
+	for _, lf := range []localFirst{a, b} {
 		wg.Go(func() { run(lf.Hold, &inside) })
 	}
 	wg.Wait()
@@ -369,7 +378,7 @@ func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 
 func TestLocalFirstWaitEndsWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lf := leasehold.New(memstore.New()).LocalFirst()
+		lf := localFirst{leasehold.New(memstore.New())}
 		inFn := make(chan struct{})
 		release := make(chan struct{})
 		go func() {

@@ -273,7 +273,7 @@ func TestLocalFirstAcrossClientsOnRedis(t *testing.T) {
 	var sections atomic.Int64
 	var wg sync.WaitGroup
 	for range 2 {
-		lf := replica(t).LocalFirst()
+		lf := replica(t)
 		for range 16 {
 			wg.Go(func() {
 				for range 10 {

@@ -25,5 +25,5 @@
 // following the recipes of docs/lock-inventory.md: namespace "reconciler"
 // is a per-loop TTL hold (RunLoop), "leader" a leader lease (Lead), and
 // every other namespace a per-item lock with explicit release (Hold,
-// LocalFirst). See ClassOf.
+// its local turn). See ClassOf.
 package cli

@@ -16,7 +16,7 @@ import (
 // Lock classes, the recipe a lock path follows (docs/lock-inventory.md).
 const (
 	// ClassPerItem: a lock per job, run or approval, released when the work
-	// is done (Client.Hold, LocalFirst).
+	// is done (Client.Hold).
 	ClassPerItem = "per-item"
 	// ClassPerLoop: a reconciler's or replayer's per-loop TTL hold, never
 	// released; expiry rotates ownership (Client.RunLoop).
