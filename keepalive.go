@@ -58,7 +58,7 @@ type KeepAlive struct {
 // TTL or for a nil lease, and an error if l already has a KeepAlive or was
 // released. A Renew or Release of l in flight is waited for (at most until
 // ctx is done), so the KeepAlive counts from what it left on the store.
-func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
+func (l *Lease) KeepAlive(ctx context.Context, opts ...RenewOption) (*KeepAlive, error) {
 	if err := l.valid(); err != nil {
 		return nil, err
 	}

@@ -45,9 +45,11 @@ type LeaderConfig struct {
 	// ends, instead of releasing it: the default (false) releases, so a
 	// successor takes over at once after a clean shutdown.
 	KeepLeaseOnShutdown bool
-	// HoldOptions configure the renewal (policy, interval, timeouts).
+	// ReleaseTimeout bounds the release at the end of a term. Default: 2 s.
+	ReleaseTimeout time.Duration
+	// Renewal configures the renewal (policy, interval, timeouts).
 	// Default: the fence policy, renewing every TTL/3.
-	HoldOptions []HoldOption
+	Renewal []RenewOption
 }
 
 // Lead campaigns for key and runs cfg.OnStartedLeading while this process is
@@ -78,7 +80,11 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 	if err := validateKeyTTL(key, cfg.TTL); err != nil {
 		return err
 	}
-	hcfg, err := newHoldConfig(cfg.TTL, cfg.HoldOptions)
+	hcfg, err := newHoldConfig(cfg.TTL, append(cfg.Renewal[:len(cfg.Renewal):len(cfg.Renewal)], RenewOption(func(c *holdConfig) {
+		if cfg.ReleaseTimeout != 0 {
+			c.releaseTimeout = cfg.ReleaseTimeout
+		}
+	})))
 	if err != nil {
 		return err
 	}

@@ -39,8 +39,19 @@ const (
 	DefaultDriftDivisor = 10
 )
 
-// HoldOption configures Hold and KeepAlive.
-type HoldOption func(*holdConfig)
+// HoldOption configures Hold: any RenewOption, WithWaitBudget or
+// WithReleaseTimeout.
+type HoldOption interface{ applyHold(*holdConfig) }
+
+// RenewOption configures renewal: of Lease.KeepAlive, Hold and Lead.
+type RenewOption func(*holdConfig)
+
+func (o RenewOption) applyHold(c *holdConfig) { o(c) }
+
+// holdOption is an option of Hold alone.
+type holdOption func(*holdConfig)
+
+func (o holdOption) applyHold(c *holdConfig) { o(c) }
 
 type holdConfig struct {
 	maxFailures    int // 0: the continue policy, never give up
@@ -59,50 +70,52 @@ type holdConfig struct {
 // successful renewal, whichever comes first. Giving up cancels the critical
 // section's context with a cause matching ErrAbandoned and skips the release.
 // Default: defaultFenceAfter (3).
-func FenceAfter(n int) HoldOption { return func(c *holdConfig) { c.maxFailures = n } }
+func FenceAfter(n int) RenewOption { return func(c *holdConfig) { c.maxFailures = n } }
 
 // ContinueOnRenewFailure selects the continue policy: renewal failures are
 // logged and reported, but the critical section's context is never
 // cancelled. Choose it only where finishing the work matters more than
 // exclusivity, and fence every write: a lease that expired while the work
 // kept running is reported (Observer.OnLeaseExpired), not prevented.
-func ContinueOnRenewFailure() HoldOption { return func(c *holdConfig) { c.maxFailures = 0 } }
+func ContinueOnRenewFailure() RenewOption { return func(c *holdConfig) { c.maxFailures = 0 } }
 
 // WithRenewInterval sets the time between renewals. Default: ttl/3.
-func WithRenewInterval(d time.Duration) HoldOption { return func(c *holdConfig) { c.interval = d } }
+func WithRenewInterval(d time.Duration) RenewOption { return func(c *holdConfig) { c.interval = d } }
 
 // WithRenewTimeout bounds each renewal call. Default: defaultRenewTimeout
 // (2 s), and never more than the renewal interval.
-func WithRenewTimeout(d time.Duration) HoldOption { return func(c *holdConfig) { c.renewTimeout = d } }
+func WithRenewTimeout(d time.Duration) RenewOption { return func(c *holdConfig) { c.renewTimeout = d } }
 
 // WithReleaseTimeout bounds the release after the critical section. Default:
 // defaultReleaseTimeout (2 s).
 func WithReleaseTimeout(d time.Duration) HoldOption {
-	return func(c *holdConfig) { c.releaseTimeout = d }
+	return holdOption(func(c *holdConfig) { c.releaseTimeout = d })
 }
 
 // WithWaitBudget bounds how long Hold waits for a busy key; after d it gives
 // up with an error matching ErrNotAcquired. Default for Hold: no bound (until
 // ctx is done). A request handler answering a person or an API call typically
 // waits about 2 s.
-func WithWaitBudget(d time.Duration) HoldOption { return func(c *holdConfig) { c.waitBudget = d } }
+func WithWaitBudget(d time.Duration) HoldOption {
+	return holdOption(func(c *holdConfig) { c.waitBudget = d })
+}
 
 // WithRenewer makes Hold, Lease.KeepAlive and the recipes built on them
 // renew through r, a shared Renewer, instead of on a goroutine per lease. r
 // must have been made for the same Client. Default: nil, a goroutine per
 // lease.
-func WithRenewer(r *Renewer) HoldOption { return func(c *holdConfig) { c.renewer = r } }
+func WithRenewer(r *Renewer) RenewOption { return func(c *holdConfig) { c.renewer = r } }
 
 // WithDriftMargin sets how long before the server-side expiry the local
 // deadline falls. Default: ttl/10.
-func WithDriftMargin(d time.Duration) HoldOption {
+func WithDriftMargin(d time.Duration) RenewOption {
 	return func(c *holdConfig) { c.margin, c.marginSet = d, true }
 }
 
 // newHoldConfig applies opts over the defaults for a lease of ttl and checks
 // that the result can work: at least one renewal must be able to land before
 // the local deadline.
-func newHoldConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
+func newHoldConfig[O HoldOption](ttl time.Duration, opts []O) (holdConfig, error) {
 	c := holdConfig{
 		maxFailures:    defaultFenceAfter,
 		interval:       ttl / DefaultRenewDivisor,
@@ -110,7 +123,7 @@ func newHoldConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
 		releaseTimeout: defaultReleaseTimeout,
 	}
 	for _, o := range opts {
-		o(&c)
+		o.applyHold(&c)
 	}
 	if !c.marginSet {
 		c.margin = ttl / DefaultDriftDivisor

@@ -17,7 +17,7 @@ func TestHoldConfigDefaults(t *testing.T) {
 		{600 * time.Millisecond, 200 * time.Millisecond, 60 * time.Millisecond, 200 * time.Millisecond},
 	}
 	for _, tc := range cases {
-		c, err := newHoldConfig(tc.ttl, nil)
+		c, err := newHoldConfig[HoldOption](tc.ttl, nil)
 		if err != nil {
 			t.Fatalf("ttl %v: %v", tc.ttl, err)
 		}
@@ -121,7 +121,7 @@ func TestFailureBudget(t *testing.T) {
 // the local deadline comes a drift margin before.
 func TestCounterAloneFencesTooLate(t *testing.T) {
 	for _, ttl := range []time.Duration{600 * time.Millisecond, 10 * time.Second, time.Minute} {
-		c, err := newHoldConfig(ttl, nil)
+		c, err := newHoldConfig[HoldOption](ttl, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

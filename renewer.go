@@ -155,7 +155,7 @@ func NewRenewer(c *Client, opts ...RenewerOption) (*Renewer, error) {
 // It returns an *ArgumentError for options that cannot work with the
 // lease's TTL or a lease of another Client, ErrRenewerClosed after Close,
 // and an error if l already has a KeepAlive or was released.
-func (r *Renewer) KeepAlive(ctx context.Context, l *Lease, opts ...HoldOption) (*KeepAlive, error) {
+func (r *Renewer) KeepAlive(ctx context.Context, l *Lease, opts ...RenewOption) (*KeepAlive, error) {
 	if r == nil || r.client == nil {
 		return nil, &ArgumentError{Arg: "Renewer", Reason: "nil, or not made by NewRenewer"}
 	}

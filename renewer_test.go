@@ -178,17 +178,17 @@ func TestRenewerChunksBatches(t *testing.T) {
 type keeper struct {
 	name  string
 	batch bool // the store has BatchRenewer
-	start func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error)
+	start func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error)
 }
 
 var keepers = []keeper{
-	{"Lease.KeepAlive", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error) {
+	{"Lease.KeepAlive", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error) {
 		return l.KeepAlive(t.Context(), opts...)
 	}},
-	{"Renewer/Renew", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error) {
+	{"Renewer/Renew", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error) {
 		return newRenewer(t, c).KeepAlive(t.Context(), l, opts...)
 	}},
-	{"Renewer/RenewBatch", true, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.HoldOption) (*leasehold.KeepAlive, error) {
+	{"Renewer/RenewBatch", true, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error) {
 		return newRenewer(t, c).KeepAlive(t.Context(), l, opts...)
 	}},
 }
@@ -200,14 +200,14 @@ func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		fault     func(int) error
-		opts      []leasehold.HoldOption
+		opts      []leasehold.RenewOption
 		at        time.Duration
 		failures  int
 		cause     error
 		lostCause error // for Err, under the continue policy
 	}{
 		{"deadline", always(errRenewDown), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, nil},
-		{"counter", always(errRenewDown), []leasehold.HoldOption{leasehold.FenceAfter(3), leasehold.WithRenewInterval(ttl / 5)}, 36 * time.Second, 3, errRenewDown, nil},
+		{"counter", always(errRenewDown), []leasehold.RenewOption{leasehold.FenceAfter(3), leasehold.WithRenewInterval(ttl / 5)}, 36 * time.Second, 3, errRenewDown, nil},
 		{"hanging store", always(errHang), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, nil},
 		{"store ignoring contexts", always(errStuck), nil, 54 * time.Second, 0, leasehold.ErrAbandoned, nil},
 		{"not owned", notOwned, nil, 20 * time.Second, 0, leasehold.ErrAbandoned, nil},
@@ -217,7 +217,7 @@ func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 			}
 			return nil
 		}, nil, 0, 0, nil, nil},
-		{"continue policy", always(errRenewDown), []leasehold.HoldOption{leasehold.ContinueOnRenewFailure()}, 0, 0, nil, leasehold.ErrNotOwned},
+		{"continue policy", always(errRenewDown), []leasehold.RenewOption{leasehold.ContinueOnRenewFailure()}, 0, 0, nil, leasehold.ErrNotOwned},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			type outcome struct {
@@ -564,14 +564,14 @@ func TestRenewerRejectsBadInput(t *testing.T) {
 	}
 	for name, tc := range map[string]struct {
 		l    *leasehold.Lease
-		opts []leasehold.HoldOption
+		opts []leasehold.RenewOption
 		arg  string
 	}{
 		"nil lease":      {nil, nil, "lease"},
 		"other client":   {l, nil, "WithRenewer"},
-		"other renewer":  {mine, []leasehold.HoldOption{leasehold.WithRenewer(r2)}, "WithRenewer"},
-		"bad hold opts":  {mine, []leasehold.HoldOption{leasehold.WithRenewInterval(ttl)}, "renew interval"},
-		"negative fence": {mine, []leasehold.HoldOption{leasehold.FenceAfter(-1)}, "FenceAfter"},
+		"other renewer":  {mine, []leasehold.RenewOption{leasehold.WithRenewer(r2)}, "WithRenewer"},
+		"bad hold opts":  {mine, []leasehold.RenewOption{leasehold.WithRenewInterval(ttl)}, "renew interval"},
+		"negative fence": {mine, []leasehold.RenewOption{leasehold.FenceAfter(-1)}, "FenceAfter"},
 	} {
 		_, err := r.KeepAlive(t.Context(), tc.l, tc.opts...)
 		var ae *leasehold.ArgumentError
