@@ -18,14 +18,14 @@ func Example() {
 	store := memstore.New(memstore.WithClock(func() time.Time { return now }))
 	client := leasehold.New(store)
 
-	a, err := client.Acquire(ctx, "scheduler:job:42", 10*time.Second)
+	a, err := client.Acquire(ctx, "jobs:42", 10*time.Second)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("A holds the job with fence", a.Fence())
 
 	now = now.Add(11 * time.Second) // A stalls past its TTL
-	b, err := client.TryAcquire(ctx, "scheduler:job:42", 10*time.Second)
+	b, err := client.TryAcquire(ctx, "jobs:42", 10*time.Second)
 	if err != nil {
 		panic(err)
 	}
@@ -47,16 +47,16 @@ func ExampleClient_TryAcquire() {
 	ctx := context.Background()
 	client := leasehold.New(memstore.New())
 
-	first, _ := client.TryAcquire(ctx, "approval:A7", 10*time.Second)
-	_, err := client.TryAcquire(ctx, "approval:A7", 10*time.Second)
+	first, _ := client.TryAcquire(ctx, "approvals:7", 10*time.Second)
+	_, err := client.TryAcquire(ctx, "approvals:7", 10*time.Second)
 	fmt.Println(errors.Is(err, leasehold.ErrNotAcquired))
 
-	_, err = client.TryAcquire(ctx, "approval:\nA7", 10*time.Second)
+	_, err = client.TryAcquire(ctx, "approvals:\n7", 10*time.Second)
 	fmt.Println(err)
 	_ = first.Release(ctx)
 	// Output:
 	// true
-	// leasehold: invalid key: control character U+000A at byte 9
+	// leasehold: invalid key: control character U+000A at byte 10
 }
 
 // Hold runs a critical section under a lease that renews itself every ttl/3
@@ -64,7 +64,7 @@ func ExampleClient_TryAcquire() {
 // (with a cause matching ErrAbandoned) before the lease could expire unrenewed.
 func ExampleClient_Hold() {
 	client := leasehold.New(memstore.New())
-	err := client.Hold(context.Background(), "cordum:wf:run:lock:R1", 30*time.Second,
+	err := client.Hold(context.Background(), "runs:R1", 30*time.Second,
 		func(ctx context.Context, l *leasehold.Lease) error {
 			// Write with l.Fence(), and stop when ctx is done.
 			fmt.Println("running with fence", l.Fence())
@@ -74,4 +74,68 @@ func ExampleClient_Hold() {
 	// Output:
 	// running with fence 1
 	// Hold: <nil>
+}
+
+// KeepAlive renews a lease by hand-acquired in the background; its Context
+// is cancelled once the lease is released or can no longer be trusted.
+func ExampleLease_KeepAlive() {
+	ctx := context.Background()
+	client := leasehold.New(memstore.New())
+	l, err := client.Acquire(ctx, "jobs:7", 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	k, err := l.KeepAlive(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("working under fence", l.Fence(), "live:", k.Context().Err() == nil)
+	fmt.Println("release:", l.Release(ctx))
+	fmt.Println("keep-alive context:", k.Context().Err())
+	// Output:
+	// working under fence 1 live: true
+	// release: <nil>
+	// keep-alive context: context canceled
+}
+
+// Lead runs OnStartedLeading while this process leads; here the leader's
+// work ends the campaign by cancelling Lead's context.
+func ExampleClient_Lead() {
+	ctx, cancel := context.WithCancel(context.Background())
+	client := leasehold.New(memstore.New())
+	err := client.Lead(ctx, "leader:snapshots", leasehold.LeaderConfig{
+		OnStartedLeading: func(lctx context.Context, l *leasehold.Lease) {
+			fmt.Println("leading with fence", l.Fence())
+			cancel()
+			<-lctx.Done()
+		},
+		OnStoppedLeading: func() { fmt.Println("stopped leading") },
+	})
+	fmt.Println("Lead:", err)
+	// Output:
+	// leading with fence 1
+	// stopped leading
+	// Lead: context canceled
+}
+
+// RunLoop takes the key once per interval and never releases it: the lease
+// (twice the interval) expires, so a tick runs on one replica at a time.
+func ExampleClient_RunLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	client := leasehold.New(memstore.New())
+	ticks := 0
+	err := client.RunLoop(ctx, "loops:reconcile", 10*time.Millisecond, func(ctx context.Context) error {
+		l, _ := leasehold.LeaseFromContext(ctx)
+		ticks++
+		fmt.Println("tick", ticks, "with fence", l.Fence())
+		if ticks == 2 {
+			cancel()
+		}
+		return nil
+	})
+	fmt.Println("RunLoop:", err)
+	// Output:
+	// tick 1 with fence 1
+	// tick 2 with fence 2
+	// RunLoop: context canceled
 }
