@@ -80,11 +80,14 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 	if err := validateKeyTTL(key, cfg.TTL); err != nil {
 		return err
 	}
-	hcfg, err := newHoldConfig(cfg.TTL, append(cfg.Renewal[:len(cfg.Renewal):len(cfg.Renewal)], RenewOption(func(c *holdConfig) {
-		if cfg.ReleaseTimeout != 0 {
-			c.releaseTimeout = cfg.ReleaseTimeout
-		}
-	})))
+	opts := make([]HoldOption, 0, len(cfg.Renewal)+1)
+	for _, o := range cfg.Renewal {
+		opts = append(opts, o)
+	}
+	if cfg.ReleaseTimeout != 0 {
+		opts = append(opts, WithReleaseTimeout(cfg.ReleaseTimeout))
+	}
+	hcfg, err := newHoldConfig(cfg.TTL, opts)
 	if err != nil {
 		return err
 	}

@@ -415,6 +415,8 @@ func TestRecipesRejectBadInput(t *testing.T) {
 		"tick":             c.RunLoop(t.Context(), "k", time.Second, nil),
 		"key":              c.RunLoop(t.Context(), "", time.Second, tick),
 		"OnStartedLeading": c.Lead(t.Context(), "k", leasehold.LeaderConfig{}),
+		"release timeout": c.Lead(t.Context(), "k", leasehold.LeaderConfig{
+			OnStartedLeading: func(context.Context, *leasehold.Lease) {}, ReleaseTimeout: -time.Second}),
 		"wait budget": c.Hold(t.Context(), "k", time.Second, func(context.Context, *leasehold.Lease) error { return nil },
 			leasehold.WithWaitBudget(-1)),
 	}
