@@ -107,24 +107,9 @@ func TestEtcdInspectAndLs(t *testing.T) {
 }
 
 func TestPostgresInspectAndLs(t *testing.T) {
-	ctx := context.Background()
 	srv := testserver.StartPostgres(t)
-	pool, err := pgxpool.New(ctx, srv.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := pgstore.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = st.Close()
-		pool.Close()
-	})
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c := leasehold.New(st)
+	c := leasehold.New(migratedStore(t, srv.DSN()))
+	ctx := context.Background()
 	leader := acquire(t, c, "cordum:leader:snapshot", time.Minute)
 	loop := acquire(t, c, "cordum:reconciler:tick", time.Minute)
 	run1 := acquire(t, c, "cordum:wf:run:lock:P1", time.Minute)
@@ -147,4 +132,27 @@ func TestPostgresInspectAndLs(t *testing.T) {
 
 	failsWith(t, 1, []string{"postgres", `table "nope" does not exist`},
 		"ls", "--postgres", srv.DSN(), "--pg-table", "nope", "cordum:*")
+}
+
+// migratedStore is a pgstore on dsn with its table made, closed with the test.
+func migratedStore(t *testing.T, dsn string) *pgstore.Store {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.New(pool)
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = st.Close()
+		pool.Close()
+	})
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -9,11 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/testserver"
-	"github.com/leasehold/leasehold/store/pgstore"
 )
 
 // hostilePasswords hold URL delimiters, unencoded; digit-led ones read as a port.
@@ -210,22 +206,6 @@ func startPasswordPostgres(t *testing.T, user, pw string) *testserver.PostgresSe
 		t.Fatalf("hba_file is %q (%v), want %q", out, err, hba)
 	}
 
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, srv.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := pgstore.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = st.Close()
-		pool.Close()
-	})
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	acquire(t, leasehold.New(st), "cordum:wf:run:lock:R1", time.Minute)
+	acquire(t, leasehold.New(migratedStore(t, srv.DSN())), "cordum:wf:run:lock:R1", time.Minute)
 	return srv
 }
