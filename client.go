@@ -48,10 +48,10 @@ const (
 	releaseRetryMax = 500 * time.Millisecond
 )
 
-// Client takes leases from a Store. It is safe for concurrent use; it starts
-// no goroutines of its own. Share one Client among the goroutines of a
-// process that lock the same keys: its waiters for a key queue together, so
-// a release wakes one of them (see Acquire).
+// Client takes leases from a Store. It is safe for concurrent use. Share one
+// Client among the goroutines of a process: its waiters for a key queue
+// together, so a release wakes one of them (see Acquire), and one goroutine
+// renews all its leases in batches (see KeepAlive). Close stops that goroutine.
 type Client struct {
 	store          driver.Store
 	notifier       driver.ReleaseNotifier // nil when the store has none or wake-ups are off
@@ -63,6 +63,26 @@ type Client struct {
 	cleanupTimeout time.Duration
 	waiters        waitQueues // Acquire's waiters per key, when wake-ups are on
 	local          localTurns // Hold's turns per key
+	renew          renewer    // renews every KeepAlive of the Client
+	err            error      // the first bad option; every call returns it
+}
+
+// setErr records the first bad option.
+func (c *Client) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// usable returns why c cannot take or renew leases: a bad option, or Close.
+func (c *Client) usable() error {
+	if c.err != nil {
+		return c.err
+	}
+	if c.renew.closed.Load() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // Option configures a Client.
@@ -116,7 +136,8 @@ func WithoutWakeups() Option {
 	return func(c *Client) { c.notifier = nil }
 }
 
-// New returns a Client that takes leases from store.
+// New returns a Client that takes leases from store. A bad option is an
+// *ArgumentError naming it, returned by every call of the Client.
 func New(store driver.Store, opts ...Option) *Client {
 	if store == nil {
 		store = nilStore{}
@@ -128,11 +149,13 @@ func New(store driver.Store, opts ...Option) *Client {
 		minBackoff:     defaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
 		cleanupTimeout: defaultCleanupTimeout,
+		renew:          renewer{window: defaultBatchWindow, size: defaultBatchSize},
 	}
 	c.notifier, _ = store.(driver.ReleaseNotifier)
 	for _, o := range opts {
 		o(c)
 	}
+	c.renew.init(c)
 	// The Client's callbacks run on renewal goroutines too: a panic in one
 	// must not crash the process or leave a lease half-handled.
 	c.log = slog.New(safeHandler{c.log.Handler()})
@@ -455,6 +478,9 @@ func (c *Client) poll(ctx context.Context, key, token string, ttl, maxBackoff ti
 
 // try is one acquire attempt with a given token.
 func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
 	if err := expired(ctx); err != nil {
 		return nil, err
 	}

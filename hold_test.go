@@ -280,7 +280,7 @@ func TestHoldRenewsWhileFnRuns(t *testing.T) {
 		f := newFixture(nil)
 		start := time.Now()
 		err := f.c.Hold(t.Context(), key, ttl, func(ctx context.Context, l *leasehold.Lease) error {
-			time.Sleep(5 * ttl) // fake time: a long critical section
+			time.Sleep(5*ttl + time.Second) // fake time: a long critical section, clear of the renewal at 5 TTLs
 			if info, _ := f.mem.Inspect(ctx, key); info.Token != l.Token() {
 				t.Errorf("the key is %+v after 5 TTLs, want ours", info)
 			}
@@ -451,9 +451,14 @@ func TestHoldFencesAtTheDeadlineWhenTheStoreIgnoresContexts(t *testing.T) {
 		if !errors.Is(err, leasehold.ErrAbandoned) {
 			t.Fatalf("Hold returned %v, want ErrAbandoned", err)
 		}
-		// Hold waited for the stuck call (started at 20 s) rather than leave it behind.
+		// Hold returns once fn has; the stuck call (started at 20 s) is the
+		// Client's, which waits for it rather than leave it behind.
+		if at := time.Since(start); at != 54*time.Second {
+			t.Errorf("Hold returned after %v, want at the deadline, 54s", at)
+		}
+		_ = f.c.Close()
 		if at := time.Since(start); at != 20*time.Second+10*ttl {
-			t.Errorf("Hold returned after %v, want when the stuck call returned", at)
+			t.Errorf("Close returned after %v, want when the stuck call returned", at)
 		}
 	})
 }

@@ -9,55 +9,35 @@ import (
 	"time"
 )
 
-// KeepAlive renews a lease in the background under a failure policy (see
-// FenceAfter and ContinueOnRenewFailure) and tells its holder when ownership
-// can no longer be trusted. Made by Lease.KeepAlive, it owns one goroutine,
-// which Stop (or the lease's Release) ends and waits for; it also ends by
-// itself when the lease is lost. Made by Renewer.KeepAlive, it owns no
-// goroutine: the Renewer's goroutine renews it with the Renewer's other
-// leases, under the same policy.
+// KeepAlive renews a lease in the background, on its Client's renewal engine,
+// under a failure policy (see FenceAfter and ContinueOnRenewFailure), and
+// tells its holder when ownership can no longer be trusted.
 type KeepAlive struct {
 	lease  *Lease
 	cfg    holdConfig
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
-
-	// The per-lease goroutine's (nil under a Renewer).
-	calls     context.Context // the renewal calls' parent; cancelled by Stop
-	stopCalls context.CancelFunc
-	stop      chan struct{}
-	stopOnce  sync.Once
-	done      chan struct{}
-
-	// Under a Renewer: the renewer, and the lease's place in it.
-	renewer *Renewer
-	slot    renewSlot
+	slot   renewSlot // its place in the Client's renewer
 
 	// report is held while the end of the lease or a failure is reported;
 	// stopped is set under it, so that nothing is reported after Stop.
 	report  sync.Mutex
 	stopped bool
 
-	mu  sync.Mutex // held by setLost while it cancels and closes Lost
-	err error      // why ownership is no longer trusted
+	mu      sync.Mutex  // held by setLost while it cancels and closes Lost
+	err     error       // why ownership is no longer trusted
+	unwatch func() bool // stops the watch that ends renewal with the caller's ctx
 }
 
-// KeepAlive starts renewing l every renewal interval (default ttl/3) until
-// Stop or l.Release. Renewal does not stop when ctx is cancelled, so that a
-// cancelled holder keeps its lease while it winds down; ctx is only the
-// parent of Context. Under the fence policy (the default) a lease whose
-// renewals fail is given up: Context is cancelled with a cause matching
-// ErrAbandoned and Lost is closed.
-//
-// With WithRenewer(r) the lease is renewed by the shared Renewer r instead
-// of a goroutine of its own; a process holding thousands of leases should
-// use one (see Renewer).
+// KeepAlive renews l every renewal interval (default ttl/3) until Stop,
+// l.Release, the end of ctx or Client.Close; none of them releases l. Under
+// the fence policy (the default) a lease whose renewals fail is given up:
+// Context is cancelled with a cause matching ErrAbandoned and Lost is closed.
 //
 // It returns an *ArgumentError for options that cannot work with the lease's
 // TTL or for a nil lease, and an error if l already has a KeepAlive or was
-// released. A Renew or Release of l in flight is waited for (at most until
-// ctx is done), so the KeepAlive counts from what it left on the store.
+// released.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...RenewOption) (*KeepAlive, error) {
 	if err := l.valid(); err != nil {
 		return nil, err
@@ -66,12 +46,12 @@ func (l *Lease) KeepAlive(ctx context.Context, opts ...RenewOption) (*KeepAlive,
 }
 
 // keepAlive starts renewing l under the configuration configure makes for
-// l's TTL: on a goroutine of its own, or on cfg.renewer when one was chosen.
-// configure runs with l's operation slot held, so the TTL it is given is the
-// one the KeepAlive renews with.
+// l's TTL, which runs with l's operation slot held so that no manual Renew
+// can change the TTL under it.
 func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration) (holdConfig, error)) (*KeepAlive, error) {
-	// A manual Renew between our reading of the lease's TTL and the start
-	// would shorten the lease under the deadline computed here.
+	if err := l.client.usable(); err != nil {
+		return nil, err
+	}
 	if !l.begin(ctx.Done()) {
 		return nil, fmt.Errorf("leasehold: KeepAlive of %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
@@ -79,9 +59,6 @@ func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration)
 	cfg, err := configure(l.TTL())
 	if err != nil {
 		return nil, err
-	}
-	if r := cfg.renewer; r != nil && r.client != l.client {
-		return nil, &ArgumentError{Arg: "WithRenewer", Reason: "the Renewer was made for another Client than the lease's"}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -96,18 +73,14 @@ func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration)
 	// refuses, and only this KeepAlive's own renewals move l.sent.
 	st := renewState{ttl: l.ttl, margin: cfg.margin, maxFailures: cfg.maxFailures, lastSent: l.sent, lastDone: l.acquired}
 	k.ctx, k.cancel = context.WithCancelCause(ctx)
-	if r := cfg.renewer; r != nil {
-		if err := r.add(k, st); err != nil {
-			k.cancel(err)
-			return nil, err
-		}
-		l.keeper = k
-		return k, nil
+	if err := l.client.renew.add(k, st); err != nil {
+		k.cancel(err)
+		return nil, err
 	}
-	k.stop, k.done = make(chan struct{}), make(chan struct{})
-	k.calls, k.stopCalls = context.WithCancel(context.WithoutCancel(ctx))
 	l.keeper = k
-	go k.run(st)
+	k.mu.Lock()
+	k.unwatch = context.AfterFunc(ctx, func() { k.shut(context.Cause(ctx)) })
+	k.mu.Unlock()
 	return k, nil
 }
 
@@ -169,14 +142,10 @@ func (k *KeepAlive) Err() error {
 	return k.err
 }
 
-// Stop ends renewal and cancels Context. It does not release the lease. It
-// is safe to call more than once and concurrently.
-//
-// A KeepAlive of its own (Lease.KeepAlive) cancels its in-flight renewal call
-// and waits for its goroutine to return. Under a Renewer, an in-flight batch
-// is left to finish for the other leases in it, and its result for this
-// lease is ignored. Either way nothing is renewed, reported or cancelled for
-// the lease after Stop returns. On a nil KeepAlive it does nothing.
+// Stop ends renewal and cancels Context; it does not release the lease. An
+// in-flight batch finishes for the other leases in it. Nothing is renewed,
+// reported or cancelled for the lease after Stop returns. It is safe to call
+// more than once, concurrently, and on a nil KeepAlive.
 func (k *KeepAlive) Stop() {
 	if k.isNil() {
 		return
@@ -184,12 +153,21 @@ func (k *KeepAlive) Stop() {
 	k.shut(context.Canceled)
 }
 
-// shut ends renewal and waits for it, cancels Context with cause, and only
-// then detaches k from its lease: a Release that finds no KeepAlive on the
-// lease can count on its Context being cancelled already.
+// shut ends renewal, cancels Context with cause, and only then detaches k
+// from its lease: a Release that finds no KeepAlive on the lease can count
+// on its Context being cancelled already.
 func (k *KeepAlive) shut(cause error) {
-	k.halt()
+	k.report.Lock()
+	k.stopped = true
+	k.report.Unlock()
+	k.lease.client.renew.remove(k)
 	k.cancel(cause)
+	k.mu.Lock()
+	unwatch := k.unwatch
+	k.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
 	k.lease.mu.Lock()
 	if k.lease.keeper == k {
 		k.lease.keeper = nil
@@ -197,91 +175,9 @@ func (k *KeepAlive) shut(cause error) {
 	k.lease.mu.Unlock()
 }
 
-// halt ends renewal and waits for it, leaving Context as it is.
-func (k *KeepAlive) halt() {
-	k.report.Lock()
-	k.stopped = true
-	k.report.Unlock()
-	if k.renewer != nil {
-		k.renewer.remove(k)
-	} else {
-		k.stopOnce.Do(func() {
-			close(k.stop)
-			k.stopCalls()
-		})
-		<-k.done
-	}
-}
-
-func (k *KeepAlive) run(st renewState) {
-	defer close(k.done)
-	next := st.lastSent.Add(k.cfg.interval)
-	for {
-		timer := time.NewTimer(time.Until(k.wakeAt(&st, next)))
-		select {
-		case <-k.stop:
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-		now := time.Now()
-		if k.lapse(&st, now, false) {
-			return
-		}
-		if now.Before(next) {
-			continue
-		}
-		err, ok := k.renew(&st, now)
-		if !ok {
-			return // stopped, or given up while the call was in flight
-		}
-		next = now.Add(k.cfg.interval)
-		if k.settle(&st, err, now, time.Now()) {
-			return
-		}
-	}
-}
-
-// renew makes one renewal call. The call runs in a goroutine of its own so
-// that the local deadline is kept even when the store does not return when
-// its context ends (a client that ignores contexts, a stuck socket): the
-// lease is then given up at the deadline with the call still in flight. The
-// call is always waited for, so no goroutine outlives the KeepAlive. ok is
-// false when run must return: stopped, or given up.
-func (k *KeepAlive) renew(st *renewState, now time.Time) (err error, ok bool) {
-	l := k.lease
-	ctx, cancel := context.WithTimeout(k.calls, st.callTimeout(now, k.cfg.renewTimeout))
-	defer cancel()
-	result := make(chan error, 1)
-	go func() { result <- l.client.store.Renew(ctx, l.key, l.token, st.ttl) }()
-
-	var deadline <-chan time.Time
-	if k.cfg.maxFailures > 0 {
-		t := time.NewTimer(time.Until(st.deadline()))
-		defer t.Stop()
-		deadline = t.C
-	}
-	select {
-	case err = <-result:
-		select {
-		case <-k.stop: // the failure, if any, is Stop's doing
-			return nil, false
-		default:
-			return err, true
-		}
-	case <-deadline:
-		k.lapse(st, time.Now(), true)
-	case <-k.stop:
-	}
-	cancel()
-	<-result
-	return nil, false
-}
-
-// The failure policy, shared by a KeepAlive's own goroutine and a Renewer.
-// Each method is called by the one goroutine that renews the lease, reports
-// through the Client's observer and log, and reports nothing once Stop has
-// begun.
+// The failure policy. Each method is called by the renewer's goroutine,
+// reports through the Client's observer and log, and reports nothing once
+// Stop has begun.
 
 // wakeAt is when the lease next needs attention: its next renewal, or
 // earlier its local deadline (fence policy) or certain expiry (continue

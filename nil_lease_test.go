@@ -26,11 +26,6 @@ func TestNilLeaseNeverPanics(t *testing.T) {
 	if err == nil || failed != nil {
 		t.Fatalf("TryAcquire of a held key: (%v, %v)", failed, err)
 	}
-	r, err := leasehold.NewRenewer(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	for name, l := range map[string]*leasehold.Lease{"nil": failed, "zero": new(leasehold.Lease)} {
 		if l.Key() != "" || l.Token() != "" || l.Fence() != 0 || l.TTL() != 0 {
 			t.Errorf("%s: accessors %q %q %d %v, want zero values", name, l.Key(), l.Token(), l.Fence(), l.TTL())
@@ -45,9 +40,6 @@ func TestNilLeaseNeverPanics(t *testing.T) {
 		}
 		if k, err := l.KeepAlive(t.Context()); k != nil || !errors.Is(err, leasehold.ErrInvalidArgument) {
 			t.Errorf("%s.KeepAlive: (%v, %v), want no KeepAlive and an *ArgumentError", name, k, err)
-		}
-		if k, err := r.KeepAlive(t.Context(), l); k != nil || !errors.Is(err, leasehold.ErrInvalidArgument) {
-			t.Errorf("Renewer.KeepAlive(%s): (%v, %v), want no KeepAlive and an *ArgumentError", name, k, err)
 		}
 		_ = fmt.Sprint(l.LogValue())
 		slog.New(slog.DiscardHandler).Info("lease", "lease", l)
@@ -64,8 +56,7 @@ func TestNilLeaseNeverPanics(t *testing.T) {
 
 // The nil *KeepAlive a failed KeepAlive returns renews nothing and says so:
 // its Context is done, Lost is closed, Err is an error and Stop is a no-op.
-// A nil Renewer (from a failed NewRenewer) is as harmless.
-func TestNilKeepAliveAndRenewerNeverPanic(t *testing.T) {
+func TestNilKeepAliveNeverPanics(t *testing.T) {
 	c := leasehold.New(memstore.New())
 	l, err := c.TryAcquire(t.Context(), key, ttl)
 	if err != nil {
@@ -93,16 +84,5 @@ func TestNilKeepAliveAndRenewerNeverPanic(t *testing.T) {
 	// The lease itself is untouched by all that.
 	if err := l.Renew(t.Context(), time.Minute); err != nil {
 		t.Fatalf("Renew after the failed KeepAlive: %v", err)
-	}
-
-	r, err := leasehold.NewRenewer(c, leasehold.WithBatchSize(-1))
-	if err == nil || r != nil {
-		t.Fatalf("NewRenewer with a bad size: (%v, %v)", r, err)
-	}
-	if r.Len() != 0 || r.Close() != nil {
-		t.Error("a nil Renewer has leases or fails to close")
-	}
-	if k, err := r.KeepAlive(t.Context(), l); k != nil || !errors.Is(err, leasehold.ErrInvalidArgument) {
-		t.Errorf("nil Renewer's KeepAlive: (%v, %v), want an *ArgumentError", k, err)
 	}
 }

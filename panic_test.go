@@ -147,7 +147,7 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				k, err := kp.start(t, c, l)
+				k, err := l.KeepAlive(t.Context())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -167,7 +167,7 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				k, err = kp.start(t, c, l, leasehold.ContinueOnRenewFailure())
+				k, err = l.KeepAlive(t.Context(), leasehold.ContinueOnRenewFailure())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -23,7 +23,6 @@ const stressBudget = 10 * time.Second
 // stressLease is one lease under attack and the KeepAlives started on it.
 type stressLease struct {
 	l        *leasehold.Lease
-	r        *leasehold.Renewer
 	mu       sync.Mutex
 	keepers  []*leasehold.KeepAlive
 	released atomic.Int32 // Release calls that returned nil
@@ -74,10 +73,12 @@ var leaseOps = []struct {
 			s.add(k)
 		}
 	}},
-	{"Renewer.KeepAlive", func(t *testing.T, s *stressLease) {
-		if k, err := s.r.KeepAlive(t.Context(), s.l, renewFast); err == nil {
+	{"KeepAlive until its ctx ends", func(t *testing.T, s *stressLease) {
+		ctx, cancel := context.WithCancel(t.Context())
+		if k, err := s.l.KeepAlive(ctx, renewFast); err == nil {
 			s.add(k)
 		}
+		cancel()
 	}},
 	{"Stop", func(t *testing.T, s *stressLease) { s.last().Stop() }},
 	{"Context", func(t *testing.T, s *stressLease) { _ = s.last().Context().Err() }},
@@ -113,13 +114,12 @@ func TestEveryPairOfLeaseCallsRaces(t *testing.T) {
 	rec := &recorder{}
 	c := leasehold.New(yieldingNotifier{yieldingStore{mem}, mem}, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()))
 	other := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
-	r := newRenewer(t, c, leasehold.WithBatchWindow(0))
 	start, n := time.Now(), 0
 	for i, a := range leaseOps {
 		for _, b := range leaseOps[i:] {
 			for round := 0; round < rounds && time.Since(start) < stressBudget; round++ {
 				n++
-				raceLeaseCalls(t, c, other, r, fmt.Sprintf("stress:%s:%s:%d", a.name, b.name, round), round%2 == 0, a.do, b.do)
+				raceLeaseCalls(t, c, other, fmt.Sprintf("stress:%s:%s:%d", a.name, b.name, round), round%2 == 0, a.do, b.do)
 				if t.Failed() {
 					t.Fatalf("%s × %s, round %d", a.name, b.name, round)
 				}
@@ -146,12 +146,12 @@ func TestEveryPairOfLeaseCallsRaces(t *testing.T) {
 // raceLeaseCalls runs a and b at once on a fresh lease of key (with a
 // KeepAlive already running when withKeeper), while another Client waits
 // for the key, then checks the invariants and cleans up.
-func raceLeaseCalls(t *testing.T, c, other *leasehold.Client, r *leasehold.Renewer, key string, withKeeper bool, a, b func(*testing.T, *stressLease)) {
+func raceLeaseCalls(t *testing.T, c, other *leasehold.Client, key string, withKeeper bool, a, b func(*testing.T, *stressLease)) {
 	l, err := c.TryAcquire(t.Context(), key, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stressLease{l: l, r: r}
+	s := &stressLease{l: l}
 	if withKeeper {
 		k, err := l.KeepAlive(t.Context(), renewFast)
 		if err != nil {
@@ -244,12 +244,11 @@ func (y yieldingNotifier) WatchReleases(ctx context.Context, key string) (<-chan
 // event, and no goroutine left behind.
 func TestOneClientUnderConcurrentUse(t *testing.T) {
 	const workers, rounds = 8, 1000
-	keys := []string{"cordum:job:1", "cordum:job:2", "cordum:job:3"}
+	keys := []string{"jobs:1", "jobs:2", "jobs:3"}
 	mem := memstore.New()
 	rec := &recorder{}
 	c := leasehold.New(mem, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()),
 		leasehold.WithBackoff(time.Millisecond, 5*time.Millisecond))
-	r := newRenewer(t, c)
 	lf := localFirst{c}
 	var (
 		inside [3]atomic.Int32
@@ -305,15 +304,16 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 				case 2:
 					err = c.Hold(ctx, keys[i], ttl, critical(i), renewFast)
 				case 3:
-					err = c.Hold(ctx, keys[i], ttl, critical(i), leasehold.WithWaitBudget(stressBudget), leasehold.WithRenewer(r))
+					err = c.Hold(ctx, keys[i], ttl, critical(i), leasehold.WithWaitBudget(stressBudget))
 				case 4:
 					err = lf.Hold(ctx, keys[i], ttl, critical(i), renewFast)
 				case 5:
 					var l *leasehold.Lease
 					if l, err = c.Acquire(ctx, keys[i], ttl); err == nil {
 						enter(i, l)
-						k, kerr := r.KeepAlive(ctx, l, renewFast)
-						k.Stop()
+						kctx, cancel := context.WithCancel(ctx)
+						_, kerr := l.KeepAlive(kctx, renewFast)
+						cancel() // ends the KeepAlive
 						leave(i)
 						err = errors.Join(kerr, l.Release(ctx))
 					}
@@ -325,7 +325,7 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if err := r.Close(); err != nil {
+	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// A KeepAlive's goroutine that closed its done channel may still be on

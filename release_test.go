@@ -115,7 +115,7 @@ func TestReleaseCancelsTheKeepAliveBeforeTheKeyIsFree(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					k, err := kp.start(t, c, l)
+					k, err := l.KeepAlive(t.Context())
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -66,7 +66,7 @@ func TestManualRenewInFlightDoesNotShortenAKeepAlive(t *testing.T) {
 				}
 				got := make(chan started, 1)
 				go func() {
-					k, err := kp.start(t, c, l)
+					k, err := l.KeepAlive(t.Context())
 					got <- started{k, err}
 				}()
 				synctest.Wait()
@@ -167,13 +167,13 @@ func TestKeepAliveAfterStopCountsFromTheLastRenewal(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				k, err := kp.start(t, c, l)
+				k, err := l.KeepAlive(t.Context())
 				if err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(5*ttl + ttl/2) // renewed every ttl/3; the last at 5 TTLs
 				k.Stop()
-				if k, err = kp.start(t, c, l); err != nil {
+				if k, err = l.KeepAlive(t.Context()); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(ttl)
@@ -211,7 +211,7 @@ func TestLostClosesOnlyOnceTheContextIsCancelled(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					k, err := kp.start(t, c, l)
+					k, err := l.KeepAlive(t.Context())
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -61,7 +61,6 @@ type holdConfig struct {
 	margin         time.Duration
 	marginSet      bool
 	waitBudget     time.Duration // 0: wait until ctx is done
-	renewer        *Renewer      // nil: a goroutine per lease
 }
 
 // FenceAfter selects the fence policy (the default) and gives the lease up
@@ -99,12 +98,6 @@ func WithReleaseTimeout(d time.Duration) HoldOption {
 func WithWaitBudget(d time.Duration) HoldOption {
 	return holdOption(func(c *holdConfig) { c.waitBudget = d })
 }
-
-// WithRenewer makes Hold, Lease.KeepAlive and the recipes built on them
-// renew through r, a shared Renewer, instead of on a goroutine per lease. r
-// must have been made for the same Client. Default: nil, a goroutine per
-// lease.
-func WithRenewer(r *Renewer) RenewOption { return func(c *holdConfig) { c.renewer = r } }
 
 // WithDriftMargin sets how long before the server-side expiry the local
 // deadline falls. Default: ttl/10.

@@ -6,214 +6,158 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
 )
 
-// Defaults of NewRenewer. Each is used when its option is not given.
+// Defaults of the Client's renewal engine; docs/design.md §4 has the arithmetic.
 const (
-	// DefaultBatchWindow is how far apart in time two leases' renewals may
-	// be due and still share a batch: a lease due within 20 ms of the
-	// earliest due one is renewed with it, up to 20 ms early. That costs at
-	// most 2 % more renewals at a 1 s interval (0.1 % at the 20 s interval
-	// of a 60 s TTL), while leases acquired at nearly the same time, which
-	// is how a scheduler takes them, share one round trip. A lease is never
-	// renewed more than a quarter of its interval early, whatever the window.
-	DefaultBatchWindow = 20 * time.Millisecond
+	// defaultBatchWindow lets renewals due within 20 ms of each other share a
+	// store call: at most 2 % more renewals at a 1 s interval, one round trip
+	// for leases taken together.
+	defaultBatchWindow = 20 * time.Millisecond
 
-	// DefaultBatchSize caps the leases in one driver.BatchRenewer call. On Redis a
-	// batch of 1 000 renewals is one pipeline of about 100 KB that the
-	// server runs in a few milliseconds: large enough that the round trip no
-	// longer matters, small enough that one batch does not hold the
-	// single-threaded server, or a client's buffers, for long.
-	DefaultBatchSize = 1000
+	// defaultBatchSize caps one driver.BatchRenewer call: 1 000 renewals are a
+	// ~100 KB Redis pipeline, long enough to amortise the round trip, short
+	// enough not to stall a single-threaded server.
+	defaultBatchSize = 1000
 
-	// DefaultBatchConcurrency caps the driver.BatchRenewer calls in flight. Four
-	// batches of 1 000 keep up with hundreds of thousands of renewals a
-	// second on loopback, and keep a slow store from being flooded with
-	// retries of work it has not finished.
-	DefaultBatchConcurrency = 4
+	// defaultBatchConcurrency caps the batch calls in flight: four keep up with
+	// hundreds of thousands of renewals a second without flooding a slow store.
+	defaultBatchConcurrency = 4
 
 	// defaultFallbackConcurrency caps the Renew calls in flight for a store
-	// without driver.BatchRenewer, each on a goroutine of its own while it runs.
-	// 64 calls of 1 ms each renew 64 000 leases a second, enough for 100 000
-	// leases at the default ttl/3 interval of any TTL above 5 s, with at
-	// most 64 goroutines whatever the number of leases.
+	// without driver.BatchRenewer: 64 calls of 1 ms renew 100 000 leases at
+	// ttl/3 for any TTL above 5 s.
 	defaultFallbackConcurrency = 64
 
-	// maxBatchWindow bounds WithBatchWindow: a window longer than a minute
-	// is a unit mistake.
+	// maxBatchWindow bounds WithBatchWindow: a longer window is a unit mistake.
 	maxBatchWindow = time.Minute
 
-	// earlyDivisor bounds how early a renewal may be sent to join a batch:
-	// a quarter of the lease's interval.
+	// earlyDivisor bounds how early a renewal may go to join a batch: a
+	// quarter of its interval.
 	earlyDivisor = 4
 )
 
-// ErrRenewerClosed is the cause set on the Context of every KeepAlive of a
-// Renewer that was closed, and the error of Renewer.KeepAlive after Close.
-var ErrRenewerClosed = errors.New("leasehold: renewer closed")
+// ErrClosed is returned by a Client's calls after Close, and is the cause set
+// on the Context of every KeepAlive that Close stopped.
+var ErrClosed = errors.New("leasehold: client closed")
 
-// RenewerOption configures a Renewer.
-type RenewerOption func(*Renewer)
+// WithBatchWindow sets how far apart renewals may be due and still share a
+// store call; 0 batches only renewals due at the same instant. Default 20 ms,
+// at most 1 minute.
+func WithBatchWindow(d time.Duration) Option {
+	return func(c *Client) {
+		c.renew.window = d
+		if d < 0 || d > maxBatchWindow {
+			c.setErr(&ArgumentError{Arg: "WithBatchWindow", Reason: fmt.Sprintf("%v is not between 0 and %v", d, maxBatchWindow)})
+		}
+	}
+}
 
-// WithBatchWindow sets how far apart leases' renewals may be due and still
-// be sent together. 0 batches only leases due at the same instant. Default:
-// DefaultBatchWindow (20 ms); at most 1 minute.
-func WithBatchWindow(d time.Duration) RenewerOption { return func(r *Renewer) { r.window = d } }
+// WithBatchSize caps the leases in one driver.BatchRenewer call. Default 1 000.
+func WithBatchSize(n int) Option {
+	return func(c *Client) {
+		c.renew.size = n
+		if n < 1 {
+			c.setErr(&ArgumentError{Arg: "WithBatchSize", Reason: fmt.Sprintf("%d is not positive", n)})
+		}
+	}
+}
 
-// WithBatchSize caps the leases in one driver.BatchRenewer call. Default:
-// DefaultBatchSize (1 000). It has no effect on a store without
-// driver.BatchRenewer, which is called once per lease.
-func WithBatchSize(n int) RenewerOption { return func(r *Renewer) { r.size = n } }
+// WithRenewConcurrency caps the renewal store calls in flight. Default 4
+// batch calls, or 64 Renew calls for a store without driver.BatchRenewer.
+func WithRenewConcurrency(n int) Option {
+	return func(c *Client) {
+		c.renew.concurrency = n
+		if n < 1 {
+			c.setErr(&ArgumentError{Arg: "WithRenewConcurrency", Reason: fmt.Sprintf("%d is not positive", n)})
+		}
+	}
+}
 
-// WithRenewConcurrency caps the store calls in flight at once: driver.BatchRenewer
-// calls, or Renew calls for a store without driver.BatchRenewer. Each call in
-// flight runs on a goroutine of its own. Default: DefaultBatchConcurrency (4)
-// or defaultFallbackConcurrency (64).
-func WithRenewConcurrency(n int) RenewerOption { return func(r *Renewer) { r.concurrency = n } }
+// Close stops renewing every lease of c, cancelling each KeepAlive's Context
+// with cause ErrClosed; no lease is released. It waits for the renewal calls
+// in flight, which it cancels. Later calls of c return ErrClosed. Close is
+// safe to call more than once; it always returns nil.
+func (c *Client) Close() error {
+	c.renew.close()
+	return nil
+}
 
-// Renewer renews many leases from one goroutine, for processes that hold
-// thousands of them. It keeps the leases in a min-heap of the times they
-// next need attention and sleeps until the earliest; renewals due within
-// the batch window are sent together, in chunks of the batch size, one
-// driver.BatchRenewer call per chunk (a pipeline on Redis). A store without
-// driver.BatchRenewer gets one Renew call per lease, a bounded number at a time.
-// Each lease costs memory and a heap entry, never a goroutine or a timer:
-// the goroutines are the Renewer's one, plus one per store call in flight
-// (at most the concurrency).
-//
-// Every lease keeps its own failure policy (FenceAfter, ContinueOnRenewFailure,
-// the drift margin): the send time of its batch counts as its renewal's send
-// time, and its context is cancelled at its local deadline even while its
-// batch is still in flight, as with Lease.KeepAlive.
-//
-// A Renewer is safe for concurrent use. NewRenewer starts its goroutine;
-// Close stops it and must be called.
-type Renewer struct {
+// renewer is a Client's renewal engine: one goroutine, started by the first
+// KeepAlive and gone while no lease is kept alive, renews every lease from a
+// min-heap of the times they next need attention. Renewals due within the
+// window go together, one driver.BatchRenewer call per chunk of size (one
+// Renew each without it), at most concurrency calls in flight. A lease costs
+// a heap entry, never a goroutine or a timer.
+type renewer struct {
 	client      *Client
 	batch       driver.BatchRenewer // nil: one Renew per lease
 	window      time.Duration
 	size        int
 	concurrency int
 
-	mu     sync.Mutex
-	heap   renewHeap // every lease being renewed, by the time it needs attention
-	closed bool
+	mu      sync.Mutex
+	heap    renewHeap     // every lease being renewed, by the time it needs attention
+	running chan struct{} // closed when the running goroutine returns; nil: none runs
 
+	closed      atomic.Bool
+	closeOnce   sync.Once
 	poke        chan struct{}   // the heap's head moved earlier
 	results     chan *renewCall // finished store calls
 	quit        chan struct{}   // closed by Close
-	done        chan struct{}   // closed when the goroutine has returned
 	calls       context.Context // the store calls' parent; cancelled by Close
 	cancelCalls context.CancelFunc
 }
 
-// NewRenewer returns a Renewer that renews leases of c, and starts its
-// goroutine. It returns an *ArgumentError for an option out of range.
-func NewRenewer(c *Client, opts ...RenewerOption) (*Renewer, error) {
-	if c == nil {
-		return nil, &ArgumentError{Arg: "client", Reason: "nil"}
-	}
-	r := &Renewer{client: c, window: DefaultBatchWindow, size: DefaultBatchSize}
+// init sets r up for c's store once the options are applied.
+func (r *renewer) init(c *Client) {
+	r.client = c
 	r.batch, _ = c.store.(driver.BatchRenewer)
-	if r.batch != nil {
-		r.concurrency = DefaultBatchConcurrency
-	} else {
-		r.concurrency = defaultFallbackConcurrency
-	}
-	for _, o := range opts {
-		o(r)
-	}
-	switch {
-	case r.window < 0 || r.window > maxBatchWindow:
-		return nil, &ArgumentError{Arg: "batch window", Reason: fmt.Sprintf("%v is not between 0 and %v", r.window, maxBatchWindow)}
-	case r.size < 1:
-		return nil, &ArgumentError{Arg: "batch size", Reason: fmt.Sprintf("%d is not positive", r.size)}
-	case r.concurrency < 1:
-		return nil, &ArgumentError{Arg: "renew concurrency", Reason: fmt.Sprintf("%d is not positive", r.concurrency)}
+	if r.concurrency == 0 {
+		r.concurrency = defaultBatchConcurrency
+		if r.batch == nil {
+			r.concurrency = defaultFallbackConcurrency
+		}
 	}
 	if r.batch == nil {
 		r.size = 1
 	}
 	r.poke = make(chan struct{}, 1)
-	r.results = make(chan *renewCall, r.concurrency)
-	r.quit, r.done = make(chan struct{}), make(chan struct{})
+	r.results = make(chan *renewCall, max(r.concurrency, 1))
+	r.quit = make(chan struct{})
 	r.calls, r.cancelCalls = context.WithCancel(context.Background())
-	go r.run()
-	return r, nil
 }
 
-// KeepAlive starts renewing l on r, under the same policy and options as
-// Lease.KeepAlive, and returns the same kind of KeepAlive: Context is
-// cancelled (cause matching ErrAbandoned) and Lost closed when the lease is
-// given up; Stop ends its renewal without disturbing r's other leases.
-// Renewal does not stop when ctx is cancelled; ctx is only the parent of
-// Context. The store calls are made with a context of r's, not ctx.
-//
-// It returns an *ArgumentError for options that cannot work with the
-// lease's TTL or a lease of another Client, ErrRenewerClosed after Close,
-// and an error if l already has a KeepAlive or was released.
-func (r *Renewer) KeepAlive(ctx context.Context, l *Lease, opts ...RenewOption) (*KeepAlive, error) {
-	if r == nil || r.client == nil {
-		return nil, &ArgumentError{Arg: "Renewer", Reason: "nil, or not made by NewRenewer"}
-	}
-	if err := l.valid(); err != nil {
-		return nil, err
-	}
-	return l.keepAlive(ctx, func(ttl time.Duration) (holdConfig, error) {
-		cfg, err := newHoldConfig(ttl, opts)
-		if err != nil {
-			return cfg, err
+// close stops every lease's renewal and the goroutine, and refuses new leases.
+func (r *renewer) close() {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed.Store(true)
+		live := append([]*KeepAlive(nil), r.heap...)
+		running := r.running
+		r.mu.Unlock()
+		for _, k := range live {
+			k.shut(ErrClosed)
 		}
-		if cfg.renewer != nil && cfg.renewer != r {
-			return cfg, &ArgumentError{Arg: "WithRenewer", Reason: "names another Renewer than the one called"}
+		close(r.quit)
+		if running != nil {
+			<-running
 		}
-		cfg.renewer = r
-		return cfg, nil
 	})
 }
 
-// Len returns the number of leases r is renewing (0 for a nil Renewer).
-func (r *Renewer) Len() int {
-	if r == nil {
-		return 0
-	}
+// len returns the number of leases being renewed.
+func (r *renewer) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.heap)
 }
 
-// Close stops renewing every lease, as Stop would, cancelling each
-// KeepAlive's Context with cause ErrRenewerClosed; no lease is released.
-// It cancels the store calls in flight and waits for them and for r's
-// goroutine, so it returns once the store has returned from every call
-// (promptly for a store that honours contexts). It is safe to call more
-// than once, and on a nil Renewer; it always returns nil.
-func (r *Renewer) Close() error {
-	if r == nil || r.client == nil {
-		return nil
-	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		<-r.done
-		return nil
-	}
-	r.closed = true
-	live := make([]*KeepAlive, len(r.heap))
-	copy(live, r.heap)
-	r.mu.Unlock()
-	for _, k := range live {
-		k.shut(ErrRenewerClosed)
-	}
-	close(r.quit)
-	<-r.done
-	return nil
-}
-
-// renewPhase is where a lease is in its renewal cycle. Only r's goroutine
+// renewPhase is where a lease is in its renewal cycle. Only the renewer's goroutine
 // reads or writes it.
 type renewPhase uint8
 
@@ -224,7 +168,7 @@ const (
 	phaseEnded                      // given up or lost; out of the heap
 )
 
-// renewSlot is a lease's place in a Renewer.
+// renewSlot is a lease's place in the renewer.
 type renewSlot struct {
 	st    renewState // r's goroutine only (and add, before the lease is in the heap)
 	next  time.Time  // when the next renewal is due; r's goroutine only
@@ -233,18 +177,22 @@ type renewSlot struct {
 	index int        // in r.heap, -1 when out of it; under r.mu
 }
 
-// add starts renewing k, whose renewal state is st.
-func (r *Renewer) add(k *KeepAlive, st renewState) error {
+// add starts renewing k, whose renewal state is st, starting the goroutine if
+// none runs.
+func (r *renewer) add(k *KeepAlive, st renewState) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		return ErrRenewerClosed
+	if r.closed.Load() {
+		return ErrClosed
 	}
-	k.renewer = r
 	k.slot = renewSlot{st: st, next: st.lastSent.Add(k.cfg.interval), index: -1}
 	k.slot.wake = k.wakeAt(&k.slot.st, k.slot.next)
 	heap.Push(&r.heap, k)
-	if k.slot.index == 0 {
+	switch {
+	case r.running == nil:
+		r.running = make(chan struct{})
+		go r.run(r.running)
+	case k.slot.index == 0:
 		select {
 		case r.poke <- struct{}{}:
 		default: // a poke is pending already
@@ -255,12 +203,33 @@ func (r *Renewer) add(k *KeepAlive, st renewState) error {
 
 // remove stops renewing k. A store call in flight for it finishes for the
 // others in it; its result for k is then ignored.
-func (r *Renewer) remove(k *KeepAlive) {
+func (r *renewer) remove(k *KeepAlive) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if k.slot.index >= 0 {
-		heap.Remove(&r.heap, k.slot.index)
+	if k.slot.index < 0 {
+		return
 	}
+	heap.Remove(&r.heap, k.slot.index)
+	if len(r.heap) == 0 { // let the goroutine see it is idle
+		select {
+		case r.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// idle ends the goroutine's turn when no lease is left: it reports true, and
+// the next add starts a new goroutine.
+func (r *renewer) idle(running chan struct{}) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.heap) > 0 {
+		return false
+	}
+	if r.running == running {
+		r.running = nil
+	}
+	return true
 }
 
 // renewCall is one store call: a chunk of leases renewed together.
@@ -275,8 +244,8 @@ type renewCall struct {
 
 // run is r's goroutine: it sleeps until a lease needs attention, ends the
 // leases whose limit has passed, and sends the due ones in chunks.
-func (r *Renewer) run() {
-	defer close(r.done)
+func (r *renewer) run(running chan struct{}) {
+	defer close(running)
 	var (
 		queue    []*KeepAlive // due, waiting for a free call, oldest first
 		lapsed   []*KeepAlive // scratch
@@ -299,6 +268,9 @@ func (r *Renewer) run() {
 				inFlight++
 				go r.call(c)
 			}
+		}
+		if inFlight == 0 && r.idle(running) {
+			return
 		}
 		if wake.IsZero() {
 			timer.Stop()
@@ -326,7 +298,7 @@ func (r *Renewer) run() {
 // (but no more than a quarter of their interval early) to queue. Queued
 // leases stay in the heap, keyed by their limit. It returns when the heap
 // next needs attention (zero: never, it is empty).
-func (r *Renewer) collect(now time.Time, lapsed, queue []*KeepAlive) (_, _ []*KeepAlive, wake time.Time) {
+func (r *renewer) collect(now time.Time, lapsed, queue []*KeepAlive) (_, _ []*KeepAlive, wake time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	horizon := now.Add(r.window)
@@ -357,7 +329,7 @@ func (r *Renewer) collect(now time.Time, lapsed, queue []*KeepAlive) (_, _ []*Ke
 // chunk takes up to r.size leases from the head of queue into a store call;
 // leases that ended or were stopped while queued are dropped. c is nil when
 // none was left.
-func (r *Renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
+func (r *renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := min(r.size, len(queue))
@@ -391,7 +363,7 @@ func (r *Renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 // r's goroutine. The call is bounded by the smallest renewal timeout of its
 // leases; their local deadlines are kept by r's goroutine, not by the call,
 // so that one lease near its deadline does not cut its batch short.
-func (r *Renewer) call(c *renewCall) {
+func (r *renewer) call(c *renewCall) {
 	ctx, cancel := context.WithTimeout(r.calls, c.timeout)
 	defer cancel()
 	c.sent = time.Now()
@@ -416,7 +388,7 @@ func (r *Renewer) call(c *renewCall) {
 
 // apply settles the results of a finished call under each lease's policy
 // and puts the leases back in the heap at their next renewal.
-func (r *Renewer) apply(c *renewCall) {
+func (r *renewer) apply(c *renewCall) {
 	for i, k := range c.leases {
 		if k.slot.phase != phaseInFlight {
 			continue // given up at its deadline while the call was in flight

@@ -53,29 +53,33 @@ func (s *batchStore) recorded() []batchCall {
 
 var _ driver.BatchRenewer = (*batchStore)(nil)
 
-// newBatchFixture is newFixture on a store with BatchRenewer.
-func newBatchFixture(fault func(int) error) (*fixture, *batchStore) {
+// newBatchFixture is newFixture on a store with BatchRenewer, its Client
+// made with opts.
+func newBatchFixture(fault func(int) error, opts ...leasehold.Option) (*fixture, *batchStore) {
 	f := newFixture(fault)
 	b := &batchStore{faultyStore: f.store, start: time.Now()}
-	f.c = leasehold.New(b, leasehold.WithObserver(observerOf(f.rec)), leasehold.WithLogger(quietLogger()))
+	f.c = leasehold.New(b, append([]leasehold.Option{leasehold.WithObserver(observerOf(f.rec)), leasehold.WithLogger(quietLogger())}, opts...)...)
 	return f, b
 }
 
-func newRenewer(t *testing.T, c *leasehold.Client, opts ...leasehold.RenewerOption) *leasehold.Renewer {
+// keepAll starts a KeepAlive on every lease.
+func keepAll(t *testing.T, ls []*leasehold.Lease, opts ...leasehold.RenewOption) []*leasehold.KeepAlive {
 	t.Helper()
-	r, err := leasehold.NewRenewer(c, opts...)
-	if err != nil {
-		t.Fatal(err)
+	ks := make([]*leasehold.KeepAlive, len(ls))
+	for i, l := range ls {
+		var err error
+		if ks[i], err = l.KeepAlive(t.Context(), opts...); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	return ks
 }
 
 func acquireN(t *testing.T, c *leasehold.Client, n int, ttl time.Duration) []*leasehold.Lease {
 	t.Helper()
 	ls := make([]*leasehold.Lease, n)
 	for i := range ls {
-		l, err := c.TryAcquire(t.Context(), fmt.Sprintf("cordum:wf:run:lock:R%d", i), ttl)
+		l, err := c.TryAcquire(t.Context(), fmt.Sprintf("runs:R%d", i), ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,15 +93,10 @@ func acquireN(t *testing.T, c *leasehold.Client, n int, ttl time.Duration) []*le
 func TestRenewerBatchesRenewalsAtTTLOverThree(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, b := newBatchFixture(nil)
-		r := newRenewer(t, f.c)
 		ls := acquireN(t, f.c, 25, ttl)
-		for _, l := range ls {
-			if _, err := r.KeepAlive(t.Context(), l); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if r.Len() != len(ls) {
-			t.Fatalf("Len = %d, want %d", r.Len(), len(ls))
+		keepAll(t, ls)
+		if n := leasehold.Renewing(f.c); n != len(ls) {
+			t.Fatalf("renewing %d leases, want %d", n, len(ls))
 		}
 		time.Sleep(2*ttl/3 + time.Second)
 		synctest.Wait()
@@ -123,17 +122,14 @@ func TestRenewerBatchesRenewalsAtTTLOverThree(t *testing.T) {
 // due; a lease due later than the window waits for its own time.
 func TestRenewerCoalescesWithinTheWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, b := newBatchFixture(nil)
-		r := newRenewer(t, f.c, leasehold.WithBatchWindow(10*time.Millisecond))
+		f, b := newBatchFixture(nil, leasehold.WithBatchWindow(10*time.Millisecond))
 		for _, gap := range []time.Duration{0, 4 * time.Millisecond, 6 * time.Millisecond, 50 * time.Millisecond} {
 			time.Sleep(gap)
-			l, err := f.c.TryAcquire(t.Context(), fmt.Sprintf("cordum:job:%v", gap), ttl)
+			l, err := f.c.TryAcquire(t.Context(), fmt.Sprintf("jobs:%v", gap), ttl)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.KeepAlive(t.Context(), l); err != nil {
-				t.Fatal(err)
-			}
+			keepAll(t, []*leasehold.Lease{l})
 		}
 		time.Sleep(ttl/3 + time.Second)
 		synctest.Wait()
@@ -151,13 +147,8 @@ func TestRenewerCoalescesWithinTheWindow(t *testing.T) {
 // further calls at the same instant.
 func TestRenewerChunksBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, b := newBatchFixture(nil)
-		r := newRenewer(t, f.c, leasehold.WithBatchSize(10), leasehold.WithRenewConcurrency(2))
-		for _, l := range acquireN(t, f.c, 35, ttl) {
-			if _, err := r.KeepAlive(t.Context(), l); err != nil {
-				t.Fatal(err)
-			}
-		}
+		f, b := newBatchFixture(nil, leasehold.WithBatchSize(10), leasehold.WithRenewConcurrency(2))
+		keepAll(t, acquireN(t, f.c, 35, ttl))
 		time.Sleep(ttl/3 + time.Second)
 		synctest.Wait()
 		calls := b.recorded()
@@ -174,27 +165,17 @@ func TestRenewerChunksBatches(t *testing.T) {
 	})
 }
 
-// keeper starts renewal of a lease one of three ways.
+// keeper is a kind of store the renewal engine talks to.
 type keeper struct {
 	name  string
 	batch bool // the store has BatchRenewer
-	start func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error)
 }
 
-var keepers = []keeper{
-	{"Lease.KeepAlive", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error) {
-		return l.KeepAlive(t.Context(), opts...)
-	}},
-	{"Renewer/Renew", false, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error) {
-		return newRenewer(t, c).KeepAlive(t.Context(), l, opts...)
-	}},
-	{"Renewer/RenewBatch", true, func(t *testing.T, c *leasehold.Client, l *leasehold.Lease, opts ...leasehold.RenewOption) (*leasehold.KeepAlive, error) {
-		return newRenewer(t, c).KeepAlive(t.Context(), l, opts...)
-	}},
-}
+var keepers = []keeper{{"Renew", false}, {"RenewBatch", true}}
 
-// The shared renewer fences a lease whose renewals fail at the same moment,
-// with the same cause and the same events, as the lease's own goroutine.
+// The engine fences a lease whose renewals fail at the same moment, with the
+// same cause and the same events, whether it renews one lease per Renew call
+// or in RenewBatch calls.
 func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 	notOwned := func(n int) error { return leasehold.ErrNotOwned }
 	for _, tc := range []struct {
@@ -241,7 +222,7 @@ func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					k, err := kp.start(t, f.c, l, tc.opts...)
+					k, err := l.KeepAlive(t.Context(), tc.opts...)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -259,6 +240,7 @@ func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 					}
 					o.err = k.Err()
 					k.Stop()
+					_ = f.c.Close() // waits for a call stuck in the store
 					synctest.Wait()
 					f.rec.mu.Lock()
 					o.failures, o.abandons, o.expired = len(f.rec.failures), len(f.rec.abandons), len(f.rec.expiries)
@@ -301,15 +283,8 @@ func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 func TestRenewerStopDisturbsNoOtherLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, b := newBatchFixture(nil)
-		r := newRenewer(t, f.c)
 		ls := acquireN(t, f.c, 3, ttl)
-		ks := make([]*leasehold.KeepAlive, len(ls))
-		for i, l := range ls {
-			var err error
-			if ks[i], err = r.KeepAlive(t.Context(), l); err != nil {
-				t.Fatal(err)
-			}
-		}
+		ks := keepAll(t, ls)
 		time.Sleep(10 * time.Second)
 		ks[1].Stop()
 		if cause := context.Cause(ks[1].Context()); cause != context.Canceled {
@@ -320,8 +295,8 @@ func TestRenewerStopDisturbsNoOtherLease(t *testing.T) {
 			t.Error("Stop closed Lost")
 		default:
 		}
-		if r.Len() != 2 {
-			t.Errorf("Len = %d after one Stop, want 2", r.Len())
+		if n := leasehold.Renewing(f.c); n != 2 {
+			t.Errorf("renewing %d after one Stop, want 2", n)
 		}
 		time.Sleep(ttl + time.Second) // past the stopped lease's TTL
 		synctest.Wait()
@@ -354,23 +329,67 @@ func TestRenewerStopDisturbsNoOtherLease(t *testing.T) {
 		if ks[0].Context().Err() == nil {
 			t.Error("Release left the KeepAlive's Context live")
 		}
-		if r.Len() != 1 {
-			t.Errorf("Len = %d after a Release, want 1", r.Len())
+		if n := leasehold.Renewing(f.c); n != 1 {
+			t.Errorf("renewing %d after a Release, want 1", n)
 		}
+		ks[2].Stop()
 	})
 }
 
-// The renewer's goroutines do not grow with the leases: 10 000 held and
-// renewed in batches cost the same goroutines as none.
+// A KeepAlive ends with the context it was started with: renewal stops, its
+// Context carries the parent's cause, and the lease is neither released nor
+// reported lost; the other leases go on.
+func TestKeepAliveEndsWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, b := newBatchFixture(nil)
+		ls := acquireN(t, f.c, 2, ttl)
+		stop := errors.New("job cancelled")
+		ctx, cancel := context.WithCancelCause(t.Context())
+		k, err := ls[0].KeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := keepAll(t, ls[1:])[0]
+		time.Sleep(10 * time.Second)
+		cancel(stop)
+		synctest.Wait()
+		if cause := context.Cause(k.Context()); cause != stop {
+			t.Errorf("cause %v, want the parent's %v", cause, stop)
+		}
+		if k.Err() != nil {
+			t.Errorf("Err %v: the end of ctx is no loss", k.Err())
+		}
+		if n := leasehold.Renewing(f.c); n != 1 {
+			t.Errorf("renewing %d after ctx ended, want 1", n)
+		}
+		time.Sleep(ttl)
+		synctest.Wait()
+		for _, c := range b.recorded() {
+			if len(c.keys) != 1 || c.keys[0] != ls[1].Key() {
+				t.Errorf("batch at %v renewed %v, want only %s", c.at, c.keys, ls[1].Key())
+			}
+		}
+		if _, releases := f.store.counts(); releases != 0 {
+			t.Errorf("%d releases, want none", releases)
+		}
+		// The lease can be kept alive again under a live context.
+		if info, _ := f.mem.Inspect(t.Context(), ls[1].Key()); !info.Held || other.Err() != nil {
+			t.Errorf("the other lease was disturbed: %+v, %v", info, other.Err())
+		}
+		other.Stop()
+	})
+}
+
+// The renewal engine's goroutines do not grow with the leases: 10 000 held
+// and renewed in batches cost one goroutine, none is left once they stop, and
+// the next KeepAlive starts it again.
 func TestRenewerHasNoGoroutinePerLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
-		r := newRenewer(t, c)
 		synctest.Wait()
-		before := renewalGoroutines()
-		if before != 1 {
-			t.Fatalf("%d goroutines run renewal code before any lease, want the Renewer's one", before)
+		if n := renewalGoroutines(); n != 0 {
+			t.Fatalf("%d goroutines run renewal code before any lease, want none", n)
 		}
 		const n = 10_000
 		ks := make([]*leasehold.KeepAlive, 0, n)
@@ -379,7 +398,7 @@ func TestRenewerHasNoGoroutinePerLease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			k, err := r.KeepAlive(t.Context(), l)
+			k, err := l.KeepAlive(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -395,8 +414,8 @@ func TestRenewerHasNoGoroutinePerLease(t *testing.T) {
 			synctest.Wait()
 			peak = max(peak, renewalGoroutines())
 		}
-		if peak > before {
-			t.Errorf("%d goroutines run renewal code with no lease, %d with %d leases held", before, peak, n)
+		if peak != 1 {
+			t.Errorf("%d goroutines run renewal code with %d leases held, want 1", peak, n)
 		}
 		lost := 0
 		for _, k := range ks {
@@ -404,19 +423,37 @@ func TestRenewerHasNoGoroutinePerLease(t *testing.T) {
 				lost++
 			}
 		}
-		if lost > 0 || r.Len() != n {
-			t.Errorf("%d leases lost, %d renewed; want 0 and %d", lost, r.Len(), n)
+		if lost > 0 || leasehold.Renewing(c) != n {
+			t.Errorf("%d leases lost, %d renewed; want 0 and %d", lost, leasehold.Renewing(c), n)
 		}
 		if info, _ := mem.Inspect(t.Context(), "k9999"); !info.Held {
 			t.Errorf("k9999 lost on the store after three TTLs: %+v", info)
 		}
+		for _, k := range ks {
+			k.Stop()
+		}
+		synctest.Wait()
+		if g := renewalGoroutines(); g != 0 {
+			t.Errorf("%d goroutines run renewal code once every lease stopped, want none", g)
+		}
+		l, err := c.TryAcquire(t.Context(), "again", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := keepAll(t, []*leasehold.Lease{l})[0]
+		time.Sleep(ttl)
+		synctest.Wait()
+		if k.Err() != nil || renewalGoroutines() != 1 {
+			t.Errorf("after a restart: Err %v, %d renewal goroutines", k.Err(), renewalGoroutines())
+		}
+		k.Stop()
 	})
 }
 
-// renewalGoroutines counts the goroutines in leasehold's renewal code: a
-// Renewer's, its store calls', and per-lease KeepAlive goroutines. Counting
-// by stack, not runtime.NumGoroutine, keeps goroutines of other tests and of
-// the runtime out of the count.
+// renewalGoroutines counts the goroutines in leasehold's renewal code: the
+// engine's and its store calls'. Counting by stack, not
+// runtime.NumGoroutine, keeps goroutines of other tests and of the runtime
+// out of the count.
 func renewalGoroutines() int {
 	buf := make([]byte, 1<<20)
 	for range 8 { // grow to at most 256 MiB
@@ -428,102 +465,97 @@ func renewalGoroutines() int {
 	}
 	count := 0
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "leasehold.(*Renewer)") || strings.Contains(g, "leasehold.(*KeepAlive).run") {
+		if strings.Contains(g, "leasehold.(*renewer)") {
 			count++
 		}
 	}
 	return count
 }
 
-// Close stops every lease's renewal, cancels their Contexts with
-// ErrRenewerClosed, releases nothing, and refuses new leases.
-func TestRenewerClose(t *testing.T) {
+// Client.Close stops every lease's renewal, cancels their Contexts with
+// ErrClosed, releases nothing, and refuses new leases; the leases it held can
+// still be renewed by hand and released.
+func TestClientClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, _ := newBatchFixture(nil)
-		r, err := leasehold.NewRenewer(f.c)
-		if err != nil {
-			t.Fatal(err)
-		}
 		ls := acquireN(t, f.c, 4, ttl)
-		var ks []*leasehold.KeepAlive
-		for _, l := range ls[:3] {
-			k, err := r.KeepAlive(t.Context(), l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ks = append(ks, k)
-		}
-		if err := r.Close(); err != nil {
+		ks := keepAll(t, ls[:3])
+		if err := f.c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		_ = r.Close() // twice is fine
+		_ = f.c.Close() // twice is fine
 		for _, k := range ks {
-			if cause := context.Cause(k.Context()); !errors.Is(cause, leasehold.ErrRenewerClosed) {
-				t.Errorf("cause %v, want ErrRenewerClosed", cause)
+			if cause := context.Cause(k.Context()); !errors.Is(cause, leasehold.ErrClosed) {
+				t.Errorf("cause %v, want ErrClosed", cause)
 			}
 			if k.Err() != nil {
 				t.Errorf("Err %v after Close, want nil: the lease was not lost", k.Err())
 			}
 		}
-		if r.Len() != 0 {
-			t.Errorf("Len = %d after Close", r.Len())
+		if n := leasehold.Renewing(f.c); n != 0 {
+			t.Errorf("renewing %d after Close", n)
 		}
-		if _, err := r.KeepAlive(t.Context(), ls[3]); !errors.Is(err, leasehold.ErrRenewerClosed) {
-			t.Errorf("KeepAlive after Close: %v, want ErrRenewerClosed", err)
+		if _, err := ls[3].KeepAlive(t.Context()); !errors.Is(err, leasehold.ErrClosed) {
+			t.Errorf("KeepAlive after Close: %v, want ErrClosed", err)
 		}
-		// The leases are still ours, and can be kept alive another way.
-		if _, err := ls[0].KeepAlive(t.Context()); err != nil {
-			t.Errorf("Lease.KeepAlive after the Renewer closed: %v", err)
+		if _, err := f.c.TryAcquire(t.Context(), "new", ttl); !errors.Is(err, leasehold.ErrClosed) {
+			t.Errorf("TryAcquire after Close: %v, want ErrClosed", err)
+		}
+		if err := f.c.Hold(t.Context(), "new", ttl, func(context.Context, *leasehold.Lease) error { return nil }); !errors.Is(err, leasehold.ErrClosed) {
+			t.Errorf("Hold after Close: %v, want ErrClosed", err)
 		}
 		if _, releases := f.store.counts(); releases != 0 {
 			t.Errorf("%d releases, want none", releases)
 		}
-		_ = ls[0].Release(t.Context())
+		if err := ls[0].Renew(t.Context(), ttl); err != nil {
+			t.Errorf("Renew after Close: %v", err)
+		}
+		for _, l := range ls {
+			if err := l.Release(t.Context()); err != nil {
+				t.Errorf("Release after Close: %v", err)
+			}
+		}
+		synctest.Wait()
+		if g := renewalGoroutines(); g != 0 {
+			t.Errorf("%d renewal goroutines after Close", g)
+		}
 	})
 }
 
 // Close does not wait for a renewal that honours its context: the call is
 // cancelled.
-func TestRenewerCloseCancelsCallsInFlight(t *testing.T) {
+func TestClientCloseCancelsCallsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, _ := newBatchFixture(always(errHang))
-		r, err := leasehold.NewRenewer(f.c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := acquireN(t, f.c, 1, ttl)[0]
-		if _, err := r.KeepAlive(t.Context(), l); err != nil {
-			t.Fatal(err)
-		}
+		keepAll(t, acquireN(t, f.c, 1, ttl))
 		time.Sleep(ttl/3 + time.Second) // the renewal at 20 s hangs
 		start := time.Now()
-		_ = r.Close()
+		_ = f.c.Close()
 		if d := time.Since(start); d != 0 {
 			t.Errorf("Close took %v with a renewal in flight, want at once", d)
 		}
 	})
 }
 
-// Hold and the recipes take WithRenewer.
-func TestHoldWithRenewer(t *testing.T) {
+// Hold renews on the Client's engine, in batches, and leaves it empty.
+func TestHoldRenewsOnTheEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, b := newBatchFixture(nil)
-		r := newRenewer(t, f.c)
 		err := f.c.Hold(t.Context(), key, ttl, func(ctx context.Context, l *leasehold.Lease) error {
-			if r.Len() != 1 {
-				t.Errorf("Len = %d inside Hold, want 1", r.Len())
+			if n := leasehold.Renewing(f.c); n != 1 {
+				t.Errorf("renewing %d inside Hold, want 1", n)
 			}
 			time.Sleep(ttl + time.Second)
 			return ctx.Err()
-		}, leasehold.WithRenewer(r))
+		})
 		if err != nil {
 			t.Fatalf("Hold: %v", err)
 		}
 		if calls := b.recorded(); len(calls) != 3 {
 			t.Errorf("%d batches during a 61 s Hold, want 3", len(calls))
 		}
-		if r.Len() != 0 {
-			t.Errorf("Len = %d after Hold, want 0", r.Len())
+		if n := leasehold.Renewing(f.c); n != 0 {
+			t.Errorf("renewing %d after Hold, want 0", n)
 		}
 		if info, _ := f.mem.Inspect(t.Context(), key); info.Held {
 			t.Error("Hold did not release")
@@ -531,33 +563,35 @@ func TestHoldWithRenewer(t *testing.T) {
 	})
 }
 
+// A Client made with a bad renewal option refuses every call with an
+// *ArgumentError naming the option, and writes nothing; KeepAlive refuses
+// bad renewal options the same way.
 func TestRenewerRejectsBadInput(t *testing.T) {
-	c := leasehold.New(memstore.New())
-	other := leasehold.New(memstore.New())
 	for _, tc := range []struct {
-		opts []leasehold.RenewerOption
-		arg  string
+		opt leasehold.Option
+		arg string
 	}{
-		{[]leasehold.RenewerOption{leasehold.WithBatchWindow(-time.Millisecond)}, "batch window"},
-		{[]leasehold.RenewerOption{leasehold.WithBatchWindow(time.Hour)}, "batch window"},
-		{[]leasehold.RenewerOption{leasehold.WithBatchSize(0)}, "batch size"},
-		{[]leasehold.RenewerOption{leasehold.WithRenewConcurrency(0)}, "renew concurrency"},
+		{leasehold.WithBatchWindow(-time.Millisecond), "WithBatchWindow"},
+		{leasehold.WithBatchWindow(time.Hour), "WithBatchWindow"},
+		{leasehold.WithBatchSize(0), "WithBatchSize"},
+		{leasehold.WithRenewConcurrency(0), "WithRenewConcurrency"},
 	} {
-		_, err := leasehold.NewRenewer(c, tc.opts...)
+		mem := memstore.New()
+		c := leasehold.New(mem, tc.opt)
+		_, err := c.TryAcquire(t.Context(), key, ttl)
 		var ae *leasehold.ArgumentError
 		if !errors.As(err, &ae) || ae.Arg != tc.arg {
-			t.Errorf("NewRenewer: %v, want an *ArgumentError for %s", err, tc.arg)
+			t.Errorf("TryAcquire: %v, want an *ArgumentError for %s", err, tc.arg)
+		}
+		err = c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { return nil })
+		if !errors.As(err, &ae) || ae.Arg != tc.arg {
+			t.Errorf("Hold: %v, want an *ArgumentError for %s", err, tc.arg)
+		}
+		if info, _ := mem.Inspect(t.Context(), key); info.Held {
+			t.Errorf("%s: a Client with a bad option wrote the key", tc.arg)
 		}
 	}
-	if _, err := leasehold.NewRenewer(nil); !errors.Is(err, leasehold.ErrInvalidArgument) {
-		t.Errorf("NewRenewer(nil): %v", err)
-	}
-	r := newRenewer(t, c)
-	r2 := newRenewer(t, c)
-	l, err := other.TryAcquire(t.Context(), key, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := leasehold.New(memstore.New())
 	mine, err := c.TryAcquire(t.Context(), key, ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -568,101 +602,80 @@ func TestRenewerRejectsBadInput(t *testing.T) {
 		arg  string
 	}{
 		"nil lease":      {nil, nil, "lease"},
-		"other client":   {l, nil, "WithRenewer"},
-		"other renewer":  {mine, []leasehold.RenewOption{leasehold.WithRenewer(r2)}, "WithRenewer"},
 		"bad hold opts":  {mine, []leasehold.RenewOption{leasehold.WithRenewInterval(ttl)}, "renew interval"},
 		"negative fence": {mine, []leasehold.RenewOption{leasehold.FenceAfter(-1)}, "FenceAfter"},
 	} {
-		_, err := r.KeepAlive(t.Context(), tc.l, tc.opts...)
+		_, err := tc.l.KeepAlive(t.Context(), tc.opts...)
 		var ae *leasehold.ArgumentError
 		if !errors.As(err, &ae) || ae.Arg != tc.arg {
 			t.Errorf("%s: %v, want an *ArgumentError for %s", name, err, tc.arg)
 		}
 	}
-	if r.Len() != 0 {
-		t.Errorf("Len = %d after refused KeepAlives", r.Len())
+	if n := leasehold.Renewing(c); n != 0 {
+		t.Errorf("renewing %d after refused KeepAlives", n)
 	}
-	k, err := r.KeepAlive(t.Context(), mine)
+	k, err := mine.KeepAlive(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.KeepAlive(t.Context(), mine); err == nil {
+	if _, err := mine.KeepAlive(t.Context()); err == nil {
 		t.Error("a second KeepAlive of the same lease was accepted")
 	}
 	k.Stop()
 }
 
-// BenchmarkRenewerMemoryPerLease reports the heap a held lease costs with
-// its renewal: on the shared Renewer, and with a goroutine of its own.
+// BenchmarkRenewerMemoryPerLease reports the heap, stack and goroutines a
+// held lease costs with its renewal on the Client's engine.
 //
 //	go test -run '^$' -bench RenewerMemory -benchtime 1x
 func BenchmarkRenewerMemoryPerLease(b *testing.B) {
 	const n = 10_000
-	for _, mode := range []string{"Renewer", "Lease.KeepAlive"} {
-		b.Run(mode, func(b *testing.B) {
-			for range b.N {
-				mem := memstore.New()
-				c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
-				r, err := leasehold.NewRenewer(c)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ls := make([]*leasehold.Lease, n)
-				for i := range ls {
-					if ls[i], err = c.TryAcquire(b.Context(), fmt.Sprintf("cordum:wf:run:lock:R%d", i), time.Hour); err != nil {
-						b.Fatal(err)
-					}
-				}
-				var m0, m1 runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&m0)
-				g0 := runtime.NumGoroutine()
-				ks := make([]*leasehold.KeepAlive, n)
-				for i, l := range ls {
-					if mode == "Renewer" {
-						ks[i], err = r.KeepAlive(b.Context(), l)
-					} else {
-						ks[i], err = l.KeepAlive(b.Context())
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				runtime.GC()
-				runtime.ReadMemStats(&m1)
-				g1 := runtime.NumGoroutine()
-				b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/n, "heap-B/lease")
-				b.ReportMetric(float64(int64(m1.StackInuse)-int64(m0.StackInuse))/n, "stack-B/lease")
-				b.ReportMetric(float64(g1-g0)/n, "goroutines/lease")
-				for _, k := range ks {
-					k.Stop()
-				}
-				_ = r.Close()
+	for range b.N {
+		mem := memstore.New()
+		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
+		ls := make([]*leasehold.Lease, n)
+		var err error
+		for i := range ls {
+			if ls[i], err = c.TryAcquire(b.Context(), fmt.Sprintf("runs:R%d", i), time.Hour); err != nil {
+				b.Fatal(err)
 			}
-		})
+		}
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		g0 := runtime.NumGoroutine()
+		ks := make([]*leasehold.KeepAlive, n)
+		for i, l := range ls {
+			if ks[i], err = l.KeepAlive(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		g1 := runtime.NumGoroutine()
+		b.ReportMetric(float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/n, "heap-B/lease")
+		b.ReportMetric(float64(int64(m1.StackInuse)-int64(m0.StackInuse))/n, "stack-B/lease")
+		b.ReportMetric(float64(g1-g0)/n, "goroutines/lease")
+		_ = c.Close()
 	}
 }
 
 // BenchmarkRenewerSchedule is the cost of scheduling a lease's renewals on
-// a Renewer that already holds 10,000 (its heap insert, and the removal on
-// Stop): the per-lease bookkeeping of the shared renewer.
+// an engine that already renews 10,000 (its heap insert, and the removal on
+// Stop): the per-lease bookkeeping of the engine.
 //
 //	go test -run '^$' -bench RenewerSchedule
 func BenchmarkRenewerSchedule(b *testing.B) {
 	const n = 10_000
 	mem := memstore.New()
 	c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
-	r, err := leasehold.NewRenewer(c)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	defer c.Close()
 	for i := range n {
 		l, err := c.TryAcquire(b.Context(), fmt.Sprintf("held:%d", i), time.Hour)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := r.KeepAlive(b.Context(), l); err != nil {
+		if _, err := l.KeepAlive(b.Context()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -671,7 +684,7 @@ func BenchmarkRenewerSchedule(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		k, err := r.KeepAlive(b.Context(), l)
+		k, err := l.KeepAlive(b.Context())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -197,7 +197,7 @@ func TestRenewBatchOnCluster(t *testing.T) {
 	}
 }
 
-// The shared Renewer keeps leases alive on Redis with pipelines only, never
+// The Client's renewal engine keeps leases alive on Redis with pipelines only, never
 // a renewal sent on its own, on a single server and on a cluster.
 func TestRenewerOnRedis(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
@@ -210,14 +210,12 @@ func TestRenewerOnRedis(t *testing.T) {
 			if err := client.Ping(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
-			c := leasehold.New(newStore(t, client), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+			const batchSize = 500
+			c := leasehold.New(newStore(t, client), leasehold.WithLogger(slog.New(slog.DiscardHandler)), leasehold.WithBatchSize(batchSize))
 			hook := &pipeHook{sent: make(chan int, 64)}
 			client.AddHook(hook)
-			r, err := leasehold.NewRenewer(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
+			defer c.Close()
+			var err error
 			// Each lease is kept alive as soon as it is taken, so that a
 			// slow machine cannot let the first ones lapse before the last
 			// is acquired.
@@ -228,7 +226,7 @@ func TestRenewerOnRedis(t *testing.T) {
 				if ls[i], err = c.TryAcquire(ctx, fmt.Sprintf("renewer:%s:%d:%s", name, i, leasehold.NewToken()[:6]), ttl); err != nil {
 					t.Fatal(err)
 				}
-				if ks[i], err = r.KeepAlive(ctx, ls[i]); err != nil {
+				if ks[i], err = ls[i].KeepAlive(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -248,7 +246,7 @@ func TestRenewerOnRedis(t *testing.T) {
 				t.Errorf("%d renewals sent on their own", len(single))
 			}
 			for _, p := range pipes {
-				if p > leasehold.DefaultBatchSize {
+				if p > batchSize {
 					t.Errorf("a pipeline of %d commands, more than the batch size", p)
 				}
 			}
