@@ -1,46 +1,34 @@
 // Package leasehold provides distributed locks that stay correct when timing
-// is not: token-owned leases with fence tokens, in front of a small Store
-// interface with backends for Redis (store/redisstore) and in-process use
-// (store/memstore).
+// is not: leases owned by key + token, renewed under an explicit failure
+// policy, each issued with a fence token that only rises.
 //
-// # Safety model
+// A Client takes leases from a store: store/memstore in process, or
+// store/redisstore, store/etcdstore, store/pgstore. Share one Client per
+// process and Close it at shutdown.
 //
-//   - Ownership is key + token. Release and Renew compare the token
-//     atomically in the store and return ErrNotOwned instead of touching a
-//     lock that now belongs to someone else.
-//   - Every acquire issues a fence token, strictly larger than every fence
-//     issued before for that key. Pass it with each correctness-critical
-//     write and have the storage reject writes whose fence is not newer than
-//     the last one it accepted.
-//   - A lease is time-bound. Its owner can be paused (GC, swap, a stopped
-//     VM, a slow network) past its TTL without knowing it; another owner may
-//     then hold the key. Nothing in a lock service can stop the paused owner
-//     from acting on stale belief; only the fence check at the storage can
-//     reject its writes.
-//   - Bad input (an empty key, a key with control characters or starting
-//     with ReservedPrefix, a TTL outside [MinTTL, MaxTTL], a token that is
-//     not 1–256 bytes of printable ASCII) is an *ArgumentError naming the
-//     argument, returned before anything is written. The rules are the same
-//     on every backend.
-//   - A fence is an exact int64 on every backend, and the Client refuses a
-//     fence that is not positive from any store.
-//   - "Held by someone else" (ErrNotAcquired) is never confused with "the
-//     store failed" (the store's own error, wrapped).
+// A Lease is one ownership of a key. TryAcquire makes one attempt; Acquire
+// waits, woken by the store's release notifications. Send Lease.Fence with
+// every write the lock protects, and have the storage refuse a fence older
+// than the last it accepted (package fence). Release gives the key back only
+// while it still holds the lease's token.
 //
-// # What it does not guarantee
+// Hold is the usual way to use a lock: it acquires, runs fn while renewing the
+// lease, and releases. Under the default fence policy fn's context is
+// cancelled before the lease can expire when renewal fails.
 //
-// Mutual exclusion holds only as long as the store's own view of time and
-// data holds: a Redis failover to a replica that missed the last writes can
-// hand the same key to two owners at once. The fence still rises in that case
-// (see store/redisstore), which is why the fence check at the storage
-// boundary, not the lock, is what keeps data correct.
+// Lease.KeepAlive renews a lease taken by hand until Stop, Release or the end
+// of its context, and Lost says when ownership can no longer be trusted. One
+// goroutine per Client renews every lease, in batches.
 //
-// An acquire request delayed in the network can land after its caller gave
-// up and after the caller's clean-up release: the key is then held under a
-// token nobody has until its TTL runs out. That costs liveness (one TTL),
-// never safety.
+// RunLoop (a periodic task run by one replica at a time) and Lead (leader
+// election) are recipes built on these.
 //
-// Client starts no goroutines. A store may (redisstore keeps one for release
-// notifications) and documents who stops it. A Lease.KeepAlive runs one
-// until Stop or Release; a Renewer runs one for all its leases until Close.
+// Errors match ErrNotAcquired (held by another owner), ErrNotOwned (the lease
+// is gone), ErrAbandoned (renewal gave up; the cause on fn's context),
+// ErrClosed, or ErrInvalidArgument (an *ArgumentError naming the argument,
+// returned before anything is written).
+//
+// A lock alone cannot stop an owner paused past its TTL, and a store that
+// loses writes can hand a key to two owners; the fence check at the storage
+// is what keeps data correct. docs/design.md gives the semantics in full.
 package leasehold

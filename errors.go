@@ -22,6 +22,10 @@ var (
 	// a release.
 	ErrAbandoned = errors.New("leasehold: lock abandoned")
 
+	// ErrClosed is returned by a Client's calls after Close, and is the cause
+	// on the Context of every KeepAlive that Close stopped.
+	ErrClosed = errors.New("leasehold: client closed")
+
 	// ErrInvalidArgument is matched by every *ArgumentError.
 	ErrInvalidArgument = driver.ErrInvalidArgument
 )

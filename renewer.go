@@ -3,7 +3,6 @@ package leasehold
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -40,10 +39,6 @@ const (
 	// quarter of its interval.
 	earlyDivisor = 4
 )
-
-// ErrClosed is returned by a Client's calls after Close, and is the cause set
-// on the Context of every KeepAlive that Close stopped.
-var ErrClosed = errors.New("leasehold: client closed")
 
 // WithBatchWindow sets how far apart renewals may be due and still share a
 // store call; 0 batches only renewals due at the same instant. Default 20 ms,

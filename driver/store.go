@@ -70,8 +70,8 @@ type RenewItem struct {
 
 // BatchRenewer is an optional Store ability: renewing many leases in one
 // call, so that a process holding thousands of leases does not pay a round
-// trip per renewal. Renewer uses it when the store has it, and falls back to
-// concurrent Renew calls when it does not.
+// trip per renewal. The Client's renewal engine uses it when the store has it,
+// and makes concurrent Renew calls when it does not.
 type BatchRenewer interface {
 	// RenewBatch renews every item as Renew would, and returns one result
 	// per item, in the items' order (len(results) == len(items)): nil when
