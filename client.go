@@ -13,38 +13,24 @@ import (
 	"github.com/leasehold/leasehold/driver"
 )
 
-// Defaults of the Client. Each is the value used when the matching option is
-// not given.
+// Defaults of the Client; docs/design.md §5 gives the reasoning.
 const (
-	// defaultMinBackoff is the first wait of a waiting Acquire when the store
-	// did not wake it. Wake-ups from the store handle the common hand-off; the
-	// backoff only bounds the delay when a wake-up is lost or the store has
-	// none. 10 ms is about two hundred loopback round trips, so a crowd of
-	// waiters does not spin on the store, and small against lease TTLs of
-	// seconds, so a lost wake-up costs little. With wake-ups, only the head of
-	// a Client's queue of waiters for a key follows the backoff (see Acquire).
+	// defaultMinBackoff is a waiter's first backoff step when no wake-up
+	// came: small against TTLs, large against a loopback round trip.
 	defaultMinBackoff = 10 * time.Millisecond
 
-	// DefaultMaxBackoff caps the doubling backoff. A waiter behind a long
-	// critical section polls at most once a second, and a lost wake-up delays
-	// a hand-off by at most about a second.
+	// DefaultMaxBackoff caps the doubling backoff: a lost wake-up delays a
+	// hand-off by at most about a second.
 	DefaultMaxBackoff = time.Second
 
-	// defaultCleanupTimeout bounds the release that follows an acquire whose
-	// outcome is unknown (the store failed after the request may have been
-	// applied). It keeps a lost reply from blocking the key for a full TTL
-	// without holding the caller back for long when the store is down.
+	// defaultCleanupTimeout bounds the release after an acquire of unknown
+	// outcome, so a lost reply does not block the key for a full TTL.
 	defaultCleanupTimeout = 2 * time.Second
 
-	// releaseRetryMin is the first wait before a release of unknown outcome
-	// (a lost reply, a broken connection) is sent again: about the time a
-	// client needs to redial on a LAN, so a blip costs a few milliseconds.
+	// releaseRetryMin and releaseRetryMax bound the jittered, doubling wait
+	// before a release of unknown outcome is sent again: a blip costs
+	// milliseconds, a store that is down a dozen attempts.
 	releaseRetryMin = 10 * time.Millisecond
-
-	// releaseRetryMax caps the doubling (jittered) wait between release
-	// attempts: a store that is down gets at most about a dozen attempts
-	// within the 2 s release timeout (waits of 10, 20, 40, … 500 ms), not
-	// a spin, while a blip is retried within milliseconds.
 	releaseRetryMax = 500 * time.Millisecond
 )
 
@@ -88,9 +74,8 @@ func (c *Client) usable() error {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithLogger sets the logger for anomalies the Client cannot return to a
-// caller (a failed clean-up after an ambiguous acquire). A record whose
-// handler panics is dropped. Default: slog.Default().
+// WithLogger sets the logger for what the Client cannot return to a caller.
+// Default: slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) {
 		if l != nil {
@@ -99,9 +84,8 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithObserver adds a receiver of lock events (for metrics and traces; see
-// package prom). Given more than once, every Observer gets every event.
-// Default: none.
+// WithObserver adds a receiver of lock events (see package prom); every
+// Observer given gets every event.
 func WithObserver(o Observer) Option {
 	return func(c *Client) { c.observers = append(c.observers, o) }
 }
@@ -118,8 +102,7 @@ func WithNamespace(f func(key string) string) Option {
 }
 
 // WithBackoff sets the bounds of a waiting Acquire's jittered exponential
-// backoff. Defaults: defaultMinBackoff and DefaultMaxBackoff. Values that are
-// not positive, or a max below min, leave the defaults in place.
+// backoff. Default: 10 ms to 1 s; values not positive, or max < min, are ignored.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) {
 		if min > 0 && max >= min {
@@ -128,10 +111,8 @@ func WithBackoff(min, max time.Duration) Option {
 	}
 }
 
-// WithoutWakeups makes a waiting Acquire rely on its backoff alone even when
-// the store can notify releases; every waiting goroutine then polls on its
-// own, unqueued. It exists to measure what the wake-ups buy; production code
-// has no reason to set it. Default: wake-ups on.
+// WithoutWakeups makes waiters poll on their backoff alone, unqueued, to
+// measure what the store's wake-ups buy. Production code has no reason to.
 func WithoutWakeups() Option {
 	return func(c *Client) { c.notifier = nil }
 }
@@ -156,15 +137,14 @@ func New(store driver.Store, opts ...Option) *Client {
 		o(c)
 	}
 	c.renew.init(c)
-	// The Client's callbacks run on renewal goroutines too: a panic in one
-	// must not crash the process or leave a lease half-handled.
+	// Callbacks run on the renewal goroutine too: a panic must not kill it.
 	c.log = slog.New(safeHandler{c.log.Handler()})
 	c.namespace = safeNamespace(c.namespace, c.log)
 	return c
 }
 
-// observe hands ev to the handler pick chooses of each Observer, with ctx;
-// a panic is recovered and logged, and a broken adapter loses only its event.
+// observe hands ev to each Observer's handler that pick chooses; a panic
+// loses only that event.
 func observe[E any](c *Client, ctx context.Context, ev E, pick func(*Observer) func(context.Context, E)) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -198,8 +178,7 @@ func safeNamespace(f func(string) string, log *slog.Logger) func(string) string 
 	}
 }
 
-// safeHandler drops a log record whose handler panics, instead of letting
-// the panic reach a renewal goroutine.
+// safeHandler drops a log record whose handler panics.
 type safeHandler struct{ h slog.Handler }
 
 func (s safeHandler) Enabled(ctx context.Context, level slog.Level) (ok bool) {
@@ -241,24 +220,14 @@ func (s safeHandler) WithGroup(name string) (h slog.Handler) {
 // Store returns the store the Client was made with.
 func (c *Client) Store() driver.Store { return c.store }
 
-// Waiting returns how many goroutines wait in a waiting acquire of key
-// through c (Acquire, Hold, Lead): the length of the Client's
-// queue for key. It is 0 when wake-ups are off (WithoutWakeups, or a store
-// without driver.ReleaseNotifier), since waiters then poll on their own and are not
-// queued. It is meant for diagnosis and tests; the value may be stale as soon
-// as it is returned.
+// Waiting returns how many goroutines of c are queued for key (0 when the
+// store has no wake-ups), for diagnosis; it may be stale at once.
 func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 
-// TryAcquire makes one attempt to take key for ttl. It returns ErrNotAcquired
-// (as a *HeldError when the store reports the holder's remaining TTL) when
-// another owner holds the key, an *ArgumentError for bad input, and the
-// store's error when the store failed.
-//
-// When ctx is done, or its deadline has passed on the clock (ctx may not
-// have noticed yet), before an answer arrives, the error matches ctx's error
-// (context.DeadlineExceeded for a deadline), joined with the store's error if
-// the attempt failed, and never ErrNotAcquired: an attempt without an answer
-// says nothing about the key. The Observer counts it as TimedOut.
+// TryAcquire makes one attempt to take key for ttl. It returns an error
+// matching ErrNotAcquired (a *HeldError) when another owner holds the key,
+// the store's error when the store failed, and ctx's error, never
+// ErrNotAcquired, when ctx ended before an answer.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
@@ -281,31 +250,13 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return nil, err
 }
 
-// Acquire takes key for ttl, waiting while another owner holds it. It is woken
-// by releases when the store can notify them (see driver.ReleaseNotifier) and
-// otherwise retries with jittered exponential backoff, never waiting past the
-// holder's remaining TTL when the store reports it.
+// Acquire takes key for ttl, waiting while another owner holds it: woken by
+// the store's release notifications, else on a jittered backoff. A Client's
+// waiters for a key queue in arrival order and only the first talks to the
+// store (docs/design.md §5).
 //
-// When the store notifies releases, the goroutines waiting for one key
-// through one Client queue in arrival order (FIFO), and only the first of
-// them talks to the store: it watches for releases, makes the attempts and
-// keeps the backoff, while the others wait in the process for their turn. A
-// release thus costs one acquire attempt per Client, not one per waiting
-// goroutine, and a waiter is not overtaken by goroutines of its own Client
-// that came after it. A call that finds others of its Client queued for key
-// joins the back of the queue without an attempt of its own. The queue orders
-// one Client's waiters only: waiters in other processes, or of other Clients,
-// still race the head at the store. Waking is a latency optimisation, never a
-// condition: a waiter that gives up or fails passes its turn (and any wake-up
-// it did not act on) to the next, and a lost wake-up delays the head by at
-// most one backoff step.
-//
-// When ctx is done first, or its deadline has passed on the clock, it returns
-// an error matching both ErrNotAcquired and ctx's error (for a deadline,
-// context.DeadlineExceeded, even when the store's attempt failed with a
-// socket timeout before ctx noticed); the Observer counts it as TimedOut. A
-// store failure before then is returned at once, not retried: whether to
-// keep waiting through an outage is the caller's decision.
+// When ctx ends first the error matches ErrNotAcquired and ctx's error. A
+// store failure is returned at once, not retried.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	return c.acquireBackoff(ctx, key, ttl, c.maxBackoff)
 }
@@ -318,8 +269,7 @@ func (c *Client) acquireBackoff(ctx context.Context, key string, ttl, maxBackoff
 	return l, err
 }
 
-// reportAcquire tells the observer how an acquire call ended; busy is the
-// result to report when the key was held at the end.
+// reportAcquire reports how an acquire ended; busy is the result for a held key.
 func (c *Client) reportAcquire(ctx context.Context, key string, l *Lease, err error, busy AcquireResult, wait time.Duration) {
 	ev := AcquireEvent{Lock: c.lock(key, 0), Result: Acquired, Wait: wait}
 	switch {
@@ -345,9 +295,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 	}
 	token := NewToken()
 	if c.notifier == nil {
-		// Without wake-ups every waiter polls: the polls are the only way
-		// to see a release, and spread over many waiters they see it
-		// sooner than one waiter's backoff would.
+		// Without wake-ups every waiter polls: polls are how a release is seen.
 		return c.poll(ctx, key, token, ttl, maxBackoff)
 	}
 
@@ -365,18 +313,14 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 	}
 	st := c.waiters.takeTurn(q)
 	woken = st.pending
-	// The first head tries at once. A later head takes over from one that
-	// just acquired the key or gave up: the key is as busy as it was, so
-	// it waits for a wake-up or its backoff first, unless it was handed a
-	// wake-up.
+	// The first head tries at once; a later one finds the key as busy as it
+	// was and waits first, unless it was handed a wake-up.
 	attemptNow := head || st.pending
 	watched := st.released != nil
 	backoff := min(c.minBackoff, maxBackoff)
 	for {
 		if !attemptNow && !watched {
-			// About to wait, and the queue has no watch yet: set one up,
-			// then try once more at once, so that a release landing
-			// before the watch started is not missed.
+			// Watch, then try once more so a release before the watch is not missed.
 			watched = true
 			if st.released = c.watch(ctx, q, key, st.heldUntil, maxBackoff); st.released != nil {
 				attemptNow = true
@@ -422,11 +366,8 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 	}
 }
 
-// watch sets up the release watch of key's queue. The watch may wait for the
-// store to confirm it; it gets no longer than one backoff step, or until the
-// holder's lease runs out (heldUntil, when known) if that is sooner, since
-// waiting on it must never be slower than waiting without it. It returns nil
-// when the store could not watch: the head then relies on its backoff.
+// watch sets up the release watch of key's queue, waiting for it at most one
+// backoff step or until heldUntil. nil: the store could not watch.
 func (c *Client) watch(ctx context.Context, q *waitQueue, key string, heldUntil time.Time, maxBackoff time.Duration) <-chan struct{} {
 	bound := maxBackoff
 	if !heldUntil.IsZero() {
@@ -446,9 +387,7 @@ func (c *Client) watch(ctx context.Context, q *waitQueue, key string, heldUntil 
 	return ch
 }
 
-// poll is a waiting Acquire on its backoff alone: one attempt at once, then
-// one after each jittered, doubling wait, never waiting past the holder's
-// remaining TTL when the store reports it.
+// poll is a waiting Acquire on its backoff alone.
 func (c *Client) poll(ctx context.Context, key, token string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	backoff := min(c.minBackoff, maxBackoff)
 	for {
@@ -496,11 +435,8 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore:
 		return nil, err
 	}
-	// The store failed. It may have applied the acquire before the failure
-	// (a lost reply), which would block the key for a full TTL under a token
-	// nobody holds. Release that token, bounded and detached from ctx, which
-	// may be the very thing that failed; a release of unknown outcome is
-	// retried, and "not owned" then or at once means the key is not ours.
+	// The store may have applied the acquire before failing (a lost reply):
+	// release the token, detached from ctx, so the key is not blocked a TTL.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanupTimeout)
 	defer cancel()
 	if rerr, _ := c.releaseRetrying(cctx, key, token); rerr != nil && !errors.Is(rerr, ErrNotOwned) {
@@ -510,10 +446,8 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	return nil, err
 }
 
-// acquireFailed shapes the error of a waiting Acquire whose attempt did not
-// get a busy answer: when ctx has ended (or its deadline passed) the attempt
-// failed because of it, and Acquire promises ErrNotAcquired joined with the
-// context's error then.
+// acquireFailed shapes the error of a waiting Acquire's failed attempt: after
+// ctx ended it is ErrNotAcquired joined with ctx's error.
 func (c *Client) acquireFailed(ctx context.Context, key string, err error) error {
 	cerr := expired(ctx)
 	if cerr == nil {
@@ -538,9 +472,8 @@ func ctxError(ctx context.Context, err error) error {
 	return err
 }
 
-// expired returns ctx's error, or context.DeadlineExceeded when ctx's
-// deadline has passed on the clock but ctx has not noticed yet (its timer
-// fires a moment late, and a socket timeout can come first). nil: neither.
+// expired returns ctx's error, or DeadlineExceeded when ctx's deadline has
+// passed but its timer has not fired yet.
 func expired(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -565,8 +498,7 @@ func validateKeyTTL(key string, ttl time.Duration) error {
 // as 26 base32 characters.
 func NewToken() string { return crand.Text() }
 
-// nilStore stands in for a nil Store given to New, so that misuse is an error
-// at the first call instead of a panic.
+// nilStore stands in for a nil Store, so misuse is an error, not a panic.
 type nilStore struct{}
 
 var errNilStore = errors.New("leasehold: New was given a nil Store")

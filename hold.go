@@ -8,37 +8,19 @@ import (
 	"time"
 )
 
-// Hold takes key for ttl (waiting like Acquire, or at most the wait budget
-// set with WithWaitBudget), runs fn while renewing the lease in the
-// background, and releases it when fn returns.
+// Hold takes key for ttl, waiting like Acquire (at most the WithWaitBudget),
+// runs fn while the lease is renewed, and releases it when fn returns. A
+// Client's goroutines holding one key take turns in the process first.
 //
-// The goroutines of one Client that Hold the same key take turns locally
-// first: while one holds the key, the others wait in the process, not at the
-// store, so a Client's contention on a key costs the store one acquire per
-// turn.
+// fn's context is cancelled when ctx is, and under the fence policy before
+// the lease can expire when renewal fails: its cause then matches
+// ErrAbandoned and the release is skipped. fn must stop writing then, and
+// should fence its writes with l.Fence().
 //
-// fn's context is cancelled when ctx is, and, under the fence policy (the
-// default, see FenceAfter), when renewal can no longer be trusted: after n
-// consecutive failures or at the local deadline, whichever comes first. Its
-// cause then matches ErrAbandoned, and the release is skipped, since the key
-// may already belong to someone else. fn must stop writing when its context
-// is done, and should fence its writes with l.Fence().
-//
-// The release is detached from ctx, so a cancelled caller still gives the key
-// back, and bounded by the release timeout (default 2 s).
-//
-// Hold returns fn's error, joined with an error matching ErrAbandoned when the
-// lease was given up, or ErrNotOwned when it was lost under the continue
-// policy or found gone at release: in both cases fn did not run exclusively
-// to the end. A release that fails for another reason is logged and reported
-// (Observer.OnReleaseFailure), not returned: fn's work is done and the TTL
-// frees the key. Errors from the acquire (ErrNotAcquired, with the context's
-// error or the wait budget; an *ArgumentError; the store's error) are
-// returned before fn runs. Hold leaves no goroutine behind.
-//
-// If fn panics (or calls runtime.Goexit), Hold stops the renewal, cancels
-// fn's context and releases the lease as if fn had returned, then lets the
-// panic go on in the caller's goroutine, with fn's stack.
+// Hold returns fn's error, joined with one matching ErrAbandoned or
+// ErrNotOwned when fn did not run exclusively to the end. A release the store
+// fails is logged and reported, not returned; the TTL frees the key. If fn
+// panics, Hold ends the hold as if fn had returned and re-panics.
 func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return err
@@ -69,9 +51,8 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	return c.runHeld(ctx, l, cfg, fn)
 }
 
-// acquireWithin is Acquire bounded by budget when budget > 0. Running out of
-// budget is an ErrNotAcquired that says so, not a context error: the
-// caller's context is still live.
+// acquireWithin is Acquire bounded by budget when budget > 0; running out of
+// it is an ErrNotAcquired, not a context error.
 func (c *Client) acquireWithin(ctx context.Context, key string, ttl, budget time.Duration) (*Lease, error) {
 	if budget <= 0 {
 		return c.Acquire(ctx, key, ttl)
@@ -117,9 +98,8 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, fn func(
 	return fnErr
 }
 
-// releaseBounded releases l with a context detached from ctx and bounded by
-// timeout. It returns an error only when the lease turned out to be lost (a
-// fact the caller must hear); a store failure is logged and reported.
+// releaseBounded releases l detached from ctx, within timeout. It returns an
+// error only for a lease found lost; a store failure is logged and reported.
 func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Duration) error {
 	switch err := l.release(context.WithoutCancel(ctx), timeout); {
 	case err == nil:

@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-// KeepAlive renews a lease in the background, on its Client's renewal engine,
-// under a failure policy (see FenceAfter and ContinueOnRenewFailure), and
-// tells its holder when ownership can no longer be trusted.
+// KeepAlive renews a lease on its Client's renewal engine under a failure
+// policy, and tells its holder when ownership can no longer be trusted.
 type KeepAlive struct {
 	lease  *Lease
 	cfg    holdConfig
@@ -20,8 +19,8 @@ type KeepAlive struct {
 	lost   chan struct{}
 	slot   renewSlot // its place in the Client's renewer
 
-	// report is held while the end of the lease or a failure is reported;
-	// stopped is set under it, so that nothing is reported after Stop.
+	// report is held while an outcome is reported; stopped, set under it,
+	// silences reports after Stop.
 	report  sync.Mutex
 	stopped bool
 
@@ -30,14 +29,10 @@ type KeepAlive struct {
 	unwatch func() bool // stops the watch that ends renewal with the caller's ctx
 }
 
-// KeepAlive renews l every renewal interval (default ttl/3) until Stop,
-// l.Release, the end of ctx or Client.Close; none of them releases l. Under
-// the fence policy (the default) a lease whose renewals fail is given up:
-// Context is cancelled with a cause matching ErrAbandoned and Lost is closed.
-//
-// It returns an *ArgumentError for options that cannot work with the lease's
-// TTL or for a nil lease, and an error if l already has a KeepAlive or was
-// released.
+// KeepAlive renews l every ttl/3 until Stop, l.Release, the end of ctx or
+// Client.Close; none of them releases l. Under the fence policy a lease whose
+// renewals fail is given up: Context is cancelled with a cause matching
+// ErrAbandoned and Lost is closed. A lease has one KeepAlive at a time.
 func (l *Lease) KeepAlive(ctx context.Context, opts ...RenewOption) (*KeepAlive, error) {
 	if err := l.valid(); err != nil {
 		return nil, err
@@ -46,8 +41,7 @@ func (l *Lease) KeepAlive(ctx context.Context, opts ...RenewOption) (*KeepAlive,
 }
 
 // keepAlive starts renewing l under the configuration configure makes for
-// l's TTL, which runs with l's operation slot held so that no manual Renew
-// can change the TTL under it.
+// l's TTL, with l's operation slot held so no Renew changes the TTL under it.
 func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration) (holdConfig, error)) (*KeepAlive, error) {
 	if err := l.client.usable(); err != nil {
 		return nil, err
@@ -69,8 +63,6 @@ func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration)
 		return nil, fmt.Errorf("leasehold: %q was released or given up: %w", l.key, ErrNotOwned)
 	}
 	k := &KeepAlive{lease: l, cfg: cfg, lost: make(chan struct{})}
-	// l.ttl and l.sent cannot change while the KeepAlive runs: Lease.Renew
-	// refuses, and only this KeepAlive's own renewals move l.sent.
 	st := renewState{ttl: l.ttl, margin: cfg.margin, maxFailures: cfg.maxFailures, lastSent: l.sent, lastDone: l.acquired}
 	k.ctx, k.cancel = context.WithCancelCause(ctx)
 	if err := l.client.renew.add(k, st); err != nil {
@@ -84,8 +76,7 @@ func (l *Lease) keepAlive(ctx context.Context, configure func(ttl time.Duration)
 	return k, nil
 }
 
-// withConfig is a configure for keepAlive that gives cfg, made for the TTL
-// of a lease nobody else has seen yet.
+// withConfig is a configure for keepAlive that gives cfg.
 func withConfig(cfg holdConfig) func(time.Duration) (holdConfig, error) {
 	return func(time.Duration) (holdConfig, error) { return cfg, nil }
 }
@@ -104,11 +95,9 @@ var nilKeepAliveCtx, nilKeepAliveLost = func() (context.Context, chan struct{}) 
 
 func (k *KeepAlive) isNil() bool { return k == nil || k.lease == nil }
 
-// Context returns the context the critical section should run under: it is
-// cancelled when the parent is, when Stop is called, when the lease is
-// released (before the release is sent), and, under the fence policy, when
-// the lease is given up, with a cause matching ErrAbandoned (see
-// context.Cause). A nil KeepAlive's Context is already cancelled.
+// Context returns the context to run the critical section under: cancelled
+// when renewal ends, before a release is sent, and with a cause matching
+// ErrAbandoned when the lease is given up.
 func (k *KeepAlive) Context() context.Context {
 	if k.isNil() {
 		return nilKeepAliveCtx
@@ -116,10 +105,8 @@ func (k *KeepAlive) Context() context.Context {
 	return k.ctx
 }
 
-// Lost returns a channel closed when ownership can no longer be trusted: the
-// lease was given up (fence policy), the store said it is no longer ours, or
-// it certainly expired (continue policy). It is not closed by Stop. A nil
-// KeepAlive's is closed.
+// Lost returns a channel closed when ownership can no longer be trusted
+// (given up, refused by the store, or expired); Stop does not close it.
 func (k *KeepAlive) Lost() <-chan struct{} {
 	if k.isNil() {
 		return nilKeepAliveLost
@@ -129,10 +116,8 @@ func (k *KeepAlive) Lost() <-chan struct{} {
 	return k.lost
 }
 
-// Err returns why ownership is no longer trusted, or nil. The error matches
-// ErrAbandoned when the fence policy gave the lease up, and ErrNotOwned when
-// the lease was lost under the continue policy; for a nil KeepAlive, it is an
-// *ArgumentError.
+// Err returns why ownership is no longer trusted (matching ErrAbandoned or
+// ErrNotOwned), or nil.
 func (k *KeepAlive) Err() error {
 	if k.isNil() {
 		return errNilKeepAlive
@@ -142,10 +127,8 @@ func (k *KeepAlive) Err() error {
 	return k.err
 }
 
-// Stop ends renewal and cancels Context; it does not release the lease. An
-// in-flight batch finishes for the other leases in it. Nothing is renewed,
-// reported or cancelled for the lease after Stop returns. It is safe to call
-// more than once, concurrently, and on a nil KeepAlive.
+// Stop ends renewal and cancels Context without releasing the lease; nothing
+// is reported for the lease after it returns. It is safe to call twice.
 func (k *KeepAlive) Stop() {
 	if k.isNil() {
 		return
@@ -153,9 +136,8 @@ func (k *KeepAlive) Stop() {
 	k.shut(context.Canceled)
 }
 
-// shut ends renewal, cancels Context with cause, and only then detaches k
-// from its lease: a Release that finds no KeepAlive on the lease can count
-// on its Context being cancelled already.
+// shut ends renewal and cancels Context with cause before detaching k from
+// its lease, so a Release that finds no KeepAlive finds its Context cancelled.
 func (k *KeepAlive) shut(cause error) {
 	k.report.Lock()
 	k.stopped = true
@@ -175,19 +157,15 @@ func (k *KeepAlive) shut(cause error) {
 	k.lease.mu.Unlock()
 }
 
-// The failure policy. Each method is called by the renewer's goroutine,
-// reports through the Client's observer and log, and reports nothing once
-// Stop has begun.
+// The failure policy, run by the renewer's goroutine (docs/design.md §4).
 
-// wakeAt is when the lease next needs attention: its next renewal, or
-// earlier its local deadline (fence policy) or certain expiry (continue
-// policy).
+// wakeAt is when the lease next needs attention.
 func (k *KeepAlive) wakeAt(st *renewState, next time.Time) time.Time {
 	return earliest(next, k.limit(st))
 }
 
-// limit is the local deadline under the fence policy, and the certain expiry
-// under the continue policy: the time at which lapse ends the lease.
+// limit is when lapse ends the lease: the local deadline (fence policy) or
+// the certain expiry (continue policy).
 func (k *KeepAlive) limit(st *renewState) time.Time {
 	if k.cfg.maxFailures > 0 {
 		return st.deadline()
@@ -195,8 +173,8 @@ func (k *KeepAlive) limit(st *renewState) time.Time {
 	return st.expiredBy()
 }
 
-// lapse ends the lease if its limit has passed at now, without waiting for a
-// renewal that may be in flight (inFlight), and says whether it has ended.
+// lapse ends the lease if its limit has passed at now, even with a renewal
+// in flight, and says whether it ended.
 func (k *KeepAlive) lapse(st *renewState, now time.Time, inFlight bool) (ended bool) {
 	if now.Before(k.limit(st)) {
 		return false
@@ -217,8 +195,7 @@ func (k *KeepAlive) lapse(st *renewState, now time.Time, inFlight bool) (ended b
 	return true
 }
 
-// settle applies the result of a renewal sent at sent and answered at done,
-// and says whether the lease has ended.
+// settle applies a renewal's result and says whether the lease ended.
 func (k *KeepAlive) settle(st *renewState, err error, sent, done time.Time) (ended bool) {
 	if err == nil {
 		st.succeeded(sent, done)
@@ -261,10 +238,8 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// setLost records why ownership is gone, cancels Context with that cause
-// when cancel says so, and closes Lost, all under k.mu, which Lost and Err
-// take too: whoever Lost wakes finds Err set and (fence policy) Context
-// cancelled, and whoever sees Context cancelled finds Lost closed.
+// setLost sets Err, cancels Context if cancel, and closes Lost, all under
+// k.mu, so whoever sees one of them sees the others.
 func (k *KeepAlive) setLost(err error, cancel bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -275,8 +250,7 @@ func (k *KeepAlive) setLost(err error, cancel bool) {
 	close(k.lost)
 }
 
-// abandon gives the lease up under the fence policy: the critical section is
-// cancelled, and no release will be sent.
+// abandon gives the lease up: the critical section is cancelled, no release sent.
 func (k *KeepAlive) abandon(reason error) {
 	l := k.lease
 	k.setLost(reason, true)
@@ -288,8 +262,7 @@ func (k *KeepAlive) abandon(reason error) {
 	l.end(k.ctx)
 }
 
-// expired reports, under the continue policy, a lease that is gone while its
-// critical section goes on.
+// expired reports a lease gone while its critical section goes on.
 func (k *KeepAlive) expired(overrun time.Duration, why string) {
 	l := k.lease
 	k.setLost(fmt.Errorf("%w: %s while the critical section kept running (continue policy)", ErrNotOwned, why), false)

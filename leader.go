@@ -10,60 +10,42 @@ import (
 
 // Defaults of Lead, from the snapshot writer's numbers in docs/design.md §5.
 const (
-	// defaultLeaderTTL is the leader lease's TTL: a crashed leader is
-	// replaced after about 10 s, while a leader that renews every ttl/3
-	// (3.3 s) rides out two failed renewals before stepping down.
+	// defaultLeaderTTL replaces a crashed leader within about 10 s, while a
+	// live one rides out two failed renewals.
 	defaultLeaderTTL = 10 * time.Second
 
-	// defaultRetryPeriod is the longest a candidate waits between two
-	// attempts at a held lease. Releases and expiries wake candidates
-	// sooner; the period only bounds the delay when a wake-up is lost.
+	// defaultRetryPeriod bounds a candidate's wait when a wake-up is lost.
 	defaultRetryPeriod = 2 * time.Second
 )
 
 // LeaderConfig configures Lead. The zero value of every field but
 // OnStartedLeading is valid.
 type LeaderConfig struct {
-	// TTL is the leader lease's TTL. Default: defaultLeaderTTL.
+	// TTL is the leader lease's TTL. Default: 10 s.
 	TTL time.Duration
-	// RetryPeriod bounds the wait between campaign attempts. Default:
-	// defaultRetryPeriod.
+	// RetryPeriod bounds the wait between campaign attempts. Default: 2 s.
 	RetryPeriod time.Duration
-	// OnStartedLeading runs in its own goroutine for each term, with a
-	// context cancelled when the term ends: leadership can no longer be
-	// trusted (renewal fenced), or Lead's context is done. Required. If it
-	// panics, the term ends as if it had returned (the lease is released),
-	// and the panic goes on in Lead's goroutine.
+	// OnStartedLeading runs on its own goroutine for each term, with a
+	// context cancelled when the term ends. Required. A panic ends the term
+	// and goes on in Lead's goroutine.
 	OnStartedLeading func(ctx context.Context, l *Lease)
-	// OnStoppedLeading is called as soon as a term ends, before the lease
-	// can expire when renewal failed, and before OnStartedLeading has
-	// necessarily returned. Optional. If it panics, the term is still ended
-	// (renewal stopped, OnStartedLeading waited for, the lease released
-	// unless lost) before the panic goes on in Lead's goroutine.
+	// OnStoppedLeading is called as soon as a term ends, maybe before
+	// OnStartedLeading returns. Optional. A panic goes on after the term ends.
 	OnStoppedLeading func()
-	// KeepLeaseOnShutdown leaves the lease to expire when Lead's context
-	// ends, instead of releasing it: the default (false) releases, so a
-	// successor takes over at once after a clean shutdown.
+	// KeepLeaseOnShutdown leaves the lease to expire when ctx ends, instead
+	// of releasing it for a successor at once.
 	KeepLeaseOnShutdown bool
 	// ReleaseTimeout bounds the release at the end of a term. Default: 2 s.
 	ReleaseTimeout time.Duration
-	// Renewal configures the renewal (policy, interval, timeouts).
-	// Default: the fence policy, renewing every TTL/3.
+	// Renewal configures the renewal. Default: the fence policy, every TTL/3.
 	Renewal []RenewOption
 }
 
-// Lead campaigns for key and runs cfg.OnStartedLeading while this process is
-// the leader, until ctx is done; it then returns ctx's error. One process at
-// a time leads, as far as the store can tell; a leader steps down (its
-// context is cancelled, OnStoppedLeading called) when renewal fences, which
-// is before its lease can expire, and campaigns again. A new term does not
-// start until the previous OnStartedLeading has returned, so one process
-// never runs two terms at once.
-//
-// After a leader crashes, a candidate takes over when the lease expires: at
-// most TTL after the crash, plus RetryPeriod if the expiry's wake-up is lost.
-// The lease's fence (l.Fence()) rises with every term: fence the leader's
-// writes with it.
+// Lead campaigns for key and runs cfg.OnStartedLeading while this process
+// leads, until ctx is done, and returns ctx's error. A leader steps down when
+// renewal fences, before its lease can expire, and campaigns again; terms of
+// one process never overlap. The fence rises with every term: fence the
+// leader's writes with l.Fence().
 func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 	if cfg.TTL == 0 {
 		cfg.TTL = defaultLeaderTTL
@@ -112,8 +94,7 @@ func (c *Client) Lead(ctx context.Context, key string, cfg LeaderConfig) error {
 	}
 }
 
-// term runs one term of leadership on l. It returns ctx's error when Lead
-// must end, nil to campaign again.
+// term runs one term on l: ctx's error ends Lead, nil campaigns again.
 func (c *Client) term(ctx context.Context, l *Lease, hcfg holdConfig, cfg LeaderConfig) error {
 	k, err := l.keepAlive(ctx, withConfig(hcfg))
 	if err != nil {
@@ -154,8 +135,8 @@ func (c *Client) term(ctx context.Context, l *Lease, hcfg holdConfig, cfg Leader
 	return ctx.Err()
 }
 
-// endTerm stops the term's renewal, waits for OnStartedLeading to return and
-// releases the lease unless it was lost or is kept on shutdown.
+// endTerm stops renewal, waits for OnStartedLeading, and releases unless lost
+// or kept on shutdown.
 func (c *Client) endTerm(ctx context.Context, l *Lease, k *KeepAlive, done <-chan struct{}, hcfg holdConfig, cfg LeaderConfig) {
 	k.Stop()
 	<-done

@@ -11,10 +11,9 @@ import (
 	"github.com/leasehold/leasehold/driver"
 )
 
-// Lease is one ownership of a key: the key, the owner's token and the fence
-// token issued with it. Its methods are safe for concurrent use, and safe on
-// a nil *Lease (the one a failed acquire returns): accessors give zero
-// values and the other methods an *ArgumentError.
+// Lease is one ownership of a key: the key, the owner's token and its fence.
+// Its methods are safe for concurrent use and on a nil *Lease, whose
+// accessors give zero values and other methods an *ArgumentError.
 type Lease struct {
 	client  *Client
 	key     string
@@ -22,16 +21,14 @@ type Lease struct {
 	fence   int64
 	started time.Time // when the acquire reply arrived; held time counts from here
 
-	// op is a one-slot semaphore: Renew, the start of a KeepAlive and
-	// Release run one at a time, so none of them can land between another's
-	// checks and its store call (see docs/lease-concurrency.md).
+	// op serialises Renew, Release and the start of a KeepAlive
+	// (docs/lease-concurrency.md).
 	op chan struct{}
 
 	mu  sync.Mutex
 	ttl time.Duration
-	// sent is when the last renewal known to have landed (or the acquire)
-	// was sent: the server's TTL restarted no earlier, so local deadlines
-	// count from here. acquired is when its reply arrived.
+	// sent and acquired are when the last renewal that landed (or the
+	// acquire) was sent and answered; local deadlines count from sent.
 	sent, acquired time.Time
 	keeper         *KeepAlive // the running auto-renewal, if any
 	ended          bool       // released or given up; reported once
@@ -62,8 +59,7 @@ func (l *Lease) Key() string {
 	return l.key
 }
 
-// Token returns the owner token: the value that proves ownership to the store.
-// Treat it like a credential: anyone holding it can renew or release the lease.
+// Token returns the owner token, a credential: it can renew or release the lease.
 func (l *Lease) Token() string {
 	if l == nil {
 		return ""
@@ -71,9 +67,8 @@ func (l *Lease) Token() string {
 	return l.token
 }
 
-// Fence returns the fence token issued with this lease. It is strictly larger
-// than every fence issued earlier for the same key; pass it with every
-// correctness-critical write so that storage can reject a stale owner.
+// Fence returns the lease's fence token, larger than every earlier fence of the
+// key: send it with every write so the storage can refuse a stale owner.
 func (l *Lease) Fence() int64 {
 	if l == nil {
 		return 0
@@ -109,16 +104,9 @@ func (l *Lease) begin(done <-chan struct{}) bool {
 // finish gives the operation slot back.
 func (l *Lease) finish() { <-l.op }
 
-// Renew resets the lease's remaining time to ttl, only if the key still holds
-// this lease's token. It returns ErrNotOwned when it does not (the lease
-// expired or was released; a new owner, if any, is untouched), an
-// *ArgumentError for a bad ttl, and the store's error when the store failed.
-// Renew does not change the fence.
-//
-// While a KeepAlive runs, renewal is its job, and Renew returns an error
-// without calling the store: a renewal it did not make would leave its
-// deadline wrong. Renew, Release and the start of a KeepAlive on one lease
-// run one at a time; Renew waits for the others at most until ctx is done.
+// Renew resets the lease's remaining time to ttl if the key still holds its
+// token, and returns ErrNotOwned if not. The fence does not change. While a
+// KeepAlive runs, Renew is refused without calling the store.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -152,26 +140,11 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// Release gives the key up, only if it still holds this lease's token. It
-// returns nil once the key no longer holds the token, ErrNotOwned when it did
-// not hold it to begin with (the lease expired, was already released, or the
-// key belongs to another owner, whose lock is left alone), and the store's
-// error when no attempt got an answer.
-//
-// A running KeepAlive is stopped and its Context cancelled before the release
-// is sent, so no other owner can hold the key while that Context is live.
-//
-// The release is not ended by ctx's cancellation, so a cancelled caller, or
-// one passing the KeepAlive's own Context, still gives the key back; it keeps
-// ctx's values and ends at ctx's deadline when ctx is live and has one, else
-// after defaultReleaseTimeout (2 s).
-//
-// A release whose outcome is unknown (a store error other than ErrNotOwned
-// or an *ArgumentError: a lost reply, a broken connection) is sent again,
-// with a short backoff, until it gets an answer or the bound above. A "not
-// owned" answer after such an attempt means the lease was released by the
-// earlier attempt or had expired: either way the key no longer holds it, so
-// Release returns nil and reports no wrong-owner event.
+// Release gives the key up if it still holds the lease's token, and returns
+// ErrNotOwned if it did not. A running KeepAlive's Context is cancelled
+// before the release is sent. A cancelled ctx does not stop the release; its
+// live deadline bounds it, else 2 s. A release of unknown outcome (a lost
+// reply) is retried within that bound.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -194,8 +167,7 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 	k, released := l.keeper, l.released
 	l.mu.Unlock()
 	if k != nil {
-		// Before the release is sent: once the key is free, another owner
-		// may take it, and this holder must already have been told.
+		// Tell the holder before another owner can take the key.
 		k.shut(context.Canceled)
 	}
 	err, unsure := l.client.releaseRetrying(rctx, l.key, l.token)
@@ -217,9 +189,8 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 	return err
 }
 
-// releaseContext returns the context a release runs under: ctx's values
-// without its cancellation, ending after timeout, or at ctx's deadline when
-// ctx is live and its deadline comes first.
+// releaseContext is ctx without its cancellation, ending after timeout or at
+// ctx's live deadline, whichever is first.
 func releaseContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	deadline := time.Now().Add(timeout)
 	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil && dl.Before(deadline) {
@@ -249,8 +220,7 @@ func (c *Client) releaseRetrying(ctx context.Context, key, token string) (err er
 	}
 }
 
-// unknownOutcome says whether a store call that returned err may or may not
-// have been applied.
+// unknownOutcome says whether a call that returned err may have been applied.
 func unknownOutcome(err error) bool {
 	return err != nil && !errors.Is(err, ErrNotOwned) && !errors.Is(err, ErrInvalidArgument) && err != errNilStore
 }
@@ -264,8 +234,7 @@ func (l *Lease) hasEnded() bool {
 	return l.ended
 }
 
-// renewed records a renewal by k that landed: a KeepAlive started after k
-// counts its deadline from it. Only k's own renewals, while it runs, count.
+// renewed records a renewal by k that landed, while k runs.
 func (l *Lease) renewed(k *KeepAlive, sent, done time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -294,8 +263,7 @@ func (l *Lease) notOwned(ctx context.Context, op string) {
 		lk.logAttrs()...)
 }
 
-// LogValue makes a Lease log as its key and fence. The token is left out: it
-// is a credential.
+// LogValue logs a Lease as its key and fence, never its token.
 func (l *Lease) LogValue() slog.Value {
 	if l == nil {
 		return slog.StringValue("<nil lease>")

@@ -14,37 +14,26 @@ type loopConfig struct {
 	ttl time.Duration // 0: 2 × interval
 }
 
-// WithLoopTTL sets the loop lock's TTL: the window in which one replica owns
-// the loop. Default: 2 × interval, so the owner's window spans one missed
-// tick and a crashed owner is replaced within two intervals.
+// WithLoopTTL sets the loop lock's TTL. Default: 2 × interval, so a window
+// spans one missed tick and a crashed owner is replaced within two intervals.
 func WithLoopTTL(ttl time.Duration) LoopOption { return func(c *loopConfig) { c.ttl = ttl } }
 
 type leaseKey struct{}
 
-// LeaseFromContext returns the lease a RunLoop tick runs under, so that the
-// tick can fence its writes with its Fence.
+// LeaseFromContext returns the lease a RunLoop tick runs under, for fencing.
 func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	l, ok := ctx.Value(leaseKey{}).(*Lease)
 	return l, ok
 }
 
-// RunLoop runs tick every interval on whichever replica owns the loop lock,
-// until ctx is done; it then returns ctx's error. It is the per-loop TTL hold
-// of reconcilers and replayers: at each tick a replica tries to take key with
-// a TTL of 2 × interval and never releases it, so at most one replica runs a
-// given window, and when the owner stops ticking (a crash, a deploy) the
-// lock expires and another replica takes over at most two intervals after
-// the owner's last acquisition. A replica that finds the key held tries again
-// right when the holder's lease runs out, so takeover does not wait for its
-// next tick.
+// RunLoop runs tick every interval on whichever replica owns key, until ctx
+// is done, and returns ctx's error: the per-loop TTL hold. Each tick takes key
+// for 2 × interval and never releases it, so one replica runs each window and
+// another takes over within two intervals of a crash.
 //
-// tick's context ends at the window's end (the acquire's send time + TTL −
-// the drift margin, ttl/10), so a slow tick cannot overlap the next owner's
-// window; LeaseFromContext gives its lease, for fenced writes. A tick's
-// error is logged and the loop goes on. A store error skips the tick. A tick
-// that panics (or calls runtime.Goexit) has its context cancelled and its
-// lease released, so another replica can take the loop at once; the panic
-// then goes on in RunLoop's caller.
+// tick's context ends before its window does, so it cannot overlap the next
+// owner's. A tick's error is logged; a store error skips the tick; a panic
+// releases the lease and goes on in the caller.
 func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration, tick func(ctx context.Context) error, opts ...LoopOption) error {
 	cfg := loopConfig{}
 	for _, o := range opts {
@@ -73,8 +62,7 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 		var held *HeldError
 		switch {
 		case errors.As(err, &held) && held.Remaining > 0:
-			// Owned elsewhere: try again right after its window ends, if
-			// that comes before our next tick.
+			// Owned elsewhere: try again when its window ends, if sooner.
 			if at := time.Now().Add(held.Remaining + time.Millisecond); at.Before(next) {
 				next = at
 			}
@@ -92,8 +80,7 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 	}
 }
 
-// tick runs one tick under l until deadline. A tick that does not return
-// (a panic, runtime.Goexit) gives the lease back on its way out.
+// tick runs one tick under l until deadline; a panic gives the lease back.
 func (c *Client) tick(ctx context.Context, l *Lease, deadline time.Time, tick func(ctx context.Context) error) {
 	tctx, cancel := context.WithDeadline(context.WithValue(ctx, leaseKey{}, l), deadline)
 	returned := false

@@ -5,37 +5,26 @@ import (
 	"time"
 )
 
-// Defaults of Hold and KeepAlive. Each is used when its option is not given.
+// Defaults of Hold and KeepAlive; docs/design.md §4 gives the reasoning.
 const (
-	// defaultFenceAfter is the consecutive renewal failures after which the
-	// fence policy gives the lease up. Three tolerates a blip or two (a
-	// dropped connection, a failover) without letting a broken store keep a
-	// critical section running on a lease that is about to lapse.
+	// defaultFenceAfter tolerates a blip or two (a dropped connection, a
+	// failover) before the fence policy gives the lease up.
 	defaultFenceAfter = 3
 
-	// DefaultRenewDivisor sets the renewal interval to ttl/3: a lease gets
-	// two more tries after a failed renewal before its TTL runs out, and the
-	// store sees one renewal per ttl/3 per lease.
+	// DefaultRenewDivisor renews every ttl/3: two more tries after a failure
+	// before the TTL runs out.
 	DefaultRenewDivisor = 3
 
-	// defaultRenewTimeout bounds one renewal call. A renewal slower than 2 s
-	// on a store that normally answers in milliseconds is as good as failed;
-	// the call is also never allowed past the renewal interval or the local
-	// deadline, whichever is sooner.
+	// defaultRenewTimeout bounds one renewal call: slower than 2 s is as good
+	// as failed on a store that answers in milliseconds.
 	defaultRenewTimeout = 2 * time.Second
 
-	// defaultReleaseTimeout bounds the release after the critical section.
-	// The release is detached from the caller's context (a cancelled caller
-	// must still give the key back); if it takes longer than 2 s the store
-	// is in trouble, and the lease's TTL frees the key anyway.
+	// defaultReleaseTimeout bounds the detached release after the critical
+	// section; past 2 s the store is in trouble and the TTL frees the key.
 	defaultReleaseTimeout = 2 * time.Second
 
-	// DefaultDriftDivisor sets the drift margin to ttl/10: the local deadline
-	// falls 10% of the TTL before the server's expiry at the earliest. The
-	// margin covers the difference in clock rates between client and server
-	// (parts per million; NTP slews at most 500 ppm), Redis's millisecond
-	// expiry resolution, and the time a critical section needs to notice
-	// its cancelled context and stop writing.
+	// DefaultDriftDivisor puts the local deadline ttl/10 before the server's
+	// expiry: room for clock-rate drift, expiry resolution, and fn to stop.
 	DefaultDriftDivisor = 10
 )
 
@@ -63,38 +52,29 @@ type holdConfig struct {
 	waitBudget     time.Duration // 0: wait until ctx is done
 }
 
-// FenceAfter selects the fence policy (the default) and gives the lease up
-// after n consecutive renewal failures, or when the local deadline (the start
-// of the last successful renewal + ttl − drift margin) passes without a
-// successful renewal, whichever comes first. Giving up cancels the critical
-// section's context with a cause matching ErrAbandoned and skips the release.
-// Default: defaultFenceAfter (3).
+// FenceAfter selects the fence policy (the default): the lease is given up
+// after n consecutive renewal failures (default 3) or at its local deadline,
+// cancelling the critical section with cause ErrAbandoned, without a release.
 func FenceAfter(n int) RenewOption { return func(c *holdConfig) { c.maxFailures = n } }
 
-// ContinueOnRenewFailure selects the continue policy: renewal failures are
-// logged and reported, but the critical section's context is never
-// cancelled. Choose it only where finishing the work matters more than
-// exclusivity, and fence every write: a lease that expired while the work
-// kept running is reported (Observer.OnLeaseExpired), not prevented.
+// ContinueOnRenewFailure selects the continue policy: failures are reported,
+// the critical section is never cancelled, and a lease that expired under it
+// is reported (Observer.OnLeaseExpired). Fence every write if you choose it.
 func ContinueOnRenewFailure() RenewOption { return func(c *holdConfig) { c.maxFailures = 0 } }
 
 // WithRenewInterval sets the time between renewals. Default: ttl/3.
 func WithRenewInterval(d time.Duration) RenewOption { return func(c *holdConfig) { c.interval = d } }
 
-// WithRenewTimeout bounds each renewal call. Default: defaultRenewTimeout
-// (2 s), and never more than the renewal interval.
+// WithRenewTimeout bounds each renewal call. Default: 2 s, at most the interval.
 func WithRenewTimeout(d time.Duration) RenewOption { return func(c *holdConfig) { c.renewTimeout = d } }
 
-// WithReleaseTimeout bounds the release after the critical section. Default:
-// defaultReleaseTimeout (2 s).
+// WithReleaseTimeout bounds Hold's release after fn. Default: 2 s.
 func WithReleaseTimeout(d time.Duration) HoldOption {
 	return holdOption(func(c *holdConfig) { c.releaseTimeout = d })
 }
 
-// WithWaitBudget bounds how long Hold waits for a busy key; after d it gives
-// up with an error matching ErrNotAcquired. Default for Hold: no bound (until
-// ctx is done). A request handler answering a person or an API call typically
-// waits about 2 s.
+// WithWaitBudget bounds how long Hold waits for a busy key, then returns an
+// error matching ErrNotAcquired. Default: until ctx is done.
 func WithWaitBudget(d time.Duration) HoldOption {
 	return holdOption(func(c *holdConfig) { c.waitBudget = d })
 }
@@ -105,9 +85,8 @@ func WithDriftMargin(d time.Duration) RenewOption {
 	return func(c *holdConfig) { c.margin, c.marginSet = d, true }
 }
 
-// newHoldConfig applies opts over the defaults for a lease of ttl and checks
-// that the result can work: at least one renewal must be able to land before
-// the local deadline.
+// newHoldConfig applies opts over the defaults for a lease of ttl, and checks
+// that a renewal can land before the local deadline.
 func newHoldConfig[O HoldOption](ttl time.Duration, opts []O) (holdConfig, error) {
 	c := holdConfig{
 		maxFailures:    defaultFenceAfter,
@@ -142,8 +121,7 @@ func newHoldConfig[O HoldOption](ttl time.Duration, opts []O) (holdConfig, error
 	return c, nil
 }
 
-// renewState is the renewal arithmetic, kept free of goroutines and clocks so
-// that it can be tested with plain times.
+// renewState is the renewal arithmetic, free of goroutines and clocks.
 type renewState struct {
 	ttl, margin time.Duration
 	maxFailures int       // 0: never give up on failures
@@ -152,13 +130,11 @@ type renewState struct {
 	failures    int       // consecutive failures since
 }
 
-// deadline is when the fence policy gives up if no renewal succeeded by
-// then. The server's TTL restarted no earlier than lastSent, so the lease is
-// certainly still ours until lastSent + ttl, give or take the clocks' drift.
+// deadline is when the fence policy gives up: the server's TTL restarted no
+// earlier than lastSent.
 func (s *renewState) deadline() time.Time { return s.lastSent.Add(s.ttl - s.margin) }
 
-// expiredBy is when the lease has certainly expired on the server: its TTL
-// restarted no later than lastDone, plus the margin for drift.
+// expiredBy is when the lease has certainly expired on the server.
 func (s *renewState) expiredBy() time.Time { return s.lastDone.Add(s.ttl + s.margin) }
 
 // succeeded records a renewal sent at sent and answered at done.
@@ -172,9 +148,7 @@ func (s *renewState) failed() (giveUp bool) {
 	return s.maxFailures > 0 && s.failures >= s.maxFailures
 }
 
-// callTimeout bounds a renewal sent at now: never past the local deadline
-// under the fence policy, so a hanging store cannot hold the renewal past
-// the point where the lease must be given up.
+// callTimeout bounds a renewal sent at now, never past the fence deadline.
 func (s *renewState) callTimeout(now time.Time, limit time.Duration) time.Duration {
 	if s.maxFailures > 0 {
 		limit = min(limit, s.deadline().Sub(now))

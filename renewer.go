@@ -13,36 +13,31 @@ import (
 
 // Defaults of the Client's renewal engine; docs/design.md §4 has the arithmetic.
 const (
-	// defaultBatchWindow lets renewals due within 20 ms of each other share a
-	// store call: at most 2 % more renewals at a 1 s interval, one round trip
-	// for leases taken together.
+	// defaultBatchWindow lets renewals due within 20 ms share a store call,
+	// for at most 2 % more renewals at a 1 s interval.
 	defaultBatchWindow = 20 * time.Millisecond
 
-	// defaultBatchSize caps one driver.BatchRenewer call: 1 000 renewals are a
-	// ~100 KB Redis pipeline, long enough to amortise the round trip, short
-	// enough not to stall a single-threaded server.
+	// defaultBatchSize makes a ~100 KB Redis pipeline: the round trip is
+	// amortised, and a single-threaded server is not stalled.
 	defaultBatchSize = 1000
 
-	// defaultBatchConcurrency caps the batch calls in flight: four keep up with
-	// hundreds of thousands of renewals a second without flooding a slow store.
+	// defaultBatchConcurrency keeps up with 10⁵ renewals a second without
+	// flooding a slow store.
 	defaultBatchConcurrency = 4
 
-	// defaultFallbackConcurrency caps the Renew calls in flight for a store
-	// without driver.BatchRenewer: 64 calls of 1 ms renew 100 000 leases at
-	// ttl/3 for any TTL above 5 s.
+	// defaultFallbackConcurrency caps Renew calls without a BatchRenewer:
+	// enough for 100 000 leases at ttl/3 for any TTL above 5 s.
 	defaultFallbackConcurrency = 64
 
 	// maxBatchWindow bounds WithBatchWindow: a longer window is a unit mistake.
 	maxBatchWindow = time.Minute
 
-	// earlyDivisor bounds how early a renewal may go to join a batch: a
-	// quarter of its interval.
+	// earlyDivisor lets a renewal join a batch at most interval/4 early.
 	earlyDivisor = 4
 )
 
 // WithBatchWindow sets how far apart renewals may be due and still share a
-// store call; 0 batches only renewals due at the same instant. Default 20 ms,
-// at most 1 minute.
+// store call. Default: 20 ms; at most 1 minute.
 func WithBatchWindow(d time.Duration) Option {
 	return func(c *Client) {
 		c.renew.window = d
@@ -52,7 +47,7 @@ func WithBatchWindow(d time.Duration) Option {
 	}
 }
 
-// WithBatchSize caps the leases in one driver.BatchRenewer call. Default 1 000.
+// WithBatchSize caps the leases in one driver.BatchRenewer call. Default: 1 000.
 func WithBatchSize(n int) Option {
 	return func(c *Client) {
 		c.renew.size = n
@@ -62,8 +57,8 @@ func WithBatchSize(n int) Option {
 	}
 }
 
-// WithRenewConcurrency caps the renewal store calls in flight. Default 4
-// batch calls, or 64 Renew calls for a store without driver.BatchRenewer.
+// WithRenewConcurrency caps the renewal calls in flight. Default: 4 batch
+// calls, or 64 Renew calls for a store without driver.BatchRenewer.
 func WithRenewConcurrency(n int) Option {
 	return func(c *Client) {
 		c.renew.concurrency = n
@@ -73,21 +68,17 @@ func WithRenewConcurrency(n int) Option {
 	}
 }
 
-// Close stops renewing every lease of c, cancelling each KeepAlive's Context
-// with cause ErrClosed; no lease is released. It waits for the renewal calls
-// in flight, which it cancels. Later calls of c return ErrClosed. Close is
-// safe to call more than once; it always returns nil.
+// Close stops renewing c's leases, cancelling each KeepAlive's Context with
+// cause ErrClosed, without releasing them, and waits for the renewal calls in
+// flight, which it cancels. Later acquires return ErrClosed.
 func (c *Client) Close() error {
 	c.renew.close()
 	return nil
 }
 
-// renewer is a Client's renewal engine: one goroutine, started by the first
-// KeepAlive and gone while no lease is kept alive, renews every lease from a
-// min-heap of the times they next need attention. Renewals due within the
-// window go together, one driver.BatchRenewer call per chunk of size (one
-// Renew each without it), at most concurrency calls in flight. A lease costs
-// a heap entry, never a goroutine or a timer.
+// renewer is a Client's renewal engine: one goroutine, running while any
+// lease is kept alive, renews them from a min-heap of the times they next
+// need attention, in batches (docs/design.md §4).
 type renewer struct {
 	client      *Client
 	batch       driver.BatchRenewer // nil: one Renew per lease
@@ -152,8 +143,7 @@ func (r *renewer) len() int {
 	return len(r.heap)
 }
 
-// renewPhase is where a lease is in its renewal cycle. Only the renewer's goroutine
-// reads or writes it.
+// renewPhase is where a lease is in its renewal cycle (the goroutine's alone).
 type renewPhase uint8
 
 const (
@@ -172,8 +162,7 @@ type renewSlot struct {
 	index int        // in r.heap, -1 when out of it; under r.mu
 }
 
-// add starts renewing k, whose renewal state is st, starting the goroutine if
-// none runs.
+// add starts renewing k from st, starting the goroutine if none runs.
 func (r *renewer) add(k *KeepAlive, st renewState) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -196,8 +185,7 @@ func (r *renewer) add(k *KeepAlive, st renewState) error {
 	return nil
 }
 
-// remove stops renewing k. A store call in flight for it finishes for the
-// others in it; its result for k is then ignored.
+// remove stops renewing k; a call in flight for it is ignored for k.
 func (r *renewer) remove(k *KeepAlive) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -213,8 +201,8 @@ func (r *renewer) remove(k *KeepAlive) {
 	}
 }
 
-// idle ends the goroutine's turn when no lease is left: it reports true, and
-// the next add starts a new goroutine.
+// idle says the heap is empty and ends the goroutine's turn; the next add
+// starts another.
 func (r *renewer) idle(running chan struct{}) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -237,8 +225,8 @@ type renewCall struct {
 	done    time.Time // when it returned
 }
 
-// run is r's goroutine: it sleeps until a lease needs attention, ends the
-// leases whose limit has passed, and sends the due ones in chunks.
+// run sleeps until a lease needs attention, ends the lapsed ones and sends
+// the due ones in chunks.
 func (r *renewer) run(running chan struct{}) {
 	defer close(running)
 	var (
@@ -288,11 +276,9 @@ func (r *renewer) run(running chan struct{}) {
 	}
 }
 
-// collect takes from the heap the leases whose limit has passed at now,
-// appending them to lapsed, and moves the idle leases due by now + window
-// (but no more than a quarter of their interval early) to queue. Queued
-// leases stay in the heap, keyed by their limit. It returns when the heap
-// next needs attention (zero: never, it is empty).
+// collect pops the leases past their limit into lapsed and queues the ones
+// due within the window (they stay in the heap, keyed by their limit). wake
+// is when the heap next needs attention; zero when it is empty.
 func (r *renewer) collect(now time.Time, lapsed, queue []*KeepAlive) (_, _ []*KeepAlive, wake time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -321,9 +307,7 @@ func (r *renewer) collect(now time.Time, lapsed, queue []*KeepAlive) (_, _ []*Ke
 	return lapsed, queue, wake
 }
 
-// chunk takes up to r.size leases from the head of queue into a store call;
-// leases that ended or were stopped while queued are dropped. c is nil when
-// none was left.
+// chunk takes up to r.size live leases from queue into a call; nil if none.
 func (r *renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -354,10 +338,8 @@ func (r *renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 	return c, rest
 }
 
-// call makes one store call on its own goroutine and hands the result to
-// r's goroutine. The call is bounded by the smallest renewal timeout of its
-// leases; their local deadlines are kept by r's goroutine, not by the call,
-// so that one lease near its deadline does not cut its batch short.
+// call makes one store call, bounded by its leases' smallest renewal timeout;
+// their deadlines are kept by run, so one lease cannot cut a batch short.
 func (r *renewer) call(c *renewCall) {
 	ctx, cancel := context.WithTimeout(r.calls, c.timeout)
 	defer cancel()
@@ -381,8 +363,7 @@ func (r *renewer) call(c *renewCall) {
 	r.results <- c // never blocks: room for every call in flight
 }
 
-// apply settles the results of a finished call under each lease's policy
-// and puts the leases back in the heap at their next renewal.
+// apply settles a call's results and reschedules its leases.
 func (r *renewer) apply(c *renewCall) {
 	for i, k := range c.leases {
 		if k.slot.phase != phaseInFlight {

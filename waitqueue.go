@@ -6,22 +6,10 @@ import (
 	"time"
 )
 
-// waitQueues orders the goroutines waiting in a Client's Acquire, per key, so
-// that a release wakes one of them instead of all (with every local
-// waiter woken, 63 of 64 attempts lose and the winner's queues behind them).
-//
-// The waiters of a key form a FIFO queue. Only its front, the head, talks to
-// the store: it makes the attempts, owns the key's release watch (one per
-// queue, set up by the first head that has to wait, and stopped when the
-// queue empties) and follows the backoff. The others block on their turn
-// channel, which the head closes as it leaves, whichever way it leaves. A
-// wake-up that the head took from the watch and could not act on (its
-// context ended, or its attempt failed) is left as pending for the next head;
-// a wake-up still in the watch's channel stays there for the next head too.
-// So a wake-up is never swallowed while others wait, and when one is lost
-// anyway the head's backoff bounds the delay, as it did before.
-//
-// The zero value is ready for use; idle keys take no memory.
+// waitQueues queues a Client's waiters per key so a release wakes one, not
+// all. Only the head talks to the store and owns the key's release watch; a
+// wake-up it could not act on passes to the next head (docs/design.md §5).
+// The zero value is ready; idle keys take no memory.
 type waitQueues struct {
 	mu   sync.Mutex
 	keys map[string]*waitQueue
@@ -35,9 +23,7 @@ type waitQueue struct {
 	stopWatch func()          // stops the watch; called once, when the queue empties
 	pending   bool            // a head left with a wake-up it had not acted on
 
-	// heldUntil is when the lease last seen on the key runs out (from the
-	// store's busy answer, or the head's own acquisition); zero: unknown.
-	// A new head waits no longer than this, since expiries are not notified.
+	// heldUntil is when the lease last seen on the key runs out; zero: unknown.
 	heldUntil time.Time
 }
 
@@ -95,9 +81,8 @@ func (qs *waitQueues) setHeldUntil(q *waitQueue, t time.Time) {
 	q.heldUntil = t
 }
 
-// leave removes w from key's queue. When w was the head, the next waiter
-// becomes the head; woken says w took a wake-up it did not act on, which is
-// then passed on. The last waiter out stops the watch and drops the queue.
+// leave removes w from key's queue, passing the head's turn and an unused
+// wake-up (woken) on; the last waiter out stops the watch.
 func (qs *waitQueues) leave(key string, q *waitQueue, w *waiter, woken bool) {
 	qs.mu.Lock()
 	wasHead := q.waiters.Front() == w.elem
