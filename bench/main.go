@@ -9,7 +9,7 @@
 // which must be on loopback), measures raw round trips, uncontended
 // acquire+release cycles, contended hand-off and round trips per operation,
 // interleaving the contenders round by round, then how one process holds
-// 10 000 to 100 000 leases renewed by a shared leasehold.Renewer (--only
+// 10 000 to 100 000 leases kept alive by the Client's renewal engine (--only
 // picks sections: --only scale runs that alone), and writes the markdown report
 // to --out (standard output when empty) with the chart handoff.svg beside
 // it. The defaults take about two minutes on 2 cores; progress goes to
@@ -60,10 +60,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	conc := fs.String("concurrency", joinInts(cfg.Concurrency), "comma-separated concurrency levels of the raw and uncontended runs")
 	workers := fs.String("workers", joinInts(cfg.Workers), "comma-separated worker counts of the contended runs (each ≥ 2)")
 	only := fs.String("only", strings.Join(cfg.Sections, ","), "comma-separated sections to run: "+lockbench.SectionLocks+" (round trips, cycles, hand-off), "+lockbench.SectionScale+" (many leases held by one process)")
-	scaleLeases := fs.String("scale-leases", joinInts(cfg.ScaleLeases), "comma-separated lease counts of the scale section, each renewed by one shared Renewer")
+	scaleLeases := fs.String("scale-leases", joinInts(cfg.ScaleLeases), "comma-separated lease counts of the scale section, each kept alive by Lease.KeepAlive on the Client's batched renewal engine")
 	fs.DurationVar(&cfg.ScaleTTL, "scale-ttl", cfg.ScaleTTL, "TTL of the scale section's leases (renewed every third of it)")
 	fs.IntVar(&cfg.ScaleWindows, "scale-windows", cfg.ScaleWindows, "renewal intervals each scale cell is measured over; the report gives medians")
-	fs.IntVar(&cfg.ScaleCompare, "scale-compare", cfg.ScaleCompare, "lease count at which a goroutine per lease (Lease.KeepAlive) is measured too (0: not)")
+	fs.IntVar(&cfg.ScaleCompare, "scale-compare", cfg.ScaleCompare, "lease count at which a goroutine per lease calling Lease.Renew is measured too, to compare (0: not)")
 	out := fs.String("out", "", "file for the markdown report, with "+chartName+" written beside it (default: standard output, no chart)")
 	quiet := fs.Bool("quiet", false, "no progress lines on standard error")
 	if err := fs.Parse(args); err != nil {

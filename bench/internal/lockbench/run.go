@@ -53,8 +53,8 @@ type Config struct {
 	// round trips per operation, interleaved) and SectionScale. Default both.
 	Sections []string
 	// ScaleLeases are the lease counts of the scale section, each held in
-	// this process and renewed by one shared leasehold.Renewer. Default
-	// 10 000, 50 000, 100 000.
+	// this process and kept alive by Lease.KeepAlive on the Client's
+	// renewal engine. Default 10 000, 50 000, 100 000.
 	ScaleLeases []int
 	// ScaleTTL is the scale leases' TTL; they are renewed every third of it.
 	// Short, so that renewals are many: default 3 s, a renewal a second.
@@ -63,7 +63,7 @@ type Config struct {
 	// over, after one to settle; the report gives medians. Default 5.
 	ScaleWindows int
 	// ScaleCompare is the lease count at which the scale section also
-	// measures a goroutine per lease (Lease.KeepAlive), to compare. 0: not
+	// measures a goroutine per lease calling Lease.Renew, to compare. 0: not
 	// measured. Default 10 000.
 	ScaleCompare int
 	// Command is shown in the report as the way to reproduce it.

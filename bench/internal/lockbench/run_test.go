@@ -139,8 +139,8 @@ func TestCheckLoopback(t *testing.T) {
 }
 
 // TestRunScaleTiny runs the scale section alone, small and fast (about 5 s),
-// and checks that the shared renewer batched, kept every lease, and did
-// not grow a goroutine per lease, while the per-lease comparison did.
+// and checks that the Client's engine batched, kept every lease, and did
+// not grow a goroutine per lease, while the per-lease baseline did.
 func TestRunScaleTiny(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Sections = []string{SectionScale}
@@ -152,8 +152,8 @@ func TestRunScaleTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := res.Summarize()
-	if len(s.Scale) != 2 || s.Scale[0].Mode != modeRenewer || s.Scale[1].Mode != modeKeepAlive {
-		t.Fatalf("scale rows %+v, want Renewer then Lease.KeepAlive", s.Scale)
+	if len(s.Scale) != 2 || s.Scale[0].Mode != modeEngine || s.Scale[1].Mode != modeGoroutine {
+		t.Fatalf("scale rows %+v, want %s then %s", s.Scale, modeEngine, modeGoroutine)
 	}
 	rn, ka := s.Scale[0], s.Scale[1]
 	for _, row := range s.Scale {
@@ -162,16 +162,16 @@ func TestRunScaleTiny(t *testing.T) {
 		}
 	}
 	if rn.Renewals.Median < 2*rn.Trips.Median {
-		t.Errorf("Renewer sent %.0f renewals in %.0f round trips a second: not batched", rn.Renewals.Median, rn.Trips.Median)
+		t.Errorf("engine sent %.0f renewals in %.0f round trips a second: not batched", rn.Renewals.Median, rn.Trips.Median)
 	}
 	if added := rn.Goroutines - rn.GoroutinesBefore; added > scaleGoroutineSlack {
-		t.Errorf("Renewer added %d goroutines for %d leases", added, rn.Leases)
+		t.Errorf("engine added %d goroutines for %d leases", added, rn.Leases)
 	}
 	if added := ka.Goroutines - ka.GoroutinesBefore; added < ka.Leases*9/10 { // others may come and go
-		t.Errorf("Lease.KeepAlive added %d goroutines for %d leases, want one each", added, ka.Leases)
+		t.Errorf("goroutine per lease added %d goroutines for %d leases, want one each", added, ka.Leases)
 	}
 	md := Markdown(res, s, "")
-	for _, want := range []string{"## 5. Scale", "100 000 leases", "| Renewer | 400 |", "| Lease.KeepAlive | 400 |", "`--only locks`"} {
+	for _, want := range []string{"## 5. Scale", "100 000 leases", "| KeepAlive (engine) | 400 |", "| goroutine per lease (Lease.Renew) | 400 |", "within 20ms", "up to 1,000 per", "at most 4 pipelines", "`--only locks`"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -3,6 +3,7 @@ package lockbench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -23,8 +24,16 @@ import (
 
 // Renewal modes of the scale section.
 const (
-	modeRenewer   = "Renewer"         // one shared leasehold.Renewer, batched
-	modeKeepAlive = "Lease.KeepAlive" // a goroutine and a round trip per lease
+	modeEngine    = "KeepAlive (engine)"                // Lease.KeepAlive on the Client's engine, batched
+	modeGoroutine = "goroutine per lease (Lease.Renew)" // the baseline: a goroutine, a ticker and a round trip per lease
+)
+
+// The engine's batch settings in the scale cells, passed as Client options
+// so that the report states what was used (they are leasehold's defaults).
+const (
+	batchWindow      = 20 * time.Millisecond
+	batchSize        = 1000
+	batchConcurrency = 4
 )
 
 // scaleAcquirers is how many goroutines take the leases of a scale cell. The
@@ -42,8 +51,8 @@ type ScaleRow struct {
 	// leases over the interval.
 	Renewals Rate
 	Expected float64
-	// Trips is round trips per second: pipelines for the Renewer, single
-	// commands for per-lease KeepAlive.
+	// Trips is round trips per second: pipelines for the engine, single
+	// commands for a goroutine per lease.
 	Trips Rate
 	// CPU and ServerCPU are the cores kept busy (CPU seconds per second)
 	// by this process and by redis-server.
@@ -58,7 +67,8 @@ type ScaleRow struct {
 	RSS           int64
 	// Goroutines while the leases are held, and before they were taken.
 	Goroutines, GoroutinesBefore int
-	// Lost counts leases whose KeepAlive reported them lost or given up.
+	// Lost counts leases whose KeepAlive reported them lost or given up, or
+	// whose renewal goroutine found them gone or past their TTL.
 	Lost int
 	// Acquire is how long taking the leases took (set-up, for context).
 	Acquire time.Duration
@@ -97,24 +107,26 @@ func (h *scaleCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // runScale measures every scale cell of cfg.
 func runScale(ctx context.Context, cfg Config, opts *redis.Options, p probe, prefix string, logf func(string, ...any)) ([]ScaleRow, error) {
 	var rows []ScaleRow
+	// tag names the mode in the keys, equally short for both, so that key
+	// length does not weigh on the heap per lease.
 	type scaleKey struct {
-		mode string
-		n    int
+		mode, tag string
+		n         int
 	}
 	cells := make([]scaleKey, 0, len(cfg.ScaleLeases)+1)
 	for _, n := range cfg.ScaleLeases {
-		cells = append(cells, scaleKey{modeRenewer, n})
+		cells = append(cells, scaleKey{modeEngine, "e", n})
 	}
 	if cfg.ScaleCompare > 0 {
-		cells = append(cells, scaleKey{modeKeepAlive, cfg.ScaleCompare})
+		cells = append(cells, scaleKey{modeGoroutine, "g", cfg.ScaleCompare})
 	}
 	for _, c := range cells {
 		mode, n := c.mode, c.n
-		row, err := scaleCell(ctx, cfg, opts, p, fmt.Sprintf("%sscale:%s:%d:", prefix, mode, n), mode, n)
+		row, err := scaleCell(ctx, cfg, opts, p, fmt.Sprintf("%sscale:%s:%d:", prefix, c.tag, n), mode, n)
 		if err != nil {
 			return nil, fmt.Errorf("lockbench: scale, %d leases on %s: %w", n, mode, err)
 		}
-		logf("scale       %-16s %6d leases  %8.0f renewals/s (expected %.0f)  %6.0f round trips/s  %.2f cores + %.2f redis  %5.0f B heap/lease  %d goroutines  %d lost",
+		logf("scale       %-33s %6d leases  %8.0f renewals/s (expected %.0f)  %6.0f round trips/s  %.2f cores + %.2f redis  %5.0f B heap/lease  %d goroutines  %d lost",
 			mode, n, row.Renewals.Median, row.Expected, row.Trips.Median, row.CPU.Median, row.ServerCPU.Median, row.HeapPerLease, row.Goroutines, row.Lost)
 		rows = append(rows, row)
 	}
@@ -129,8 +141,8 @@ func scaleCell(ctx context.Context, cfg Config, base *redis.Options, p probe, pr
 	row.Expected = float64(n) / interval.Seconds()
 
 	opts := *base
-	opts.PoolSize = scaleAcquirers + leasehold.DefaultBatchConcurrency + 4
-	if mode == modeKeepAlive {
+	opts.PoolSize = scaleAcquirers + batchConcurrency + 4
+	if mode == modeGoroutine {
 		// One renewal call in flight per lease at most; let the pool, not
 		// the benchmark, be the limit, as it would be in an application.
 		opts.PoolSize = 64
@@ -144,13 +156,9 @@ func scaleCell(ctx context.Context, cfg Config, base *redis.Options, p probe, pr
 		return row, err
 	}
 	defer store.Close()
-	lc := leasehold.New(store, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
-	var renewer *leasehold.Renewer
-	if mode == modeRenewer {
-		if renewer, err = leasehold.NewRenewer(lc); err != nil {
-			return row, err
-		}
-	}
+	lc := leasehold.New(store, leasehold.WithLogger(slog.New(slog.DiscardHandler)),
+		leasehold.WithBatchWindow(batchWindow), leasehold.WithBatchSize(batchSize),
+		leasehold.WithRenewConcurrency(batchConcurrency))
 
 	runtime.GC()
 	var m0, m1 runtime.MemStats
@@ -158,9 +166,20 @@ func scaleCell(ctx context.Context, cfg Config, base *redis.Options, p probe, pr
 	rss0 := residentBytes()
 	row.GoroutinesBefore = runtime.NumGoroutine()
 
-	// Take the leases, each kept alive as soon as it is taken.
+	// Take the leases, each kept alive as soon as it is taken: by a KeepAlive
+	// (ks) or by a renewal goroutine (lost, under loops).
 	start := time.Now()
-	ks := make([]*leasehold.KeepAlive, n)
+	var (
+		ks   []*leasehold.KeepAlive
+		lost []atomic.Bool
+	)
+	if mode == modeEngine {
+		ks = make([]*leasehold.KeepAlive, n)
+	} else {
+		lost = make([]atomic.Bool, n)
+	}
+	loops, stopLoops := context.WithCancel(ctx)
+	var loopsDone sync.WaitGroup
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, scaleAcquirers)
@@ -171,13 +190,14 @@ func scaleCell(ctx context.Context, cfg Config, base *redis.Options, p probe, pr
 				if i >= n || ctx.Err() != nil {
 					return
 				}
+				taken := time.Now()
 				l, err := lc.TryAcquire(ctx, prefix+strconv.Itoa(i), cfg.ScaleTTL)
-				if err == nil {
-					if renewer != nil {
-						ks[i], err = renewer.KeepAlive(ctx, l)
-					} else {
-						ks[i], err = l.KeepAlive(ctx)
-					}
+				switch {
+				case err != nil: // reported below
+				case ks != nil:
+					ks[i], err = l.KeepAlive(ctx)
+				default:
+					loopsDone.Go(func() { renewLoop(loops, l, taken, interval, &lost[i]) })
 				}
 				if err != nil {
 					errs[w] = err
@@ -188,17 +208,11 @@ func scaleCell(ctx context.Context, cfg Config, base *redis.Options, p probe, pr
 	}
 	wg.Wait()
 	row.Acquire = time.Since(start)
-	stop := func() {
-		if renewer != nil {
-			_ = renewer.Close()
-		}
-		for _, k := range ks {
-			if k != nil {
-				k.Stop()
-			}
-		}
-	}
-	defer stop()
+	defer func() {
+		_ = lc.Close() // stops every KeepAlive
+		stopLoops()
+		loopsDone.Wait()
+	}()
 	for _, err := range errs {
 		if err != nil {
 			return row, err
@@ -253,8 +267,44 @@ func scaleCell(ctx context.Context, cfg Config, base *redis.Options, p probe, pr
 			row.Lost++
 		}
 	}
+	for i := range lost {
+		if lost[i].Load() {
+			row.Lost++
+		}
+	}
 	runtime.KeepAlive(ks)
 	return row, nil
+}
+
+// renewLoop is the baseline a user would write without leasehold's engine:
+// it renews l, taken at taken, every interval until ctx ends, each Renew
+// bounded by the interval. A failed Renew is retried at the next tick; the
+// loop sets lost and returns once the store says the lease is gone or its
+// TTL has run out since the last renewal that succeeded.
+func renewLoop(ctx context.Context, l *leasehold.Lease, taken time.Time, interval time.Duration, lost *atomic.Bool) {
+	ttl, last := l.TTL(), taken
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, interval)
+		sent := time.Now()
+		err := l.Renew(rctx, ttl)
+		cancel()
+		switch {
+		case err == nil:
+			last = sent
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, leasehold.ErrNotOwned) || time.Since(last) >= ttl:
+			lost.Store(true)
+			return
+		}
+	}
 }
 
 // rateOfValues is a Rate of per-window values.

@@ -12,9 +12,9 @@ import (
 // scaleTargetLeases is docs/design.md §9's scale: 100 000 leases in one process.
 const scaleTargetLeases = 100_000
 
-// scaleGoroutineSlack is how many goroutines a Renewer cell may add whatever
-// its lease count: the Renewer's own, its calls in flight, the client's.
-const scaleGoroutineSlack = leasehold.DefaultBatchConcurrency + 12
+// scaleGoroutineSlack is how many goroutines an engine cell may add whatever
+// its lease count: the engine's own, its calls in flight, the client's.
+const scaleGoroutineSlack = batchConcurrency + 12
 
 // scaleTarget writes the targets table's scale row.
 func scaleTarget(b *strings.Builder, s Summary) {
@@ -22,7 +22,7 @@ func scaleTarget(b *strings.Builder, s Summary) {
 	const what = "one process holds 100 000 leases, renewals batched, no goroutine per lease"
 	var top *ScaleRow
 	for i, row := range s.Scale {
-		if row.Mode == modeRenewer && (top == nil || row.Leases > top.Leases) {
+		if row.Mode == modeEngine && (top == nil || row.Leases > top.Leases) {
 			top = &s.Scale[i]
 		}
 	}
@@ -46,10 +46,12 @@ func scaleSection(b *strings.Builder, r *Result, s Summary) {
 	p("## 5. Scale: many leases held in one process")
 	p("")
 	p("One process takes N leases with a %v TTL and keeps them all alive; each is renewed every", cfg.ScaleTTL)
-	p("%v (ttl/3), so N leases need N renewals per %v. **Renewer** is one shared", interval, interval)
-	p("`leasehold.Renewer`: one goroutine, renewals due within %v sent together, up to %s per", leasehold.DefaultBatchWindow, count(leasehold.DefaultBatchSize))
-	p("pipeline, at most %d pipelines in flight. **Lease.KeepAlive** is a goroutine, a timer and a", leasehold.DefaultBatchConcurrency)
-	p("round trip per lease and renewal, for comparison. Rates and CPU are medians of %d windows of", cfg.ScaleWindows)
+	p("%v (ttl/3), so N leases need N renewals per %v. **%s** is `Lease.KeepAlive` on the", interval, interval, modeEngine)
+	p("Client's renewal engine: one goroutine, renewals due within %v sent together, up to %s per", batchWindow, count(batchSize))
+	p("pipeline, at most %d pipelines in flight (`WithBatchWindow`, `WithBatchSize`,", batchConcurrency)
+	p("`WithRenewConcurrency`). **%s** is what code without the engine would", modeGoroutine)
+	p("write: a goroutine and a ticker per lease calling `Lease.Renew` every %v, a round trip per", interval)
+	p("lease and renewal, for comparison. Rates and CPU are medians of %d windows of", cfg.ScaleWindows)
 	p("one renewal interval each, after one interval to settle (± half their range). **The machine")
 	p("is shared (%d cores, redis-server on the same cores, other jobs running): the figures are", r.Env.Cores)
 	p("noisy; read them for their order of magnitude.**")
@@ -68,14 +70,14 @@ func scaleSection(b *strings.Builder, r *Result, s Summary) {
 	}
 	p("")
 	for _, ka := range s.Scale {
-		if ka.Mode != modeKeepAlive {
+		if ka.Mode != modeGoroutine {
 			continue
 		}
 		for _, rn := range s.Scale {
-			if rn.Mode != modeRenewer || rn.Leases != ka.Leases {
+			if rn.Mode != modeEngine || rn.Leases != ka.Leases {
 				continue
 			}
-			p("At %s leases the Renewer runs %d goroutines where a goroutine per lease runs %s, uses %s the Go heap",
+			p("At %s leases the engine runs %d goroutines where a goroutine per lease runs %s, uses %s the Go heap",
 				count(float64(rn.Leases)), rn.Goroutines, count(float64(ka.Goroutines)), ratio(rn.HeapPerLease, ka.HeapPerLease))
 			p("per lease, %s B of goroutine stack per lease against %s B, and %s the round",
 				count(max(rn.StackPerLease, 0)), count(ka.StackPerLease), ratio(rn.Trips.Median, ka.Trips.Median))
@@ -86,10 +88,12 @@ func scaleSection(b *strings.Builder, r *Result, s Summary) {
 		}
 	}
 	p("Heap per lease counts everything the lease costs in this process: the `Lease`, its key and")
-	p("token, the `KeepAlive` and its context, the Renewer's heap entry. RSS is VmRSS while the")
-	p("leases are held; Go does not return freed memory to the system at once, so the growth per")
-	p("lease of a later row can read low. Leases lost counts KeepAlives that reported the lease")
-	p("lost or given up during the cell (any would mean renewals did not keep up).")
+	p("token, and either the `KeepAlive`, its context and its entry in the engine's heap, or the")
+	p("renewal goroutine's ticker (its stack is counted apart). RSS is VmRSS while the leases are")
+	p("held; Go does not return freed memory to the system at once, so the growth per lease of a")
+	p("later row can read low. Leases lost counts KeepAlives that reported the lease lost or given")
+	p("up, and renewal goroutines that found it gone (`ErrNotOwned`) or a TTL past its last good")
+	p("renewal, during the cell (any would mean renewals did not keep up).")
 	p("")
 }
 
