@@ -79,18 +79,38 @@ func newRenewSwitch(t *testing.T) *renewSwitch {
 }
 
 func (h *renewSwitch) DialHook(next redis.DialHook) redis.DialHook { return next }
+// ProcessPipelineHook fails a pipeline holding a renewal: the Client's
+// renewal engine sends its renewals in batches.
 func (h *renewSwitch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if h.blocks(cmd) {
+				err := errors.New("renewal blocked by the test")
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
+
 func (h *renewSwitch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if body, _ := cmd.Args()[min(1, len(cmd.Args())-1)].(string); h.broken.Load() && (body == h.sha || body == h.src) {
+		if h.blocks(cmd) {
 			err := errors.New("renewal blocked by the test")
 			cmd.SetErr(err)
 			return err
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// blocks says whether cmd is a renewal while the switch is on.
+func (h *renewSwitch) blocks(cmd redis.Cmder) bool {
+	body, _ := cmd.Args()[min(1, len(cmd.Args())-1)].(string)
+	return h.broken.Load() && (body == h.sha || body == h.src)
 }
 
 // worker is one replica: its own Redis connection and lock client.

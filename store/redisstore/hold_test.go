@@ -49,29 +49,52 @@ func (h *renewFaults) isRenew(cmd redis.Cmder) bool {
 }
 
 func (h *renewFaults) DialHook(next redis.DialHook) redis.DialHook { return next }
+// ProcessPipelineHook applies the faults to the renewals of a pipeline: the
+// Client's renewal engine sends them in batches.
 func (h *renewFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if !h.isRenew(cmd) {
+				continue
+			}
+			if err := h.inject(ctx); err != nil {
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
+
 func (h *renewFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if !h.isRenew(cmd) {
 			return next(ctx, cmd)
 		}
-		h.mu.Lock()
-		h.attempts++
-		fault := h.fault(h.attempts)
-		h.mu.Unlock()
-		switch fault {
-		case "fail":
-			cmd.SetErr(errInjected)
-			return errInjected
-		case "hang": // a server too slow to answer before the call's timeout
-			<-ctx.Done()
-			cmd.SetErr(ctx.Err())
-			return ctx.Err()
+		if err := h.inject(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// inject counts a renewal attempt and returns the error its fault makes, if any.
+func (h *renewFaults) inject(ctx context.Context) error {
+	h.mu.Lock()
+	h.attempts++
+	fault := h.fault(h.attempts)
+	h.mu.Unlock()
+	switch fault {
+	case "fail":
+		return errInjected
+	case "hang": // a server too slow to answer before the call's timeout
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
 }
 
 func (h *renewFaults) count() int {
