@@ -72,6 +72,8 @@ type RenewItem struct {
 // call, so that a process holding thousands of leases does not pay a round
 // trip per renewal. The Client's renewal engine uses it when the store has it,
 // and makes concurrent Renew calls when it does not.
+// A wrapper that embeds a store with this ability and overrides Renew must
+// wrap RenewBatch too, or its Renew is bypassed.
 type BatchRenewer interface {
 	// RenewBatch renews every item as Renew would, and returns one result
 	// per item, in the items' order (len(results) == len(items)): nil when

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/prom"
 	"github.com/leasehold/leasehold/store/memstore"
@@ -80,6 +81,19 @@ func (s *faultyStore) Renew(ctx context.Context, key, token string, ttl time.Dur
 		return err
 	}
 	return s.Store.Renew(ctx, key, token, ttl)
+}
+
+// RenewBatch fails every item while renewals fail: the Client's renewal
+// engine renews in batches when the store can.
+func (s *faultyStore) RenewBatch(ctx context.Context, items []driver.RenewItem) []error {
+	if err := s.fault(&s.renewErr); err != nil {
+		errs := make([]error, len(items))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	return s.Store.RenewBatch(ctx, items)
 }
 
 func (s *faultyStore) Release(ctx context.Context, key, token string) error {
