@@ -136,7 +136,7 @@ func New(store driver.Store, opts ...Option) *Client {
 	// The Client's callbacks run on renewal goroutines too: a panic in one
 	// must not crash the process or leave a lease half-handled.
 	c.log = slog.New(safeHandler{c.log.Handler()})
-	c.namespace = safeNamespace(c.namespace, c.log)
+	c.namespace = new(namespaceSet).bound(safeNamespace(c.namespace, c.log))
 	return c
 }
 
