@@ -30,13 +30,13 @@ func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 
 // RunLoop runs tick every interval on whichever replica owns the loop lock,
 // until ctx is done; it then returns ctx's error. It is the per-loop TTL hold
-// of reconcilers and replayers: at each tick a replica tries to take key with
-// a TTL of 2 × interval and never releases it, so at most one replica runs a
-// given window, and when the owner stops ticking (a crash, a deploy) the
-// lock expires and another replica takes over at most two intervals after
-// the owner's last acquisition. A replica that finds the key held tries again
-// right when the holder's lease runs out, so takeover does not wait for its
-// next tick.
+// for periodic work (a reconcile sweep, a replay): at each tick a replica
+// tries to take key with a TTL of 2 × interval and never releases it, so at
+// most one replica runs a given window, and when the owner stops ticking (a
+// crash, a deploy) the lock expires and another replica takes over at most
+// two intervals after the owner's last acquisition. A replica that finds the
+// key held tries again right when the holder's lease runs out, so takeover
+// does not wait for its next tick.
 //
 // tick's context ends at the window's end (the acquire's send time + TTL −
 // the drift margin, ttl/10), so a slow tick cannot overlap the next owner's
