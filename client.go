@@ -139,7 +139,7 @@ func New(store driver.Store, opts ...Option) *Client {
 	c.renew.init(c)
 	// Callbacks run on the renewal goroutine too: a panic must not kill it.
 	c.log = slog.New(safeHandler{c.log.Handler()})
-	c.namespace = safeNamespace(c.namespace, c.log)
+	c.namespace = new(namespaceSet).bound(safeNamespace(c.namespace, c.log))
 	return c
 }
 

@@ -152,13 +152,13 @@ func TestLeadReleasesALeaseAcquiredAsItsContextEnds(t *testing.T) {
 		mem := memstore.New()
 		ctx, cancel := context.WithCancel(t.Context())
 		c := leasehold.New(cancelOnAcquire{mem, cancel}, leasehold.WithLogger(quietLogger()))
-		err := c.Lead(ctx, "cordum:leader:snapshot", leasehold.LeaderConfig{
+		err := c.Lead(ctx, "leader:main", leasehold.LeaderConfig{
 			OnStartedLeading: func(context.Context, *leasehold.Lease) { t.Error("a term started after ctx ended") },
 		})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Lead: %v, want context.Canceled", err)
 		}
-		if info, _ := mem.Inspect(t.Context(), "cordum:leader:snapshot"); info.Held {
+		if info, _ := mem.Inspect(t.Context(), "leader:main"); info.Held {
 			t.Fatalf("the lease acquired as ctx ended is still held: %+v", info)
 		}
 	})

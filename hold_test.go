@@ -107,7 +107,7 @@ func newFixture(fault func(int) error) *fixture {
 }
 
 const (
-	key = "cordum:scheduler:job:7"
+	key = "jobs:7"
 	ttl = time.Minute
 )
 
@@ -292,7 +292,7 @@ func TestHoldRenewsWhileFnRuns(t *testing.T) {
 		if renews, _ := f.store.counts(); renews != 15 {
 			t.Errorf("%d renewals in 5 TTLs, want 15 (every ttl/3)", renews)
 		}
-		if len(f.rec.acquires) != 1 || f.rec.acquires[0].Result != leasehold.Acquired || f.rec.acquires[0].Namespace != "scheduler" {
+		if len(f.rec.acquires) != 1 || f.rec.acquires[0].Result != leasehold.Acquired || f.rec.acquires[0].Namespace != "jobs" {
 			t.Errorf("acquire events %+v", f.rec.acquires)
 		}
 		if len(f.rec.releases) != 1 || f.rec.releases[0].Held != time.Since(start) {

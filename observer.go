@@ -3,7 +3,6 @@ package leasehold
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"time"
 )
 
@@ -100,34 +99,4 @@ type LeaseExpiredEvent struct {
 type ReleaseFailureEvent struct {
 	Lock
 	Err error
-}
-
-// namespaceWords maps a key segment to the lock class it names.
-var namespaceWords = map[string]string{
-	"wf": "workflow", "workflow": "workflow", "run": "workflow",
-	"scheduler": "scheduler", "job": "scheduler",
-	"approval":   "approval",
-	"reconciler": "reconciler", "loop": "reconciler", "replayer": "reconciler",
-	"leader": "leader", "snapshot": "leader",
-}
-
-// DefaultNamespace derives a metrics namespace from a key: the class named by
-// the first ':'-separated segment that is a known word, or "other".
-//
-//	cordum:wf:run:lock:R1   → workflow
-//	cordum:scheduler:job:J  → scheduler
-//	approval:A7             → approval
-//	cordum:reconciler:tick  → reconciler
-//	cordum:leader:snapshot  → leader
-//	tenant-42:anything      → other
-//
-// The result is one of six values whatever the key, so label cardinality
-// stays bounded; use WithNamespace for another rule.
-func DefaultNamespace(key string) string {
-	for seg := range strings.SplitSeq(key, ":") {
-		if ns, ok := namespaceWords[strings.ToLower(seg)]; ok {
-			return ns
-		}
-	}
-	return "other"
 }

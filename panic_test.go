@@ -206,7 +206,7 @@ func TestLeadCallbackPanicsEndTheTerm(t *testing.T) {
 		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
 		stopped := false
 		v := recoverValue(func() {
-			_ = c.Lead(t.Context(), "cordum:leader:snapshot", leasehold.LeaderConfig{
+			_ = c.Lead(t.Context(), "leader:main", leasehold.LeaderConfig{
 				TTL:              10 * time.Second,
 				OnStartedLeading: func(ctx context.Context, l *leasehold.Lease) { panic("leader") },
 				OnStoppedLeading: func() { stopped = true },
@@ -215,12 +215,12 @@ func TestLeadCallbackPanicsEndTheTerm(t *testing.T) {
 		if v != "leader" || !stopped {
 			t.Fatalf("recovered %v, OnStoppedLeading called %v; want the leader's panic, and true", v, stopped)
 		}
-		mustBeFree(t, mem, "cordum:leader:snapshot")
+		mustBeFree(t, mem, "leader:main")
 
 		ctx, cancel := context.WithCancel(t.Context())
 		var leaderReturned bool
 		v = recoverValue(func() {
-			_ = c.Lead(ctx, "cordum:leader:snapshot", leasehold.LeaderConfig{
+			_ = c.Lead(ctx, "leader:main", leasehold.LeaderConfig{
 				TTL: 10 * time.Second,
 				OnStartedLeading: func(ctx context.Context, l *leasehold.Lease) {
 					time.Sleep(time.Second)
@@ -234,7 +234,7 @@ func TestLeadCallbackPanicsEndTheTerm(t *testing.T) {
 		if v != "stopped" || !leaderReturned {
 			t.Fatalf("recovered %v, leader returned %v; want OnStoppedLeading's panic, and true", v, leaderReturned)
 		}
-		mustBeFree(t, mem, "cordum:leader:snapshot")
+		mustBeFree(t, mem, "leader:main")
 	})
 }
 
@@ -247,7 +247,7 @@ func TestRunLoopTickPanicReleasesTheLoop(t *testing.T) {
 		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
 		var tickCtx context.Context
 		v := recoverValue(func() {
-			_ = c.RunLoop(t.Context(), "cordum:reconciler:tick", 30*time.Second, func(ctx context.Context) error {
+			_ = c.RunLoop(t.Context(), "loops:sweep", 30*time.Second, func(ctx context.Context) error {
 				tickCtx = ctx
 				panic("tick")
 			})
@@ -258,13 +258,13 @@ func TestRunLoopTickPanicReleasesTheLoop(t *testing.T) {
 		if tickCtx.Err() == nil {
 			t.Error("the tick's context is live after its panic")
 		}
-		mustBeFree(t, mem, "cordum:reconciler:tick")
+		mustBeFree(t, mem, "loops:sweep")
 
 		// Another replica takes the loop at once.
 		ctx, cancel := context.WithCancel(t.Context())
 		var once sync.Once
 		start := time.Now()
-		_ = c.RunLoop(ctx, "cordum:reconciler:tick", 30*time.Second, func(context.Context) error {
+		_ = c.RunLoop(ctx, "loops:sweep", 30*time.Second, func(context.Context) error {
 			once.Do(func() {
 				if waited := time.Since(start); waited != 0 {
 					t.Errorf("the next replica ticked after %v, want at once", waited)

@@ -18,12 +18,12 @@ func TestHoldGivesUpAfterItsWaitBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
 		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
-		if _, err := c.TryAcquire(t.Context(), "approval:A7", time.Hour); err != nil {
+		if _, err := c.TryAcquire(t.Context(), "approvals:7", time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
 		called := false
-		err := c.Hold(t.Context(), "approval:A7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
+		err := c.Hold(t.Context(), "approvals:7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
 			called = true
 			return nil
 		}, leasehold.WithWaitBudget(2*time.Second))
@@ -42,7 +42,7 @@ func TestHoldGivesUpAfterItsWaitBudget(t *testing.T) {
 func TestHoldAcquiresWhenReleasedDuringTheWaitBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := leasehold.New(memstore.New())
-		holder, err := c.TryAcquire(t.Context(), "approval:A7", time.Hour)
+		holder, err := c.TryAcquire(t.Context(), "approvals:7", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestHoldAcquiresWhenReleasedDuringTheWaitBudget(t *testing.T) {
 			_ = holder.Release(context.Background())
 		}()
 		start := time.Now()
-		err = c.Hold(t.Context(), "approval:A7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
+		err = c.Hold(t.Context(), "approvals:7", 10*time.Second, func(context.Context, *leasehold.Lease) error {
 			if at := time.Since(start); at != 500*time.Millisecond {
 				t.Errorf("acquired %v after the start, want at the release (500ms)", at)
 			}
@@ -84,7 +84,7 @@ func TestRunLoopOneReplicaPerWindow(t *testing.T) {
 		defer cancel()
 		for r := range 3 {
 			wg.Go(func() {
-				err := c.RunLoop(ctx, "cordum:reconciler:tick", interval, func(ctx context.Context) error {
+				err := c.RunLoop(ctx, "loops:sweep", interval, func(ctx context.Context) error {
 					l, ok := leasehold.LeaseFromContext(ctx)
 					if !ok {
 						t.Error("no lease in the tick's context")
@@ -132,7 +132,7 @@ func TestRunLoopOwnershipMovesWhenTheOwnerStops(t *testing.T) {
 		owner := make(chan time.Time, 1)
 		ownerCtx, killOwner := context.WithCancel(t.Context())
 		go func() {
-			_ = c.RunLoop(ownerCtx, "cordum:replayer:tick", interval, func(ctx context.Context) error {
+			_ = c.RunLoop(ownerCtx, "loops:replay", interval, func(ctx context.Context) error {
 				select {
 				case owner <- time.Now():
 				default:
@@ -147,7 +147,7 @@ func TestRunLoopOwnershipMovesWhenTheOwnerStops(t *testing.T) {
 		defer cancel()
 		for range 2 {
 			go func() {
-				_ = c.RunLoop(ctx, "cordum:replayer:tick", interval, func(ctx context.Context) error {
+				_ = c.RunLoop(ctx, "loops:replay", interval, func(ctx context.Context) error {
 					select {
 					case next <- time.Now():
 					default:
@@ -192,7 +192,7 @@ func startCandidates(t *testing.T, mem *memstore.Store, n int, cfg leasehold.Lea
 			cd.leading.Store(false)
 			cd.stopped <- time.Now()
 		}
-		go func() { _ = c.Lead(ctx, "cordum:leader:snapshot", cfg) }()
+		go func() { _ = c.Lead(ctx, "leader:main", cfg) }()
 		cands[i] = cd
 	}
 	return cands
@@ -202,7 +202,7 @@ func startCandidates(t *testing.T, mem *memstore.Store, n int, cfg leasehold.Lea
 // the store agrees it holds the lease.
 func checkOneLeader(t *testing.T, mem *memstore.Store, cands []*candidate) {
 	t.Helper()
-	info, _ := mem.Inspect(context.Background(), "cordum:leader:snapshot")
+	info, _ := mem.Inspect(context.Background(), "leader:main")
 	leaders := 0
 	for _, cd := range cands {
 		if cd.leading.Load() {
@@ -241,7 +241,7 @@ func TestLeaderElection(t *testing.T) {
 		leader.store.fault = always(errRenewDown)
 		leader.store.mu.Unlock()
 		<-leader.stopped
-		if info, _ := mem.Inspect(context.Background(), "cordum:leader:snapshot"); !info.Held || info.TTL <= 0 {
+		if info, _ := mem.Inspect(context.Background(), "leader:main"); !info.Held || info.TTL <= 0 {
 			t.Fatalf("the leader stepped down after its lease expired: %+v", info)
 		}
 		for range 200 {
@@ -318,7 +318,7 @@ func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 		for range goroutines {
 			wg.Go(func() {
 				for left.Add(-1) >= 0 {
-					err := hold(t.Context(), "cordum:wf:run:lock:R1", time.Minute, func(context.Context, *leasehold.Lease) error {
+					err := hold(t.Context(), "runs:R1", time.Minute, func(context.Context, *leasehold.Lease) error {
 						if n := inside.Add(1); n != 1 {
 							t.Errorf("%d holders at once", n)
 						}

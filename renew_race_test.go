@@ -122,7 +122,7 @@ func TestManualRenewRacingKeepAliveNeverShortensTheLease(t *testing.T) {
 		mem := memstore.New()
 		c := leasehold.New(yieldingStore{mem}, leasehold.WithLogger(quietLogger()))
 		for i := range rounds {
-			k := fmt.Sprintf("cordum:job:%d", i)
+			k := fmt.Sprintf("jobs:%d", i)
 			l, err := c.TryAcquire(t.Context(), k, ttl)
 			if err != nil {
 				t.Fatal(err)
@@ -207,7 +207,7 @@ func TestLostClosesOnlyOnceTheContextIsCancelled(t *testing.T) {
 				}
 				c := leasehold.New(s, leasehold.WithLogger(quietLogger()))
 				for i := range rounds {
-					l, err := c.TryAcquire(t.Context(), fmt.Sprintf("cordum:job:%d", i), ttl)
+					l, err := c.TryAcquire(t.Context(), fmt.Sprintf("jobs:%d", i), ttl)
 					if err != nil {
 						t.Fatal(err)
 					}

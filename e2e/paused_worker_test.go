@@ -158,7 +158,7 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 	for name, store := range storages(t) {
 		t.Run(name, func(t *testing.T) {
 			a, b := worker(t), worker(t)
-			ctx, lock, job := t.Context(), unique("cordum:scheduler:job:lock:"), unique("job:")
+			ctx, lock, job := t.Context(), unique("jobs:"), unique("job:")
 
 			la, err := a.TryAcquire(ctx, lock, ttl)
 			if err != nil {
@@ -207,7 +207,7 @@ func TestWorkerFencedByHoldIsRefusedAtStorage(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			sw := newRenewSwitch(t)
 			a, b := worker(t, sw), worker(t)
-			ctx, lock, job := t.Context(), unique("cordum:wf:run:lock:"), unique("run:")
+			ctx, lock, job := t.Context(), unique("runs:"), unique("run:")
 			bWrote := make(chan int64, 1)
 
 			err := a.Hold(ctx, lock, ttl, func(hctx context.Context, la *leasehold.Lease) error {
@@ -265,7 +265,7 @@ func TestFenceAfterRedisWipeBeatsStoredFence(t *testing.T) {
 	c := leasehold.New(s)
 	ctx := t.Context()
 
-	name := unique("workflow_runs_")
+	name := unique("runs_")
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+name+" (run_id text PRIMARY KEY, payload text)"); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestFenceAfterRedisWipeBeatsStoredFence(t *testing.T) {
 		func() error { _, err := srv.Do("FLUSHALL"); return err },
 		srv.Restart, // without persistence: the data is gone
 	} {
-		l, err := c.TryAcquire(ctx, "cordum:wf:run:lock:R1", time.Minute)
+		l, err := c.TryAcquire(ctx, "runs:R1", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestFenceAfterRedisWipeBeatsStoredFence(t *testing.T) {
 		}
 		var fresh *leasehold.Lease
 		for attempt := range 20 { // the client redials after a restart
-			if fresh, err = c.TryAcquire(ctx, "cordum:wf:run:lock:R1", time.Minute); err == nil || attempt == 19 {
+			if fresh, err = c.TryAcquire(ctx, "runs:R1", time.Minute); err == nil || attempt == 19 {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -87,7 +87,7 @@ func sample(t *testing.T, reg prometheus.Gatherer, name string, labels map[strin
 func TestPromStaleReleaseOnRedis(t *testing.T) {
 	reg, o := observed(t)
 	a, b := observedWorker(t, o.Observer()), observedWorker(t, o.Observer())
-	ctx, lock := t.Context(), unique("cordum:scheduler:job:lock:")
+	ctx, lock := t.Context(), unique("jobs:")
 
 	la, err := a.TryAcquire(ctx, lock, ttl)
 	if err != nil {
@@ -108,30 +108,22 @@ func TestPromStaleReleaseOnRedis(t *testing.T) {
 
 	want := `# HELP leasehold_lock_not_owned_total Releases and renewals refused because the key no longer held the lease (a timing symptom: pauses, network delay, work longer than the TTL), by namespace and op (release, renew).
 # TYPE leasehold_lock_not_owned_total counter
-leasehold_lock_not_owned_total{namespace="approval",op="release"} 0
-leasehold_lock_not_owned_total{namespace="approval",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="leader",op="release"} 0
-leasehold_lock_not_owned_total{namespace="leader",op="renew"} 0
+leasehold_lock_not_owned_total{namespace="jobs",op="release"} 1
+leasehold_lock_not_owned_total{namespace="jobs",op="renew"} 0
 leasehold_lock_not_owned_total{namespace="other",op="release"} 0
 leasehold_lock_not_owned_total{namespace="other",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="reconciler",op="release"} 0
-leasehold_lock_not_owned_total{namespace="reconciler",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="scheduler",op="release"} 1
-leasehold_lock_not_owned_total{namespace="scheduler",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="workflow",op="release"} 0
-leasehold_lock_not_owned_total{namespace="workflow",op="renew"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "leasehold_lock_not_owned_total"); err != nil {
 		t.Error(err)
 	}
-	scheduler := map[string]string{"namespace": "scheduler"}
-	if n := sample(t, reg, "leasehold_lock_acquire_total", map[string]string{"namespace": "scheduler", "result": "acquired"}); n != 2 {
+	jobs := map[string]string{"namespace": "jobs"}
+	if n := sample(t, reg, "leasehold_lock_acquire_total", map[string]string{"namespace": "jobs", "result": "acquired"}); n != 2 {
 		t.Errorf("acquired = %v, want 2", n)
 	}
-	if n := sample(t, reg, "leasehold_lock_wait_seconds", scheduler); n != 2 {
+	if n := sample(t, reg, "leasehold_lock_wait_seconds", jobs); n != 2 {
 		t.Errorf("%v waits observed, want 2", n)
 	}
-	if n := sample(t, reg, "leasehold_lock_held_seconds", scheduler); n != 1 {
+	if n := sample(t, reg, "leasehold_lock_held_seconds", jobs); n != 1 {
 		t.Errorf("%v holds observed, want 1 (B's; A's ownership never ended by its release)", n)
 	}
 }
@@ -142,7 +134,7 @@ func TestPromHoldAbandonedOnRedis(t *testing.T) {
 	reg, o := observed(t)
 	sw := newRenewSwitch(t)
 	a := observedWorker(t, o.Observer(), sw)
-	lock := unique("cordum:wf:run:lock:")
+	lock := unique("runs:")
 
 	err := a.Hold(t.Context(), lock, ttl, func(hctx context.Context, _ *leasehold.Lease) error {
 		sw.broken.Store(true)
@@ -155,26 +147,22 @@ func TestPromHoldAbandonedOnRedis(t *testing.T) {
 
 	want := `# HELP leasehold_lock_abandoned_total Leases given up under the fence policy because renewal could not be trusted: the critical section was cancelled and no release sent, by namespace.
 # TYPE leasehold_lock_abandoned_total counter
-leasehold_lock_abandoned_total{namespace="approval"} 0
-leasehold_lock_abandoned_total{namespace="leader"} 0
 leasehold_lock_abandoned_total{namespace="other"} 0
-leasehold_lock_abandoned_total{namespace="reconciler"} 0
-leasehold_lock_abandoned_total{namespace="scheduler"} 0
-leasehold_lock_abandoned_total{namespace="workflow"} 1
+leasehold_lock_abandoned_total{namespace="runs"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "leasehold_lock_abandoned_total"); err != nil {
 		t.Error(err)
 	}
-	workflow := map[string]string{"namespace": "workflow"}
+	runs := map[string]string{"namespace": "runs"}
 	// Renewals every ttl/3 (100 ms), deadline at 270 ms: two fail before
 	// the deadline unless the machine is slow enough to delay one past it.
-	if n := sample(t, reg, "leasehold_lock_renew_failures_total", workflow); n < 1 || n > 2 {
+	if n := sample(t, reg, "leasehold_lock_renew_failures_total", runs); n < 1 || n > 2 {
 		t.Errorf("%v renew failures, want 1 or 2", n)
 	}
-	if n := sample(t, reg, "leasehold_lock_held_seconds", workflow); n != 1 {
+	if n := sample(t, reg, "leasehold_lock_held_seconds", runs); n != 1 {
 		t.Errorf("%v holds observed, want 1 (the abandonment ends the ownership)", n)
 	}
-	if n := sample(t, reg, "leasehold_lock_not_owned_total", map[string]string{"namespace": "workflow", "op": "renew"}); n != 0 {
+	if n := sample(t, reg, "leasehold_lock_not_owned_total", map[string]string{"namespace": "runs", "op": "renew"}); n != 0 {
 		t.Errorf("%v refused renewals, want 0: the renewals failed, the lease was not lost", n)
 	}
 }
@@ -199,7 +187,7 @@ func TestPromFenceRejectedOnRedisAndPostgres(t *testing.T) {
 
 	for name, store := range map[string]fence.Register{"redis": rw, "postgres": pg} {
 		a, b := observedWorker(t, o.Observer()), observedWorker(t, o.Observer())
-		ctx, lock, job := t.Context(), unique("cordum:scheduler:job:lock:"), unique("job:")
+		ctx, lock, job := t.Context(), unique("jobs:"), unique("job:")
 		la, err := a.TryAcquire(ctx, lock, ttl)
 		if err != nil {
 			t.Fatal(err)

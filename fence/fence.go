@@ -8,7 +8,7 @@
 // it accepted for the same resource, raising its mark in the same atomic
 // step:
 //
-//	UPDATE workflow_runs SET payload = $2, fence_token = $3
+//	UPDATE runs SET payload = $2, fence_token = $3
 //	 WHERE run_id = $1 AND $3 > fence_token   -- 0 rows: a stale writer
 //
 // A rejected write returns a *StaleError, which matches ErrStale, and

@@ -42,7 +42,7 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 		t.Fatal(err)
 	}
 	// Histograms appear with their first observation.
-	lk := leasehold.Lock{Key: "cordum:wf:run:lock:R1", Namespace: "workflow", Fence: 1}
+	lk := leasehold.Lock{Key: "runs:R1", Namespace: "runs", Fence: 1}
 	obs := o.Observer()
 	obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: lk, Result: leasehold.Acquired})
 	obs.OnRelease(t.Context(), leasehold.ReleaseEvent{Lock: lk, Held: time.Second})

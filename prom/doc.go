@@ -15,8 +15,9 @@
 // # What is exported
 //
 // The package exports New and its options (WithNamespace, WithNamespaces,
-// WithStores), Metrics, the label value Other, and the default histogram
-// buckets (HeldBuckets, WaitBuckets). These are the metrics:
+// WithStores), Metrics, the label value Other, the bound
+// DefaultMaxNamespaces, and the default histogram buckets (HeldBuckets,
+// WaitBuckets). These are the metrics:
 //
 //	leasehold_lock_acquire_total{namespace,result}
 //	    every TryAcquire and Acquire call; result is acquired, busy, timeout or error
@@ -42,40 +43,44 @@
 // dashboard in deploy/grafana/leasehold.json. This module's tests fail when
 // either uses a metric name the package does not export.
 //
-// The counters are created at zero for every allowed label combination when
-// New registers them, so that rate() and increase() see the first event of
-// each series and a ratio's denominator exists before its numerator. The
-// histograms appear with their namespace's first observation.
+// The counters of a namespace are created at zero for every label
+// combination together, so that a ratio's denominator exists with its
+// numerator. Those of "other" and of the namespaces WithNamespaces names
+// are created in New, so that rate() and increase() see their first event;
+// a namespace learned from events gets its counters with its first event,
+// which increase() may miss. The histograms appear with their namespace's
+// first observation.
 //
 // # Label cardinality
 //
-// Every label value comes from a fixed set, whatever the keys look like, so
-// the number of series is bounded by the configuration, never by traffic:
+// Every label value comes from a bounded set, whatever the keys look like,
+// so the number of series is bounded by the configuration, never by
+// traffic:
 //
 //   - namespace is the event's Lock.Namespace (set by the Client from the
 //     key, with leasehold.DefaultNamespace or the function given to
 //     leasehold.WithNamespace; DefaultNamespace when it is empty), or what
 //     this package's WithNamespace function returns for the key when one is
-//     given. A value outside the allowed set is counted as "other". The
-//     allowed set is the values DefaultNamespace can return (workflow,
-//     scheduler, approval, reconciler, leader, other), extended with
-//     WithNamespaces.
+//     given. By default the first DefaultMaxNamespaces distinct values are
+//     allowed as they arrive; WithNamespaces fixes the set instead. Any
+//     other value is counted as "other".
 //   - store is the fenced store's name; the allowed set is memory, redis,
 //     postgres and etcd, extended with WithStores; any other is "other".
 //   - result and op take the values leasehold defines (acquired, busy,
 //     timeout, error; release, renew); anything else is "other".
 //
-// With the defaults one Metrics exports at most 65 counter series and, per
-// namespace that has seen traffic, 20 wait and 26 held-time series. Keys,
-// tokens, fences and errors never become labels: they are in the log lines
-// the Client writes for the same events.
+// With the defaults one Metrics exports at most 215 counter series (21
+// namespaces × 10, and 5 stores) and, per namespace that has seen traffic,
+// 20 wait and 26 held-time series. Keys, tokens, fences and errors never
+// become labels: they are in the log lines the Client writes for the same
+// events.
 //
 // # What it does not do
 //
 // Metrics count what the Clients and fenced stores of this process
 // report. It cannot see a holder in another process, nor a paused one until
-// it wakes. RunLoop's leases are never released, so the reconciler
+// it wakes. RunLoop's leases are never released, so a per-loop lock's
 // namespace has no held-time observations; time ticks in the tick itself.
-// Standby candidates of Lead wait in Acquire for a whole term, so the
-// leader namespace's wait times are term lengths, not contention.
+// Standby candidates of Lead wait in Acquire for a whole term, so a leader
+// lock's namespace has term lengths as wait times, not contention.
 package prom

@@ -28,12 +28,12 @@ func Example() {
 	client := leasehold.New(store, leasehold.WithObserver(m.Observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
 	ctx := context.Background()
 
-	a, err := client.TryAcquire(ctx, "cordum:scheduler:job:42", 10*time.Second)
+	a, err := client.TryAcquire(ctx, "jobs:42", 10*time.Second)
 	if err != nil {
 		panic(err)
 	}
 	now = now.Add(11 * time.Second) // A stalls past its TTL
-	b, err := client.TryAcquire(ctx, "cordum:scheduler:job:42", 10*time.Second)
+	b, err := client.TryAcquire(ctx, "jobs:42", 10*time.Second)
 	if err != nil {
 		panic(err)
 	}
@@ -59,6 +59,6 @@ func Example() {
 	// Output:
 	// A's late release: leasehold: not owned
 	// B's release: <nil>
-	// leasehold_lock_acquire_total{namespace="scheduler",result="acquired"} 2
-	// leasehold_lock_not_owned_total{namespace="scheduler",op="release"} 1
+	// leasehold_lock_acquire_total{namespace="jobs",result="acquired"} 2
+	// leasehold_lock_not_owned_total{namespace="jobs",op="release"} 1
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,8 +19,12 @@ import (
 // op outside its allowed set.
 const Other = "other"
 
-// defaultNamespaces are the values leasehold.DefaultNamespace can return.
-var defaultNamespaces = []string{"workflow", "scheduler", "approval", "reconciler", "leader", Other}
+// DefaultMaxNamespaces is how many namespaces a Metrics learns from events
+// unless WithNamespaces fixes the set; later ones count as "other". Every
+// namespace costs a few dozen series; 20 classes of lock are more than any
+// control plane we know of has, so a key scheme that puts IDs first
+// collapses to "other" instead of exploding cardinality.
+const DefaultMaxNamespaces = 20
 
 // defaultStores are the names the fenced stores of this repository report.
 var defaultStores = []string{"memory", "redis", "postgres", "etcd", Other}
@@ -56,10 +63,10 @@ func HeldBuckets() []float64 {
 // 10 ms. A contended hand-off is woken by the release and should cost about
 // one more round trip; waits behind a lost wake-up follow the backoff (10 ms
 // to 1 s). 2 s is a request handler's usual wait budget (leasehold.WithWaitBudget),
-// so le="2" separates approvals that got the key in time from those that
+// so le="2" separates requests that got the key in time from those that
 // gave up, and the wait alert's threshold of 2 s falls on a bound, where the
 // quantile estimate is exact. 5 s to 5 min: waits behind long holders (a
-// scheduler job's 60 s TTL).
+// per-item lock's 60 s TTL).
 func WaitBuckets() []float64 {
 	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
 }
@@ -70,24 +77,24 @@ type Option func(*config)
 type config struct {
 	namespace  func(key string) string
 	namespaces []string
+	fixed      bool // WithNamespaces was given
 	stores     []string
 }
 
 // WithNamespace derives each event's namespace from its key with f, instead
-// of taking the Lock.Namespace the Client set. The result is still bounded:
-// a value outside the allowed set (see WithNamespaces) is counted as
-// "other". Default: the event's Lock.Namespace, or
-// leasehold.DefaultNamespace(key) when that is empty.
+// of taking the Lock.Namespace the Client set. The result is bounded as the
+// Client's is: past the allowed set, it is counted as "other". Default: the
+// event's Lock.Namespace, or leasehold.DefaultNamespace(key) when that is
+// empty.
 func WithNamespace(f func(key string) string) Option {
 	return func(c *config) { c.namespace = f }
 }
 
-// WithNamespaces adds namespaces to the allowed set, for a Client whose
-// namespace function (leasehold.WithNamespace) returns values of its own.
-// Default: the values leasehold.DefaultNamespace returns. Every allowed
-// namespace costs a few dozen series; keep the set small and fixed.
+// WithNamespaces fixes the allowed namespaces to names (and "other"), their
+// series created at zero in New; every other namespace counts as "other".
+// Default: the first DefaultMaxNamespaces namespaces the events carry.
 func WithNamespaces(names ...string) Option {
-	return func(c *config) { c.namespaces = append(c.namespaces, names...) }
+	return func(c *config) { c.fixed, c.namespaces = true, append(c.namespaces, names...) }
 }
 
 // WithStores adds store names to the allowed set of the store label of
@@ -105,9 +112,15 @@ func WithStores(names ...string) Option {
 type Metrics struct {
 	namespace func(key string) string
 
-	// Children of the counters, resolved once in New; read-only afterwards.
-	byNamespace map[string]*nsCounters
-	byStore     map[string]prometheus.Counter
+	// byNamespace maps each allowed namespace (string) to its counters'
+	// children (*nsCounters); an entry, once stored, never changes.
+	byNamespace sync.Map
+	other       *nsCounters
+	learn       bool                          // learn namespaces from events (no WithNamespaces)
+	mu          sync.Mutex                    // serialises learning
+	learned     int                           // namespaces learned, guarded by mu
+	full        atomic.Bool                   // learned reached DefaultMaxNamespaces
+	byStore     map[string]prometheus.Counter // read-only after New
 
 	renewFailures, abandoned, expired, releaseFailures *prometheus.CounterVec
 
@@ -164,8 +177,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name: "leasehold_fence_rejected_total",
 			Help: "Writes refused by fenced storage because their fence was stale (a stale owner stopped at the storage boundary), by store.",
 		}, []string{"store"}),
-		byNamespace: make(map[string]*nsCounters),
-		byStore:     make(map[string]prometheus.Counter),
+		learn:   !cfg.fixed,
+		byStore: make(map[string]prometheus.Counter),
 	}
 	o.renewFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasehold_lock_renew_failures_total",
@@ -184,8 +197,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Help: "Releases the store could not answer (the key frees itself when its TTL runs out), by namespace.",
 	}, []string{"namespace"})
 
-	for _, ns := range allowed(defaultNamespaces, cfg.namespaces) {
-		o.byNamespace[ns] = o.newNamespace(ns)
+	o.other = o.newNamespace(Other)
+	o.byNamespace.Store(Other, o.other)
+	for _, ns := range allowed(nil, cfg.namespaces) {
+		if ns != Other && utf8.ValidString(ns) {
+			o.byNamespace.Store(ns, o.newNamespace(ns))
+		}
 	}
 	for _, s := range allowed(defaultStores, cfg.stores) {
 		o.byStore[s] = o.fenceRejected.WithLabelValues(s)
@@ -257,10 +274,33 @@ func (o *Metrics) counters(lk leasehold.Lock) (string, *nsCounters) {
 	case ns == "":
 		ns = leasehold.DefaultNamespace(lk.Key)
 	}
-	if c, ok := o.byNamespace[ns]; ok {
-		return ns, c
+	if c, ok := o.byNamespace.Load(ns); ok {
+		return ns, c.(*nsCounters)
 	}
-	return Other, o.byNamespace[Other]
+	if o.learn && !o.full.Load() && ns != "" && utf8.ValidString(ns) {
+		if c := o.learnNamespace(ns); c != nil {
+			return ns, c
+		}
+	}
+	return Other, o.other
+}
+
+// learnNamespace allows ns and returns its counters, created at zero; nil
+// when DefaultMaxNamespaces are learned already.
+func (o *Metrics) learnNamespace(ns string) *nsCounters {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c, ok := o.byNamespace.Load(ns); ok {
+		return c.(*nsCounters)
+	}
+	if o.learned >= DefaultMaxNamespaces {
+		return nil
+	}
+	c := o.newNamespace(ns)
+	o.byNamespace.Store(ns, c)
+	o.learned++
+	o.full.Store(o.learned >= DefaultMaxNamespaces)
+	return c
 }
 
 // onAcquire counts the call by result and, unless the store failed, observes

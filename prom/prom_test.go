@@ -3,6 +3,7 @@ package prom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -143,7 +144,7 @@ func TestStaleReleaseCountsNotOwned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		a, b := f.client(), f.client()
-		ctx, key := t.Context(), "cordum:scheduler:job:J1"
+		ctx, key := t.Context(), "jobs:J1"
 
 		la, err := a.TryAcquire(ctx, key, time.Second)
 		if err != nil {
@@ -162,47 +163,39 @@ func TestStaleReleaseCountsNotOwned(t *testing.T) {
 		}
 
 		f.compare(t, notOwnedHead+`
-leasehold_lock_not_owned_total{namespace="approval",op="release"} 0
-leasehold_lock_not_owned_total{namespace="approval",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="leader",op="release"} 0
-leasehold_lock_not_owned_total{namespace="leader",op="renew"} 0
+leasehold_lock_not_owned_total{namespace="jobs",op="release"} 1
+leasehold_lock_not_owned_total{namespace="jobs",op="renew"} 0
 leasehold_lock_not_owned_total{namespace="other",op="release"} 0
 leasehold_lock_not_owned_total{namespace="other",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="reconciler",op="release"} 0
-leasehold_lock_not_owned_total{namespace="reconciler",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="scheduler",op="release"} 1
-leasehold_lock_not_owned_total{namespace="scheduler",op="renew"} 0
-leasehold_lock_not_owned_total{namespace="workflow",op="release"} 0
-leasehold_lock_not_owned_total{namespace="workflow",op="renew"} 0
 `, "leasehold_lock_not_owned_total")
 		// Only B's release ended an ownership; A's lease was never released.
 		f.compare(t, heldHead+`
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.01"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.025"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.05"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.1"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.25"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="0.5"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="1"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="2"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="3"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="5"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="7.5"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="10"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="15"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="20"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="30"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="45"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="60"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="90"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="120"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="180"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="300"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="450"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="600"} 1
-leasehold_lock_held_seconds_bucket{namespace="scheduler",le="+Inf"} 1
-leasehold_lock_held_seconds_sum{namespace="scheduler"} 0
-leasehold_lock_held_seconds_count{namespace="scheduler"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="0.01"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="0.025"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="0.05"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="0.1"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="0.25"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="0.5"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="1"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="2"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="3"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="5"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="7.5"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="10"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="15"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="20"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="30"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="45"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="60"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="90"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="120"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="180"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="300"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="450"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="600"} 1
+leasehold_lock_held_seconds_bucket{namespace="jobs",le="+Inf"} 1
+leasehold_lock_held_seconds_sum{namespace="jobs"} 0
+leasehold_lock_held_seconds_count{namespace="jobs"} 1
 `, "leasehold_lock_held_seconds")
 	})
 }
@@ -215,7 +208,7 @@ func TestHoldAbandonedByFailingRenewals(t *testing.T) {
 		f := newFixture(t)
 		c := f.client()
 		f.store.renewErr = errDown
-		err := c.Hold(t.Context(), "cordum:wf:run:lock:R1", time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
+		err := c.Hold(t.Context(), "runs:R1", time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
 			<-ctx.Done()
 			return nil
 		})
@@ -224,47 +217,39 @@ func TestHoldAbandonedByFailingRenewals(t *testing.T) {
 		}
 
 		f.compare(t, abandonedHead+`
-leasehold_lock_abandoned_total{namespace="approval"} 0
-leasehold_lock_abandoned_total{namespace="leader"} 0
 leasehold_lock_abandoned_total{namespace="other"} 0
-leasehold_lock_abandoned_total{namespace="reconciler"} 0
-leasehold_lock_abandoned_total{namespace="scheduler"} 0
-leasehold_lock_abandoned_total{namespace="workflow"} 1
+leasehold_lock_abandoned_total{namespace="runs"} 1
 `+renewFailuresHead+`
-leasehold_lock_renew_failures_total{namespace="approval"} 0
-leasehold_lock_renew_failures_total{namespace="leader"} 0
 leasehold_lock_renew_failures_total{namespace="other"} 0
-leasehold_lock_renew_failures_total{namespace="reconciler"} 0
-leasehold_lock_renew_failures_total{namespace="scheduler"} 0
-leasehold_lock_renew_failures_total{namespace="workflow"} 2
+leasehold_lock_renew_failures_total{namespace="runs"} 2
 `, "leasehold_lock_abandoned_total", "leasehold_lock_renew_failures_total")
 		f.compare(t, heldHead+`
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.01"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.025"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.05"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.1"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.25"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="0.5"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="1"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="2"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="3"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="5"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="7.5"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="10"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="15"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="20"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="30"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="45"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="60"} 1
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="90"} 1
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="120"} 1
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="180"} 1
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="300"} 1
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="450"} 1
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="600"} 1
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="+Inf"} 1
-leasehold_lock_held_seconds_sum{namespace="workflow"} 54
-leasehold_lock_held_seconds_count{namespace="workflow"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="0.01"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="0.025"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="0.05"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="0.1"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="0.25"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="0.5"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="1"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="2"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="3"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="5"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="7.5"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="10"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="15"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="20"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="30"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="45"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="60"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="90"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="120"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="180"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="300"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="450"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="600"} 1
+leasehold_lock_held_seconds_bucket{namespace="runs",le="+Inf"} 1
+leasehold_lock_held_seconds_sum{namespace="runs"} 54
+leasehold_lock_held_seconds_count{namespace="runs"} 1
 `, "leasehold_lock_held_seconds")
 	})
 }
@@ -277,7 +262,7 @@ func TestAcquireResultsAndWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		a, b, c := f.client(), f.client(), f.client()
-		ctx, key := t.Context(), "approval:A7"
+		ctx, key := t.Context(), "approvals:7"
 
 		la, err := a.TryAcquire(ctx, key, time.Minute)
 		if err != nil {
@@ -313,15 +298,15 @@ func TestAcquireResultsAndWaits(t *testing.T) {
 		f.store.mu.Lock()
 		f.store.acquireErr = errDown
 		f.store.mu.Unlock()
-		if _, err := c.TryAcquire(ctx, "cordum:leader:snapshot", time.Minute); !errors.Is(err, errDown) {
+		if _, err := c.TryAcquire(ctx, "leader:main", time.Minute); !errors.Is(err, errDown) {
 			t.Fatalf("TryAcquire on a failing store: %v", err)
 		}
 
 		f.compare(t, acquireHead+`
-leasehold_lock_acquire_total{namespace="approval",result="acquired"} 2
-leasehold_lock_acquire_total{namespace="approval",result="busy"} 1
-leasehold_lock_acquire_total{namespace="approval",result="error"} 0
-leasehold_lock_acquire_total{namespace="approval",result="timeout"} 1
+leasehold_lock_acquire_total{namespace="approvals",result="acquired"} 2
+leasehold_lock_acquire_total{namespace="approvals",result="busy"} 1
+leasehold_lock_acquire_total{namespace="approvals",result="error"} 0
+leasehold_lock_acquire_total{namespace="approvals",result="timeout"} 1
 leasehold_lock_acquire_total{namespace="leader",result="acquired"} 0
 leasehold_lock_acquire_total{namespace="leader",result="busy"} 0
 leasehold_lock_acquire_total{namespace="leader",result="error"} 1
@@ -330,78 +315,66 @@ leasehold_lock_acquire_total{namespace="other",result="acquired"} 0
 leasehold_lock_acquire_total{namespace="other",result="busy"} 0
 leasehold_lock_acquire_total{namespace="other",result="error"} 0
 leasehold_lock_acquire_total{namespace="other",result="timeout"} 0
-leasehold_lock_acquire_total{namespace="reconciler",result="acquired"} 0
-leasehold_lock_acquire_total{namespace="reconciler",result="busy"} 0
-leasehold_lock_acquire_total{namespace="reconciler",result="error"} 0
-leasehold_lock_acquire_total{namespace="reconciler",result="timeout"} 0
-leasehold_lock_acquire_total{namespace="scheduler",result="acquired"} 0
-leasehold_lock_acquire_total{namespace="scheduler",result="busy"} 0
-leasehold_lock_acquire_total{namespace="scheduler",result="error"} 0
-leasehold_lock_acquire_total{namespace="scheduler",result="timeout"} 0
-leasehold_lock_acquire_total{namespace="workflow",result="acquired"} 0
-leasehold_lock_acquire_total{namespace="workflow",result="busy"} 0
-leasehold_lock_acquire_total{namespace="workflow",result="error"} 0
-leasehold_lock_acquire_total{namespace="workflow",result="timeout"} 0
 `+waitHead+`
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.001"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.0025"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.005"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.01"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.025"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.05"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.1"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.25"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="0.5"} 2
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="1"} 3
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="2"} 3
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="5"} 4
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="10"} 4
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="30"} 4
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="60"} 4
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="120"} 4
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="300"} 4
-leasehold_lock_wait_seconds_bucket{namespace="approval",le="+Inf"} 4
-leasehold_lock_wait_seconds_sum{namespace="approval"} 4
-leasehold_lock_wait_seconds_count{namespace="approval"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.001"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.0025"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.005"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.01"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.025"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.05"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.1"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.25"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="0.5"} 2
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="1"} 3
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="2"} 3
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="5"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="10"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="30"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="60"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="120"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="300"} 4
+leasehold_lock_wait_seconds_bucket{namespace="approvals",le="+Inf"} 4
+leasehold_lock_wait_seconds_sum{namespace="approvals"} 4
+leasehold_lock_wait_seconds_count{namespace="approvals"} 4
 `, "leasehold_lock_acquire_total", "leasehold_lock_wait_seconds")
 
 		// A held the key for the 4 s of B's and C's waits, C for no time.
 		if n := testutil.CollectAndCount(f.reg, "leasehold_lock_held_seconds"); n != 1 {
-			t.Errorf("%d held-time series, want 1 (approval)", n)
+			t.Errorf("%d held-time series, want 1 (approvals)", n)
 		}
-		if err := testutil.GatherAndCompare(f.reg, strings.NewReader(heldHead+heldApproval), "leasehold_lock_held_seconds"); err != nil {
+		if err := testutil.GatherAndCompare(f.reg, strings.NewReader(heldHead+heldApprovals), "leasehold_lock_held_seconds"); err != nil {
 			t.Error(err)
 		}
 	})
 }
 
-const heldApproval = `
-leasehold_lock_held_seconds_bucket{namespace="approval",le="0.01"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="0.025"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="0.05"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="0.1"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="0.25"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="0.5"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="1"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="2"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="3"} 1
-leasehold_lock_held_seconds_bucket{namespace="approval",le="5"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="7.5"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="10"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="15"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="20"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="30"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="45"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="60"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="90"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="120"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="180"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="300"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="450"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="600"} 2
-leasehold_lock_held_seconds_bucket{namespace="approval",le="+Inf"} 2
-leasehold_lock_held_seconds_sum{namespace="approval"} 4
-leasehold_lock_held_seconds_count{namespace="approval"} 2
+const heldApprovals = `
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="0.01"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="0.025"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="0.05"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="0.1"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="0.25"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="0.5"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="1"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="2"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="3"} 1
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="5"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="7.5"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="10"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="15"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="20"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="30"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="45"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="60"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="90"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="120"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="180"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="300"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="450"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="600"} 2
+leasehold_lock_held_seconds_bucket{namespace="approvals",le="+Inf"} 2
+leasehold_lock_held_seconds_sum{namespace="approvals"} 4
+leasehold_lock_held_seconds_count{namespace="approvals"} 2
 `
 
 // A Hold that runs 12 s and releases: one held observation of 12 s, in the
@@ -409,7 +382,7 @@ leasehold_lock_held_seconds_count{namespace="approval"} 2
 func TestHeldAfterHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
-		err := f.client().Hold(t.Context(), "cordum:leader:snapshot", time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
+		err := f.client().Hold(t.Context(), "leader:main", time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
 			time.Sleep(12 * time.Second)
 			return nil
 		})
@@ -453,7 +426,7 @@ func TestRenewOfALostLeaseCountsNotOwned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		a, b := f.client(), f.client()
-		key := "cordum:reconciler:tick"
+		key := "loops:sweep"
 		err := a.Hold(t.Context(), key, 30*time.Second, func(ctx context.Context, l *leasehold.Lease) error {
 			if err := f.mem.Release(ctx, key, l.Token()); err != nil {
 				return err
@@ -467,8 +440,8 @@ func TestRenewOfALostLeaseCountsNotOwned(t *testing.T) {
 		if !errors.Is(err, leasehold.ErrAbandoned) {
 			t.Fatalf("Hold returned %v, want ErrAbandoned", err)
 		}
-		if got := testutil.ToFloat64(f.o.NotOwnedCounter("reconciler", "renew")); got != 1 {
-			t.Errorf("not_owned{reconciler,renew} = %v, want 1", got)
+		if got := testutil.ToFloat64(f.o.NotOwnedCounter("loops", "renew")); got != 1 {
+			t.Errorf("not_owned{loops,renew} = %v, want 1", got)
 		}
 	})
 }
@@ -481,7 +454,7 @@ func TestExpiredWhileRunningAndReleaseFailure(t *testing.T) {
 		f := newFixture(t)
 		c := f.client()
 		f.store.renewErr = errDown
-		err := c.Hold(t.Context(), "cordum:scheduler:job:batch", 30*time.Second, func(ctx context.Context, l *leasehold.Lease) error {
+		err := c.Hold(t.Context(), "jobs:batch", 30*time.Second, func(ctx context.Context, l *leasehold.Lease) error {
 			time.Sleep(time.Minute) // past the TTL, renewals failing
 			return nil
 		}, leasehold.ContinueOnRenewFailure())
@@ -492,24 +465,18 @@ func TestExpiredWhileRunningAndReleaseFailure(t *testing.T) {
 		f.store.mu.Lock()
 		f.store.renewErr, f.store.releaseErr = nil, errDown
 		f.store.mu.Unlock()
-		if err := c.Hold(t.Context(), "approval:A8", 10*time.Second, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
+		if err := c.Hold(t.Context(), "approvals:8", 10*time.Second, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
 			t.Fatalf("a failed release is reported, not returned: %v", err)
 		}
 
 		f.compare(t, expiredHead+`
-leasehold_lock_expired_while_running_total{namespace="approval"} 0
-leasehold_lock_expired_while_running_total{namespace="leader"} 0
+leasehold_lock_expired_while_running_total{namespace="approvals"} 0
+leasehold_lock_expired_while_running_total{namespace="jobs"} 1
 leasehold_lock_expired_while_running_total{namespace="other"} 0
-leasehold_lock_expired_while_running_total{namespace="reconciler"} 0
-leasehold_lock_expired_while_running_total{namespace="scheduler"} 1
-leasehold_lock_expired_while_running_total{namespace="workflow"} 0
 `+releaseFailuresHead+`
-leasehold_lock_release_failures_total{namespace="approval"} 1
-leasehold_lock_release_failures_total{namespace="leader"} 0
+leasehold_lock_release_failures_total{namespace="approvals"} 1
+leasehold_lock_release_failures_total{namespace="jobs"} 0
 leasehold_lock_release_failures_total{namespace="other"} 0
-leasehold_lock_release_failures_total{namespace="reconciler"} 0
-leasehold_lock_release_failures_total{namespace="scheduler"} 0
-leasehold_lock_release_failures_total{namespace="workflow"} 0
 `, "leasehold_lock_expired_while_running_total", "leasehold_lock_release_failures_total")
 	})
 }
@@ -523,7 +490,7 @@ func TestFenceRejection(t *testing.T) {
 		f := newFixture(t)
 		a, b := f.client(), f.client()
 		reg := fence.NewMemRegister(fence.OnReject(f.o.FenceRejected))
-		ctx, key, job := t.Context(), "cordum:scheduler:job:J9", "jobs/J9"
+		ctx, key, job := t.Context(), "jobs:J9", "jobs/J9"
 
 		la, err := a.TryAcquire(ctx, key, time.Second)
 		if err != nil {
@@ -571,14 +538,19 @@ leasehold_fence_rejected_total{store="redis"} 0
 `, "leasehold_fence_rejected_total")
 }
 
-// A Client whose namespace function returns tenant names: every name outside
-// the allowed set is counted as "other", so tenants cannot blow up the
-// series count; one added with WithNamespaces gets its own series.
+// With WithNamespaces the allowed set is fixed: a Client whose namespace
+// function returns tenant names has every name outside the set counted as
+// "other", so tenants cannot blow up the series count; a name in the set
+// gets its own series, created in New.
 func TestUnknownNamespaceIsOther(t *testing.T) {
-	f := newFixture(t, prom.WithNamespaces("billing"))
+	f := newFixture(t, prom.WithNamespaces("invoices"))
+	// Pre-created: invoices and other × 4 results, before any event.
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_acquire_total"); n != 8 {
+		t.Errorf("%d acquire series before any event, want 8", n)
+	}
 	byTenant := leasehold.WithNamespace(func(key string) string { tenant, _, _ := strings.Cut(key, ":"); return tenant })
 	c := f.client(byTenant)
-	for _, key := range []string{"tenant-1:job", "tenant-2:job", "tenant-3:job", "billing:invoice:9"} {
+	for _, key := range []string{"tenant-1:job", "tenant-2:job", "tenant-3:job", "invoices:9"} {
 		l, err := c.TryAcquire(t.Context(), key, time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -590,30 +562,119 @@ func TestUnknownNamespaceIsOther(t *testing.T) {
 	if got := testutil.ToFloat64(acquired(f, "other")); got != 3 {
 		t.Errorf("acquired{namespace=other} = %v, want 3 (the tenants)", got)
 	}
-	if got := testutil.ToFloat64(acquired(f, "billing")); got != 1 {
-		t.Errorf("acquired{namespace=billing} = %v, want 1", got)
+	if got := testutil.ToFloat64(acquired(f, "invoices")); got != 1 {
+		t.Errorf("acquired{namespace=invoices} = %v, want 1", got)
 	}
-	// 7 namespaces (6 default + billing) × 4 results, all pre-created: the
-	// tenants added none.
-	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_acquire_total"); n != 28 {
-		t.Errorf("%d acquire series, want 28", n)
+	// 2 namespaces (invoices, other) × 4 results: the tenants added none.
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_acquire_total"); n != 8 {
+		t.Errorf("%d acquire series, want 8", n)
 	}
 	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_held_seconds"); n != 2 {
-		t.Errorf("%d held-time series, want 2 (other, billing)", n)
+		t.Errorf("%d held-time series, want 2 (other, invoices)", n)
+	}
+}
+
+// By default namespaces are learned as events arrive: the first
+// DefaultMaxNamespaces get their own series, every later one is counted as
+// "other", and every event is counted. An empty or invalid label value is
+// "other" too.
+func TestLearnedNamespacesAreBounded(t *testing.T) {
+	f := newFixture(t)
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_acquire_total"); n != 4 {
+		t.Errorf("%d acquire series before any event, want 4 (other)", n)
+	}
+	obs := f.o.Observer()
+	acquire := func(ns string) {
+		obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: leasehold.Lock{Key: ns + ":1", Namespace: ns}, Result: leasehold.Acquired})
+	}
+	for i := range prom.DefaultMaxNamespaces + 5 {
+		acquire(fmt.Sprintf("tenant-%d", i))
+	}
+	acquire("tenant-0") // learned: still its own
+	acquire("\xff")     // not UTF-8
+	acquire(prom.Other) // other itself takes no place
+	for i := range prom.DefaultMaxNamespaces {
+		want := 1.0
+		if i == 0 {
+			want = 2
+		}
+		if got := testutil.ToFloat64(acquired(f, fmt.Sprintf("tenant-%d", i))); got != want {
+			t.Errorf("acquired{tenant-%d} = %v, want %v", i, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(acquired(f, "other")); got != 7 {
+		t.Errorf("acquired{other} = %v, want 7 (5 tenants past the bound, one bad value, other)", got)
+	}
+	// 21 namespaces × 4 results, and one wait series per namespace.
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_acquire_total"); n != 4*(prom.DefaultMaxNamespaces+1) {
+		t.Errorf("%d acquire series, want %d", n, 4*(prom.DefaultMaxNamespaces+1))
+	}
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_wait_seconds"); n != prom.DefaultMaxNamespaces+1 {
+		t.Errorf("%d wait series, want %d", n, prom.DefaultMaxNamespaces+1)
+	}
+	// A learned namespace gets all its counters at once, at zero.
+	if n := testutil.CollectAndCount(f.reg, "leasehold_lock_abandoned_total"); n != prom.DefaultMaxNamespaces+1 {
+		t.Errorf("%d abandoned series, want %d", n, prom.DefaultMaxNamespaces+1)
+	}
+}
+
+// Events from many goroutines over 100 namespaces: at most
+// DefaultMaxNamespaces of them get series, every event is counted once, and
+// a namespace that got its series is never counted as "other". Run with
+// -race.
+func TestLearnedNamespacesUnderConcurrency(t *testing.T) {
+	f := newFixture(t)
+	obs := f.o.Observer()
+	const goroutines, events = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range events {
+				ns := fmt.Sprintf("ns%d", (i*7+g)%100)
+				obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: leasehold.Lock{Key: ns + ":x", Namespace: ns}, Result: leasehold.Acquired})
+			}
+		})
+	}
+	wg.Wait()
+
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	namespaces := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasehold_lock_acquire_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue()
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "namespace" {
+					namespaces[lp.GetValue()] = true
+				}
+			}
+		}
+	}
+	if total != goroutines*events {
+		t.Errorf("%v acquisitions counted, want %d", total, goroutines*events)
+	}
+	if len(namespaces) != prom.DefaultMaxNamespaces+1 || !namespaces[prom.Other] {
+		t.Errorf("namespaces %v: want other and %d more", namespaces, prom.DefaultMaxNamespaces)
 	}
 }
 
 // prom.WithNamespace overrides the Client's namespace from the key, and is
 // bounded the same way.
 func TestWithNamespaceOverridesTheEvent(t *testing.T) {
-	f := newFixture(t, prom.WithNamespace(func(key string) string {
+	f := newFixture(t, prom.WithNamespaces("leader"), prom.WithNamespace(func(key string) string {
 		if strings.HasPrefix(key, "ops/") {
 			return "leader"
 		}
 		return "nonsense-" + key
 	}))
 	c := f.client()
-	for _, key := range []string{"ops/snapshot", "cordum:wf:run:lock:R2"} {
+	for _, key := range []string{"ops/snapshot", "runs:R2"} {
 		if _, err := c.TryAcquire(t.Context(), key, time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -624,20 +685,20 @@ func TestWithNamespaceOverridesTheEvent(t *testing.T) {
 	if got := testutil.ToFloat64(acquired(f, "other")); got != 1 {
 		t.Errorf("acquired{other} = %v, want 1 (the function's answer is not allowed)", got)
 	}
-	if got := testutil.ToFloat64(acquired(f, "workflow")); got != 0 {
-		t.Errorf("acquired{workflow} = %v, want 0 (the Client's namespace is overridden)", got)
+	if got := testutil.ToFloat64(acquired(f, "runs")); got != 0 {
+		t.Errorf("acquired{runs} = %v, want 0 (the Client's namespace is overridden)", got)
 	}
 }
 
-// Every value DefaultNamespace returns is in the default allowed set, so a
-// Client with the default namespace function never lands in "other" by
-// accident: of these keys only tenant-42's is counted as other.
+// The default bound is the Client's, so every namespace a Client with the
+// default namespace function reports is counted under its own name: of these
+// keys only the one without a namespace and the one past the Client's bound
+// are counted as other.
 func TestDefaultNamespacesAreAllowed(t *testing.T) {
 	f := newFixture(t)
-	keys := []string{
-		"cordum:wf:run:lock:R1", "workflow:x", "run:x", "cordum:scheduler:job:J", "job:x",
-		"approval:A7", "cordum:reconciler:tick", "loop:x", "replayer:x", "cordum:leader:snapshot",
-		"snapshot:x", "tenant-42:anything",
+	keys := []string{"jobs:42", "runs/R1", "approvals:7", "leader:main", "loops:sweep", ":no-namespace"}
+	for i := 5; i < prom.DefaultMaxNamespaces; i++ { // 20 namespaces in all
+		keys = append(keys, fmt.Sprintf("class-%d:x", i))
 	}
 	c := f.client()
 	for _, key := range keys {
@@ -648,8 +709,11 @@ func TestDefaultNamespacesAreAllowed(t *testing.T) {
 			t.Errorf("%q → %q: not counted under its own namespace", key, ns)
 		}
 	}
-	if got := testutil.ToFloat64(f.o.AcquireCounter("other", "acquired")); got != 1 {
-		t.Errorf("acquired{other} = %v, want 1 (tenant-42 only)", got)
+	if _, err := c.TryAcquire(t.Context(), "one-too-many:x", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(f.o.AcquireCounter("other", "acquired")); got != 2 {
+		t.Errorf("acquired{other} = %v, want 2 (:no-namespace, one-too-many)", got)
 	}
 }
 

@@ -50,7 +50,7 @@ func TestNumericFlagBounds(t *testing.T) {
 			[]bound{{"-1ns", false}, {"0s", true}, {"24h", true}, {"24h0m0.000000001s", false}}},
 		{"--slo", []string{"ttl", "--exec-p99", "1s", "--jitter", "0s", "--guard", "0s"},
 			[]bound{{"-1ns", false}, {"0s", true}, {"24h", true}, {"24h0m0.000000001s", false}}},
-		{"--quantile", []string{"ttl", "--from", metrics, "--namespace", "workflow", "--jitter", "0s", "--guard", "0s"},
+		{"--quantile", []string{"ttl", "--from", metrics, "--namespace", "runs", "--jitter", "0s", "--guard", "0s"},
 			[]bound{{"0", false}, {"-0.5", false}, {"0.000001", true}, {"1", true}, {"1.000001", false}, {"NaN", false}}},
 	} {
 		for _, b := range tc.bounds {

@@ -27,7 +27,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"inspect", "k"}, "no store selected: pass --redis, --etcd or --postgres"},
 		{[]string{"ls", "x"}, "no store selected"},
 		{[]string{"ls", "--redis", closed}, "ls needs PATTERN"},
-		{[]string{"ls", "--redis", closed, "cordum:[a-"}, "invalid pattern: the [ at character 8 is not closed"},
+		{[]string{"ls", "--redis", closed, "leader:[a-"}, "invalid pattern: the [ at character 8 is not closed"},
 		{[]string{"ls", "--postgres", "postgres://x@" + closedAddr(t) + "/db", `trailing\`}, "invalid pattern: a trailing"},
 		{[]string{"inspect", "--redis", closed, "bad\x07key"}, "invalid key: control character U+0007"},
 		{[]string{"inspect", "--redis", closed, ""}, "invalid key: empty"},
@@ -43,9 +43,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ttl", "--jitter", "1s", "--guard", "1s"}, "ttl needs --exec-p99"},
 		{[]string{"ttl", "--exec-p99", "1s", "--guard", "1s"}, "ttl needs --jitter"},
 		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "1s"}, "ttl needs --guard"},
-		{[]string{"ttl", "--exec-p99", "1s", "--from", "http://127.0.0.1:1/metrics", "--namespace", "workflow", "--jitter", "1s", "--guard", "1s"}, "not both"},
+		{[]string{"ttl", "--exec-p99", "1s", "--from", "http://127.0.0.1:1/metrics", "--namespace", "runs", "--jitter", "1s", "--guard", "1s"}, "not both"},
 		{[]string{"ttl", "--from", "http://127.0.0.1:1/metrics", "--jitter", "1s", "--guard", "1s"}, "--from needs --namespace"},
-		{[]string{"ttl", "--from", "ftp://127.0.0.1/metrics", "--namespace", "workflow", "--jitter", "1s", "--guard", "1s"}, "--from needs an http:// or https:// URL"},
+		{[]string{"ttl", "--from", "ftp://127.0.0.1/metrics", "--namespace", "runs", "--jitter", "1s", "--guard", "1s"}, "--from needs an http:// or https:// URL"},
 		{[]string{"ttl", "--exec-p99", "20h", "--jitter", "5h", "--guard", "0s"}, "invalid ttl (--exec-p99 + --jitter + --guard): 25h0m0s is longer than 24h0m0s"},
 		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "-1s", "--guard", "0s"}, "--jitter must be between 0s and 24h0m0s, not -1s"},
 		{[]string{"ttl", "surplus", "--exec-p99", "1s", "--jitter", "1s", "--guard", "1s"}, "ttl takes no arguments"},
@@ -125,9 +125,9 @@ func TestUnreachableStore(t *testing.T) {
 			}{
 				{"--redis", "redis://" + addr + "/0", "redis at " + addr},
 				{"--etcd", addr, "etcd at " + addr},
-				{"--postgres", "postgres://ops:hunter2@" + addr + "/cordum?sslmode=disable", "postgres at " + addr},
+				{"--postgres", "postgres://ops:hunter2@" + addr + "/locks?sslmode=disable", "postgres at " + addr},
 			} {
-				for _, cmd := range [][]string{{"inspect", "cordum:wf:run:lock:R1"}, {"ls", "cordum:*"}} {
+				for _, cmd := range [][]string{{"inspect", "runs:R1"}, {"ls", "*:*"}} {
 					args := append([]string{"--timeout", timeout.String(), store.flag, store.value}, cmd...)
 					t.Run(strings.TrimPrefix(store.flag, "--")+" "+cmd[0], func(t *testing.T) {
 						t.Parallel()

@@ -19,7 +19,7 @@ import (
 
 // checkInventory runs inspect and ls with storeArgs against a store in which
 // the test took held (in key order), released released, and took a key that
-// does not match cordum:*.
+// does not match *:*.
 func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, released *leasehold.Lease) {
 	t.Helper()
 	args := func(a ...string) []string { return append(slices.Clone(storeArgs), a...) }
@@ -46,12 +46,12 @@ func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, r
 	for _, l := range held {
 		want = append(want, l.Key())
 	}
-	if keys := tableKeys(t, ok(t, args("ls", "cordum:*")...)); !slices.Equal(keys, want) {
-		t.Errorf("ls 'cordum:*' listed %q, want %q", keys, want)
+	if keys := tableKeys(t, ok(t, args("ls", "*:*")...)); !slices.Equal(keys, want) {
+		t.Errorf("ls '*:*' listed %q, want %q", keys, want)
 	}
 	// One key per page: the paging must neither lose nor repeat a key.
 	var got []lockJSON
-	decode(t, ok(t, args("ls", "--json", "--page-size", "1", "cordum:*")...), &got)
+	decode(t, ok(t, args("ls", "--json", "--page-size", "1", "*:*")...), &got)
 	var keys []string
 	for i, g := range got {
 		keys = append(keys, g.Key)
@@ -60,13 +60,13 @@ func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, r
 		}
 	}
 	if !slices.Equal(keys, want) {
-		t.Errorf("ls --json --page-size 1 'cordum:*' listed %q, want %q", keys, want)
+		t.Errorf("ls --json --page-size 1 '*:*' listed %q, want %q", keys, want)
 	}
 	// ? is one character; the literal prefix narrows the read.
-	if keys := tableKeys(t, ok(t, args("ls", "cordum:leader:snapsho?")...)); !slices.Equal(keys, []string{"cordum:leader:snapshot"}) {
-		t.Errorf("ls 'cordum:leader:snapsho?' listed %q", keys)
+	if keys := tableKeys(t, ok(t, args("ls", "leader:mai?")...)); !slices.Equal(keys, []string{"leader:main"}) {
+		t.Errorf("ls 'leader:mai?' listed %q", keys)
 	}
-	r := run(t, args("ls", "--json", "--limit", "1", "cordum:*")...)
+	r := run(t, args("ls", "--json", "--limit", "1", "*:*")...)
 	decode(t, r.stdout, &got)
 	if r.code != 0 || !strings.Contains(r.stderr, "stopped at --limit 1") {
 		t.Errorf("ls --limit 1: exit %d, stderr %q", r.code, r.stderr)
@@ -92,15 +92,15 @@ func TestEtcdInspectAndLs(t *testing.T) {
 		_ = ec.Close()
 	})
 	c := leasehold.New(st)
-	leader := acquire(t, c, "cordum:leader:snapshot", time.Minute)
-	run1 := acquire(t, c, "cordum:wf:run:lock:E1", time.Minute)
-	job := acquire(t, c, "cordum:scheduler:job:E2", time.Minute)
+	leader := acquire(t, c, "leader:main", time.Minute)
+	run1 := acquire(t, c, "runs:E1", time.Minute)
+	job := acquire(t, c, "jobs:E2", time.Minute)
 	if err := job.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	acquire(t, c, "tenant-42:other", time.Minute)
+	acquire(t, c, "tenant-42", time.Minute)
 	// An application key beside the locks, outside the lock prefix.
-	if _, err := ec.Put(ctx, "cordum:config", "v"); err != nil {
+	if _, err := ec.Put(ctx, "config:main", "v"); err != nil {
 		t.Fatal(err)
 	}
 	checkInventory(t, []string{"--etcd", strings.Join(srv.Endpoints(), ",")}, []*leasehold.Lease{leader, run1}, job)
@@ -110,28 +110,28 @@ func TestPostgresInspectAndLs(t *testing.T) {
 	srv := testserver.StartPostgres(t)
 	c := leasehold.New(migratedStore(t, srv.DSN()))
 	ctx := context.Background()
-	leader := acquire(t, c, "cordum:leader:snapshot", time.Minute)
-	loop := acquire(t, c, "cordum:reconciler:tick", time.Minute)
-	run1 := acquire(t, c, "cordum:wf:run:lock:P1", time.Minute)
-	job := acquire(t, c, "cordum:scheduler:job:P2", time.Minute)
+	leader := acquire(t, c, "leader:main", time.Minute)
+	loop := acquire(t, c, "loops:sweep", time.Minute)
+	run1 := acquire(t, c, "runs:P1", time.Minute)
+	job := acquire(t, c, "jobs:P2", time.Minute)
 	if err := job.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	acquire(t, c, "cordum:approval:expired", 10*time.Millisecond)
-	acquire(t, c, "tenant-42:other", time.Minute)
-	// LIKE's own wildcards are literal in a glob: 'cordum_*' is not LIKE 'cordum_%'.
-	acquire(t, c, "cordum_x", time.Minute)
-	acquire(t, c, "cordumXx", time.Minute)
+	acquire(t, c, "approvals:expired", 10*time.Millisecond)
+	acquire(t, c, "tenant-42", time.Minute)
+	// LIKE's own wildcards are literal in a glob: 'runs_*' is not LIKE 'runs_%'.
+	acquire(t, c, "runs_x", time.Minute)
+	acquire(t, c, "runsXx", time.Minute)
 	time.Sleep(30 * time.Millisecond)
 
 	checkInventory(t, []string{"--postgres", srv.DSN()}, []*leasehold.Lease{leader, loop, run1}, job)
 
-	if keys := tableKeys(t, ok(t, "ls", "--postgres", srv.DSN(), "cordum_*")); !slices.Equal(keys, []string{"cordum_x"}) {
-		t.Errorf("ls 'cordum_*' listed %q, want only cordum_x", keys)
+	if keys := tableKeys(t, ok(t, "ls", "--postgres", srv.DSN(), "runs_*")); !slices.Equal(keys, []string{"runs_x"}) {
+		t.Errorf("ls 'runs_*' listed %q, want only runs_x", keys)
 	}
 
 	failsWith(t, 1, []string{"postgres", `table "nope" does not exist`},
-		"ls", "--postgres", srv.DSN(), "--pg-table", "nope", "cordum:*")
+		"ls", "--postgres", srv.DSN(), "--pg-table", "nope", "*:*")
 }
 
 // migratedStore is a pgstore on dsn with its table made, closed with the test.

@@ -47,29 +47,29 @@ func TestRedisInspectAndLs(t *testing.T) {
 	ctx := context.Background()
 	url, rc, c := startRedis(t)
 
-	run1 := acquire(t, c, "cordum:wf:run:lock:R1", time.Minute)
-	loop := acquire(t, c, "cordum:reconciler:tick", time.Minute)
-	leader := acquire(t, c, "cordum:leader:snapshot", time.Minute)
-	job := acquire(t, c, "cordum:scheduler:job:J1", time.Minute)
+	run1 := acquire(t, c, "runs:R1", time.Minute)
+	loop := acquire(t, c, "loops:sweep", time.Minute)
+	leader := acquire(t, c, "leader:main", time.Minute)
+	job := acquire(t, c, "jobs:J1", time.Minute)
 	if err := job.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	acquire(t, c, "cordum:approval:expired", 20*time.Millisecond)
-	acquire(t, c, "tenant-42:other", time.Minute) // does not match cordum:*
+	acquire(t, c, "approvals:expired", 20*time.Millisecond)
+	acquire(t, c, "tenant-42", time.Minute) // does not match *:*
 	// Application keys that match the pattern but are not leasehold locks.
-	if err := rc.Set(ctx, "cordum:config", "v", time.Minute).Err(); err != nil {
+	if err := rc.Set(ctx, "config:main", "v", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.HSet(ctx, "cordum:hash", "f", "v").Err(); err != nil {
+	if err := rc.HSet(ctx, "cache:main", "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // cordum:approval:expired expires
+	time.Sleep(50 * time.Millisecond) // approvals:expired expires
 
 	t.Run("inspect text", func(t *testing.T) {
 		f := fields(t, ok(t, "inspect", "--redis", url, run1.Key()))
 		want := map[string]string{
 			"key": run1.Key(), "state": "held", "owner": run1.Token(), "fence": strconv.FormatInt(run1.Fence(), 10),
-			"namespace": "workflow", "class": "per-item", "store": "redis " + strings.TrimPrefix(url, "redis://"),
+			"namespace": "runs", "class": "per-item", "store": "redis " + strings.TrimPrefix(url, "redis://"),
 		}
 		for k, v := range want {
 			if f[k] != v {
@@ -86,8 +86,8 @@ func TestRedisInspectAndLs(t *testing.T) {
 			l                *leasehold.Lease
 			namespace, class string
 		}{
-			{run1, "workflow", "per-item"},
-			{loop, "reconciler", "per-loop"},
+			{run1, "runs", "per-item"},
+			{loop, "loops", "per-loop"},
 			{leader, "leader", "leader"},
 		} {
 			var got lockJSON
@@ -103,7 +103,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 	t.Run("inspect a released key", func(t *testing.T) {
 		var got lockJSON
 		decode(t, ok(t, "inspect", "--json", "--redis", url, job.Key()), &got)
-		if got.Held || got.Owner != "" || got.TTLSeconds != 0 || got.Fence != job.Fence() || got.Class != "per-item" || got.Namespace != "scheduler" {
+		if got.Held || got.Owner != "" || got.TTLSeconds != 0 || got.Fence != job.Fence() || got.Class != "per-item" || got.Namespace != "jobs" {
 			t.Errorf("inspect --json of a released key = %+v, want free with the last fence %d", got, job.Fence())
 		}
 		f := fields(t, ok(t, "inspect", "--redis", url, job.Key()))
@@ -114,7 +114,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 
 	t.Run("inspect a key never taken", func(t *testing.T) {
 		var got lockJSON
-		decode(t, ok(t, "inspect", "--json", "--redis", url, "cordum:never"), &got)
+		decode(t, ok(t, "inspect", "--json", "--redis", url, "jobs:never"), &got)
 		if got.Held || got.Fence != 0 {
 			t.Errorf("inspect --json of a key never taken = %+v", got)
 		}
@@ -123,10 +123,10 @@ func TestRedisInspectAndLs(t *testing.T) {
 	held := []*leasehold.Lease{leader, loop, run1} // in key order
 
 	t.Run("ls table", func(t *testing.T) {
-		out := ok(t, "ls", "--redis", url, "cordum:*")
+		out := ok(t, "ls", "--redis", url, "*:*")
 		keys := tableKeys(t, out)
 		if want := []string{leader.Key(), loop.Key(), run1.Key()}; !slices.Equal(keys, want) {
-			t.Errorf("ls 'cordum:*' listed %q, want exactly the held locks %q\n%s", keys, want, out)
+			t.Errorf("ls '*:*' listed %q, want exactly the held locks %q\n%s", keys, want, out)
 		}
 		for _, l := range held {
 			if !strings.Contains(out, l.Token()[:10]+"…") || strings.Contains(out, l.Token()) {
@@ -140,7 +140,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 
 	t.Run("ls json", func(t *testing.T) {
 		var got []lockJSON
-		decode(t, ok(t, "ls", "--json", "--redis", url, "cordum:*"), &got)
+		decode(t, ok(t, "ls", "--json", "--redis", url, "*:*"), &got)
 		if len(got) != len(held) {
 			t.Fatalf("ls --json listed %d locks, want %d: %+v", len(got), len(held), got)
 		}
@@ -156,7 +156,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 	})
 
 	t.Run("ls limit", func(t *testing.T) {
-		r := run(t, "ls", "--json", "--limit", "2", "--redis", url, "cordum:*")
+		r := run(t, "ls", "--json", "--limit", "2", "--redis", url, "*:*")
 		var got []lockJSON
 		decode(t, r.stdout, &got)
 		if r.code != 0 || len(got) != 2 {
@@ -184,7 +184,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 		for _, g := range got {
 			keys = append(keys, g.Key)
 		}
-		if want := []string{leader.Key(), loop.Key(), run1.Key(), "tenant-42:other"}; !slices.Equal(keys, want) {
+		if want := []string{leader.Key(), loop.Key(), run1.Key(), "tenant-42"}; !slices.Equal(keys, want) {
 			t.Errorf("ls '*' listed %q, want %q", keys, want)
 		}
 	})

@@ -58,16 +58,16 @@ func TestPasswordsNeverShown(t *testing.T) {
 			"etcd":                {"inspect", "--etcd", "http://root:" + pw + "@" + closed, "k"},
 			"etcd no scheme":      {"inspect", "--etcd", "root:" + pw + "@" + closed, "k"},
 			"etcd second":         {"inspect", "--etcd", closed + ",https://root:" + pw + "@" + closed, "k"},
-			"postgres URL":        {"inspect", "--postgres", "postgres://opsuser:" + pw + "@" + closed + "/cordum?sslmode=disable", "k"},
-			"postgres query":      {"ls", "--postgres", "postgres://opsuser@" + closed + "/cordum?sslmode=disable&password=" + pw, "*"},
-			"postgres key=value":  {"inspect", "--postgres", "host=" + host + " port=" + port + " user=opsuser password=" + pw + " dbname=cordum sslmode=disable", "k"},
+			"postgres URL":        {"inspect", "--postgres", "postgres://opsuser:" + pw + "@" + closed + "/locks?sslmode=disable", "k"},
+			"postgres query":      {"ls", "--postgres", "postgres://opsuser@" + closed + "/locks?sslmode=disable&password=" + pw, "*"},
+			"postgres key=value":  {"inspect", "--postgres", "host=" + host + " port=" + port + " user=opsuser password=" + pw + " dbname=locks sslmode=disable", "k"},
 			"postgres quoted":     {"inspect", "--postgres", "host=" + host + " port=" + port + " user=opsuser password='" + pw + "' sslmode=disable", "k"},
 			"drill redis":         {"drill", "--jobs", "1", "--redis", "redis://opsuser:" + pw + "@" + closed + "/0", "--jobs-postgres", closedPG},
 			"drill etcd":          {"drill", "--jobs", "1", "--etcd", "http://root:" + pw + "@" + closed, "--jobs-postgres", closedPG},
-			"drill postgres":      {"drill", "--jobs", "1", "--postgres", "postgres://opsuser:" + pw + "@" + closed + "/cordum", "--jobs-postgres", closedPG},
-			"drill jobs-postgres": {"drill", "--jobs", "1", "--jobs-postgres", "postgres://opsuser:" + pw + "@" + closed + "/cordum?sslmode=disable"},
-			"drill processes":     {"drill", "--processes", "2", "--redis", "redis://:" + pw + "@" + closed, "--jobs-postgres", "postgresql://opsuser:" + pw + "@" + closed + "/cordum"},
-			"ttl from":            {"ttl", "--from", "http://opsuser:" + pw + "@" + closed + "/metrics", "--namespace", "workflow", "--jitter", "0s", "--guard", "0s"},
+			"drill postgres":      {"drill", "--jobs", "1", "--postgres", "postgres://opsuser:" + pw + "@" + closed + "/locks", "--jobs-postgres", closedPG},
+			"drill jobs-postgres": {"drill", "--jobs", "1", "--jobs-postgres", "postgres://opsuser:" + pw + "@" + closed + "/locks?sslmode=disable"},
+			"drill processes":     {"drill", "--processes", "2", "--redis", "redis://:" + pw + "@" + closed, "--jobs-postgres", "postgresql://opsuser:" + pw + "@" + closed + "/locks"},
+			"ttl from":            {"ttl", "--from", "http://opsuser:" + pw + "@" + closed + "/metrics", "--namespace", "runs", "--jitter", "0s", "--guard", "0s"},
 			"positional":          {"inspect", "--redis", "redis://" + closed + "/0", "redis://opsuser:" + pw + "@" + closed + "/0", "k"},
 			"unknown command":     {"redis://opsuser:" + pw + "@" + closed + "/0", "inspect", "k"},
 		}
@@ -101,7 +101,7 @@ func TestFromURLShownRedacted(t *testing.T) {
 	t.Parallel()
 	closed := closedAddr(t)
 	args := []string{"ttl", "--from", userURL("http", "opsuser", "Qx7v/Zk9w", closed, "/metrics") + "?token=Zq8tok",
-		"--namespace", "workflow", "--jitter", "0s", "--guard", "0s"}
+		"--namespace", "runs", "--jitter", "0s", "--guard", "0s"}
 	r := failsWith(t, 1, []string{"http://***@" + closed + "/metrics: ", "connection refused"}, args...)
 	checkNoLeak(t, r, args, []string{closed}, "Qx7v/Zk9w", "Zq8tok")
 }
@@ -129,9 +129,9 @@ func TestPasswordsWithRealServers(t *testing.T) {
 	quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
 	pgKV := "host=127.0.0.1 port=" + strings.TrimPrefix(pg.Addr(), "127.0.0.1:") + " user=opsuser dbname=postgres sslmode=disable password='" + quoted + "'"
 	for _, args := range [][]string{
-		{"inspect", "--redis", redisURL, "cordum:wf:run:lock:R1"},
+		{"inspect", "--redis", redisURL, "runs:R1"},
 		{"ls", "--json", "--redis", redisURL, "*"},
-		{"inspect", "--json", "--postgres", pgURL, "cordum:wf:run:lock:R1"},
+		{"inspect", "--json", "--postgres", pgURL, "runs:R1"},
 		{"ls", "--postgres", pgKV, "*"},
 	} {
 		out := ok(t, args...)
@@ -206,6 +206,6 @@ func startPasswordPostgres(t *testing.T, user, pw string) *testserver.PostgresSe
 		t.Fatalf("hba_file is %q (%v), want %q", out, err, hba)
 	}
 
-	acquire(t, leasehold.New(migratedStore(t, srv.DSN())), "cordum:wf:run:lock:R1", time.Minute)
+	acquire(t, leasehold.New(migratedStore(t, srv.DSN())), "runs:R1", time.Minute)
 	return srv
 }

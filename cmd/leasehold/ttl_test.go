@@ -92,36 +92,36 @@ func TestTTLFromMetrics(t *testing.T) {
 			obs.Observer().OnRelease(t.Context(), leasehold.ReleaseEvent{Lock: leasehold.Lock{Key: key, Namespace: leasehold.DefaultNamespace(key)}, Held: d})
 		}
 	}
-	// workflow: 50 holds of 4 s, 40 of 12 s, 10 of 18 s. The 99th of 100 is
+	// runs: 50 holds of 4 s, 40 of 12 s, 10 of 18 s. The 99th of 100 is
 	// the 9th of the 10 in the bucket (15 s, 20 s]: 15 + 5 × 9/10 = 19.5 s.
-	hold("cordum:wf:run:lock:R1", 4*time.Second, 50)
-	hold("cordum:wf:run:lock:R2", 12*time.Second, 40)
-	hold("cordum:wf:run:lock:R3", 18*time.Second, 10)
-	// scheduler: long holds that must not leak into workflow's estimate.
-	hold("cordum:scheduler:job:J", 100*time.Second, 10)
+	hold("runs:R1", 4*time.Second, 50)
+	hold("runs:R2", 12*time.Second, 40)
+	hold("runs:R3", 18*time.Second, 10)
+	// jobs: long holds that must not leak into the runs estimate.
+	hold("jobs:J", 100*time.Second, 10)
 	// leader: terms longer than the top bucket.
-	hold("cordum:leader:snapshot", time.Hour, 5)
+	hold("leader:main", time.Hour, 5)
 
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(srv.Close)
 	metrics := srv.URL + "/metrics"
 
 	var got ttlJSON
-	decode(t, ok(t, "ttl", "--json", "--from", metrics, "--namespace", "workflow", "--jitter", "4s", "--guard", "2s", "--slo", "30s"), &got)
+	decode(t, ok(t, "ttl", "--json", "--from", metrics, "--namespace", "runs", "--jitter", "4s", "--guard", "2s", "--slo", "30s"), &got)
 	if !near(got.ExecP99, 19.5) || !near(got.TTL, 25.5) || !near(got.Takeover, 26.5) || !got.SLOMet ||
-		got.Source == nil || got.Source.Namespace != "workflow" || got.Source.Observations != 100 || got.Source.AboveTopBucket {
+		got.Source == nil || got.Source.Namespace != "runs" || got.Source.Observations != 100 || got.Source.AboveTopBucket {
 		t.Errorf("ttl --from --json = %+v (source %+v)", got, got.Source)
 	}
 
-	out := ok(t, "ttl", "--from", metrics, "--namespace", "workflow", "--jitter", "4s", "--guard", "2s")
-	for _, want := range []string{"exec p99        19.5s", `p99 of leasehold_lock_held_seconds{namespace="workflow"}`, "100 holds", "TTL             25.5s"} {
+	out := ok(t, "ttl", "--from", metrics, "--namespace", "runs", "--jitter", "4s", "--guard", "2s")
+	for _, want := range []string{"exec p99        19.5s", `p99 of leasehold_lock_held_seconds{namespace="runs"}`, "100 holds", "TTL             25.5s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ttl --from output lacks %q:\n%s", want, out)
 		}
 	}
 
 	// The median of the same holds: the 50th is the top of (3 s, 5 s].
-	decode(t, ok(t, "ttl", "--json", "--from", metrics, "--namespace", "workflow", "--quantile", "0.5", "--jitter", "0s", "--guard", "0s"), &got)
+	decode(t, ok(t, "ttl", "--json", "--from", metrics, "--namespace", "runs", "--quantile", "0.5", "--jitter", "0s", "--guard", "0s"), &got)
 	if !near(got.ExecP99, 5) {
 		t.Errorf("ttl --quantile 0.5 read %v s, want 5", got.ExecP99)
 	}
@@ -131,10 +131,10 @@ func TestTTLFromMetrics(t *testing.T) {
 		t.Errorf("ttl --from for holds above the top bucket:\n%s", out)
 	}
 
-	failsWith(t, 1, []string{`no leasehold_lock_held_seconds series for namespace "approval"`, "leader, scheduler, workflow"},
-		"ttl", "--from", metrics, "--namespace", "approval", "--jitter", "4s", "--guard", "2s")
+	failsWith(t, 1, []string{`no leasehold_lock_held_seconds series for namespace "approvals"`, "jobs, leader, runs"},
+		"ttl", "--from", metrics, "--namespace", "approvals", "--jitter", "4s", "--guard", "2s")
 	failsWith(t, 1, []string{"takeover SLO 20s is impossible", "exec p99 ≤ 13s (now 19.5s)"},
-		"ttl", "--from", metrics, "--namespace", "workflow", "--jitter", "4s", "--guard", "2s", "--slo", "20s")
+		"ttl", "--from", metrics, "--namespace", "runs", "--jitter", "4s", "--guard", "2s", "--slo", "20s")
 }
 
 // TestTTLFromExposition reads hand-written exposition texts: several series
@@ -143,23 +143,23 @@ func TestTTLFromMetrics(t *testing.T) {
 func TestTTLFromExposition(t *testing.T) {
 	const twoInstances = `# HELP leasehold_lock_held_seconds Time a lease was held.
 # TYPE leasehold_lock_held_seconds histogram
-leasehold_lock_held_seconds_bucket{instance="a",namespace="workflow",le="10"} 10
-leasehold_lock_held_seconds_bucket{instance="a",namespace="workflow",le="20"} 10
-leasehold_lock_held_seconds_bucket{instance="a",namespace="workflow",le="+Inf"} 10
-leasehold_lock_held_seconds_sum{instance="a",namespace="workflow"} 50
-leasehold_lock_held_seconds_count{instance="a",namespace="workflow"} 10
-leasehold_lock_held_seconds_bucket{instance="b",namespace="workflow",le="10"} 0
-leasehold_lock_held_seconds_bucket{instance="b",namespace="workflow",le="20"} 10
-leasehold_lock_held_seconds_bucket{instance="b",namespace="workflow",le="+Inf"} 10
-leasehold_lock_held_seconds_sum{instance="b",namespace="workflow"} 150
-leasehold_lock_held_seconds_count{instance="b",namespace="workflow"} 10
+leasehold_lock_held_seconds_bucket{instance="a",namespace="runs",le="10"} 10
+leasehold_lock_held_seconds_bucket{instance="a",namespace="runs",le="20"} 10
+leasehold_lock_held_seconds_bucket{instance="a",namespace="runs",le="+Inf"} 10
+leasehold_lock_held_seconds_sum{instance="a",namespace="runs"} 50
+leasehold_lock_held_seconds_count{instance="a",namespace="runs"} 10
+leasehold_lock_held_seconds_bucket{instance="b",namespace="runs",le="10"} 0
+leasehold_lock_held_seconds_bucket{instance="b",namespace="runs",le="20"} 10
+leasehold_lock_held_seconds_bucket{instance="b",namespace="runs",le="+Inf"} 10
+leasehold_lock_held_seconds_sum{instance="b",namespace="runs"} 150
+leasehold_lock_held_seconds_count{instance="b",namespace="runs"} 10
 `
 	const noHistogram = "# TYPE up gauge\nup 1\n"
 	const empty = `# TYPE leasehold_lock_held_seconds histogram
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="10"} 0
-leasehold_lock_held_seconds_bucket{namespace="workflow",le="+Inf"} 0
-leasehold_lock_held_seconds_sum{namespace="workflow"} 0
-leasehold_lock_held_seconds_count{namespace="workflow"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="10"} 0
+leasehold_lock_held_seconds_bucket{namespace="runs",le="+Inf"} 0
+leasehold_lock_held_seconds_sum{namespace="runs"} 0
+leasehold_lock_held_seconds_count{namespace="runs"} 0
 `
 	mux := http.NewServeMux()
 	serve := func(path, body string) {
@@ -178,12 +178,12 @@ leasehold_lock_held_seconds_count{namespace="workflow"} 0
 	// Summed: 10 ≤ 10 s, 20 ≤ 20 s. The 19.8th of 20 is 9.8 of the 10 in
 	// (10 s, 20 s]: 19.8 s.
 	var got ttlJSON
-	decode(t, ok(t, "ttl", "--json", "--from", srv.URL+"/two", "--namespace", "workflow", "--jitter", "1s", "--guard", "1s"), &got)
+	decode(t, ok(t, "ttl", "--json", "--from", srv.URL+"/two", "--namespace", "runs", "--jitter", "1s", "--guard", "1s"), &got)
 	if !near(got.ExecP99, 19.8) || got.Source.Observations != 20 {
 		t.Errorf("ttl --from two instances = %+v (source %+v), want exec p99 19.8 s over 20 holds", got, got.Source)
 	}
 
-	common := []string{"--namespace", "workflow", "--jitter", "1s", "--guard", "1s"}
+	common := []string{"--namespace", "runs", "--jitter", "1s", "--guard", "1s"}
 	for _, tc := range []struct {
 		path string
 		want string

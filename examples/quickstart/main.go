@@ -48,7 +48,7 @@ func run(w io.Writer) error {
 	ctx := context.Background()
 	client := leasehold.New(memstore.New())
 	var job register
-	const key = "cordum:scheduler:job:42"
+	const key = "jobs:42"
 
 	a, err := client.Acquire(ctx, key, ttl)
 	if err != nil {

@@ -3,7 +3,7 @@
 // when its fence is newer (or equal, in the fence.SameHolder mode), checked
 // in the statement itself:
 //
-//	UPDATE workflow_runs SET payload = $1, fence_token = $3
+//	UPDATE runs SET payload = $1, fence_token = $3
 //	 WHERE run_id = $2 AND $3 > fence_token
 //
 // Zero rows affected means a stale writer, or no such row; the helpers read

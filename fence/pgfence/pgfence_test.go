@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// runsTable creates a fresh workflow_runs-like table with the fence column.
+// runsTable creates a fresh table of runs with the fence column.
 func runsTable(t testing.TB, opts ...fence.Option) (*pgfence.Table, string) {
 	t.Helper()
 	name := "runs_" + strings.ToLower(rand.Text()[:8])

@@ -15,7 +15,7 @@ func TestMatch(t *testing.T) {
 		pattern, prefix string
 		match, noMatch  []string
 	}{
-		{"cordum:*", "cordum:", []string{"cordum:", "cordum:wf:run:lock:R1", "cordum:a/b"}, []string{"cordum", "xcordum:a"}},
+		{"jobs:*", "jobs:", []string{"jobs:", "jobs:42:step:1", "jobs:a/b"}, []string{"jobs", "xjobs:a"}},
 		{"*", "", []string{"a", "leader:x", "é"}, nil},
 		{"job:?", "job:", []string{"job:1", "job:é", "job:世"}, []string{"job:", "job:12"}},
 		{"a*b?c", "a", []string{"abxc", "a123bxc", "abbbbxc"}, []string{"abc", "abxcd"}},

@@ -22,7 +22,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	store, err := etcdstore.New(client, etcdstore.WithPrefix("scheduler/locks/"))
+	store, err := etcdstore.New(client, etcdstore.WithPrefix("myapp/locks/"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -33,9 +33,9 @@ func Example() {
 	}
 
 	client := leasehold.New(store)
-	err = client.Hold(ctx, "cordum:wf:run:lock:R1", 30*time.Second,
+	err = client.Hold(ctx, "runs:R1", 30*time.Second,
 		func(ctx context.Context, l *leasehold.Lease) error {
-			_, err := pool.Exec(ctx, `UPDATE workflow_runs SET state = 'done', fence_token = $2
+			_, err := pool.Exec(ctx, `UPDATE runs SET state = 'done', fence_token = $2
 				WHERE run_id = $1 AND $2 > fence_token`, "R1", l.Fence())
 			return err
 		})

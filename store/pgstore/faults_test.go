@@ -62,7 +62,7 @@ func crash(srv *testserver.PostgresServer) error {
 
 func TestFencesRiseAcrossRestartAndCrash(t *testing.T) {
 	srv, s := startServer(t)
-	ctx, key := t.Context(), "cordum:wf:run:lock:R1"
+	ctx, key := t.Context(), "runs:R1"
 	var last int64
 	acquire := func(what string) string {
 		t.Helper()

@@ -132,7 +132,7 @@ func TestNoPubSubPermission(t *testing.T) {
 	}
 	holder := quietClient(newStore(t, newClient()))
 	waiter := quietClient(newStore(t, newClient()))
-	key := "approval:A7"
+	key := "approvals:7"
 	l, err := holder.TryAcquire(t.Context(), key, time.Minute)
 	if err != nil {
 		t.Fatal(err)

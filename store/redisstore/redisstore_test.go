@@ -75,7 +75,7 @@ func TestConformanceCluster(t *testing.T) {
 // Keys whose hash tags are odd: with a fence key built naively, the script's
 // two keys would land in different slots and the cluster would refuse it.
 var oddKeys = []string{
-	"cordum:scheduler:job:1", "{tenant}:x", "a{b}c", "{}odd", "x}{y",
+	"jobs:1", "{tenant}:x", "a{b}c", "{}odd", "x}{y",
 	"{", "}", "{}", "{{}}", "a{}{b}", "}{", "{a", "a}", "lock:ü:{日本}", "",
 }
 
@@ -123,7 +123,7 @@ func TestNoCrossSlotOnCluster(t *testing.T) {
 // be on another: PUBLISH reaches every node.
 func TestClusterWaiterIsWokenByRelease(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
-	for i, key := range []string{"cordum:wf:run:lock:R1", "{tenant}:x", "x}{y"} {
+	for i, key := range []string{"runs:R1", "{tenant}:x", "x}{y"} {
 		s := newStore(t, clusterClient(cluster.Addrs()))
 		assertWokenByRelease(t, s, fmt.Sprintf("%s:%d", key, i))
 	}
@@ -175,7 +175,7 @@ func TestBusyReportsHolderTTL(t *testing.T) {
 func TestFencesRiseAfterFlushAll(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	s := newStore(t, singleClient(srv.Addr()))
-	ctx, key := t.Context(), "cordum:scheduler:job:1"
+	ctx, key := t.Context(), "jobs:1"
 	var last int64
 	for round := range 5 {
 		for range 20 {
@@ -200,7 +200,7 @@ func TestFencesRiseAfterFlushAll(t *testing.T) {
 func TestFencesRiseAfterRestartWithoutPersistence(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	s := newStore(t, singleClient(srv.Addr()))
-	ctx, key := t.Context(), "cordum:wf:run:lock:R1"
+	ctx, key := t.Context(), "runs:R1"
 	before, err := s.Acquire(ctx, key, leasehold.NewToken(), time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -330,7 +330,7 @@ func reading(b *strings.Builder, r *Result, s Summary) {
 		if conc == 1 {
 			p("  At concurrency 1 one cycle runs at a time: %s per cycle against %s for two raw round trips."+
 				" redis-server spent %s per cycle against %s for two trivial EVALSHA. The rounds' PING rate ranged"+
-				" from %s to %s per second: a round trip is several times faster when the scheduler runs the"+
+				" from %s to %s per second: a round trip is several times faster when the OS scheduler runs the"+
 				" client and redis-server on the same core than across cores, and it moves them about, hence the"+
 				" wide spread at this concurrency; the per-round ratios pair cells run within seconds of each other.",
 				us(time.Duration(float64(time.Second)/lh.Rate.Median)), us(time.Duration(2*float64(time.Second)/raw.EvalSha.Median)),

@@ -63,7 +63,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestOddKeysOnCluster(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
 	w := newWriter(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true}))
-	for i, key := range []string{"x}{y", "{}odd", "{tenant}:x", "a{b}c", "cordum:wf:run:R1"} {
+	for i, key := range []string{"x}{y", "{}odd", "{tenant}:x", "a{b}c", "runs:R1"} {
 		if err := w.Set(t.Context(), key, int64(i+1), "v"); err != nil {
 			t.Fatalf("Set(%q): %v", key, err)
 		}

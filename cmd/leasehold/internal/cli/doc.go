@@ -22,7 +22,7 @@
 // # Lock class
 //
 // The class of a key comes from its namespace (leasehold.DefaultNamespace),
-// following the recipes of docs/lock-inventory.md: namespace "reconciler"
+// following the key convention of docs/lock-inventory.md: namespace "loops"
 // is a per-loop TTL hold (RunLoop), "leader" a leader lease (Lead), and
 // every other namespace a per-item lock with explicit release (Hold,
 // its local turn). See ClassOf.

@@ -21,15 +21,16 @@ func (a *app) inspectCommand() *cobra.Command {
   owner      the owner's token (free: -)
   ttl        the lease's remaining time (etcd: whole seconds, rounded up)
   fence      the last fence issued for KEY, held or not (0: never acquired)
-  namespace  leasehold.DefaultNamespace(KEY), the metrics' namespace label
-  class      per-loop for namespace reconciler, leader for namespace leader,
+  namespace  leasehold.DefaultNamespace(KEY), the metrics' namespace label:
+             KEY's first segment before ':' or '/', lowercased
+  class      per-loop for namespace loops, leader for namespace leader,
              per-item for every other namespace
 
 KEY is the lock key the application uses (on etcd without the store's prefix).
 A free key is an answer, exit code 0. An invalid key is refused before the
 store is asked, exit code 2. --json prints one object with the same fields.`,
-		Example: `  leasehold inspect --redis redis://127.0.0.1:6379/0 cordum:wf:run:lock:R1
-  leasehold inspect --postgres postgres://ops@db:5432/cordum approval:A7 --json`,
+		Example: `  leasehold inspect --redis redis://127.0.0.1:6379/0 runs:R1
+  leasehold inspect --postgres postgres://ops@db:5432/locks approvals:7 --json`,
 		Args: exactArgs("KEY"),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			key := args[0]

@@ -64,9 +64,9 @@ leasehold locks (a value with an expiry and a fence counter); on etcd a range of
 store's lock keys; on PostgreSQL a page of the lease table. Listing stops after
 --limit locks (a note on stderr says so); which ones, on Redis, depends on SCAN's
 order. Every store call is bounded by --timeout.`,
-		Example: `  leasehold ls --redis redis://127.0.0.1:6379/0 'cordum:wf:run:lock:*'
-  leasehold ls --etcd 10.0.0.5:2379,10.0.0.6:2379 'cordum:*' --json
-  leasehold ls --postgres postgres://ops@db/cordum '*' --limit 50000`,
+		Example: `  leasehold ls --redis redis://127.0.0.1:6379/0 'runs:*'
+  leasehold ls --etcd 10.0.0.5:2379,10.0.0.6:2379 'jobs:*' --json
+  leasehold ls --postgres postgres://ops@db/locks '*' --limit 50000`,
 		Args: exactArgs("PATTERN"),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			pattern := args[0]

@@ -91,7 +91,7 @@ ask Prometheus: histogram_quantile(0.99, sum by (le) (rate(..._bucket[1h])))).
 A p99 in the +Inf bucket reads as the highest bound (600s), a lower bound: ttl
 says so.`,
 		Example: `  leasehold ttl --exec-p99 18s --jitter 4s --guard 2s --slo 30s
-  leasehold ttl --from http://10.0.0.7:9090/metrics --namespace workflow --jitter 4s --guard 2s --slo 45s --json`,
+  leasehold ttl --from http://10.0.0.7:9090/metrics --namespace runs --jitter 4s --guard 2s --slo 45s --json`,
 		Args: exactArgs(),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
@@ -102,7 +102,7 @@ says so.`,
 			case !fromURL && !flagSet(f, "exec-p99"):
 				return usagef("ttl needs --exec-p99, or --from URL --namespace NS to read it from a metrics endpoint")
 			case fromURL && ns == "":
-				return usagef("--from needs --namespace: the namespace label to read (workflow, scheduler, approval, reconciler, leader, other)")
+				return usagef("--from needs --namespace: the namespace label to read (the keys' first segment, as inspect shows it)")
 			case !fromURL && flagSet(f, "namespace"):
 				return usagef("--namespace goes with --from")
 			case !flagSet(f, "jitter"):

@@ -113,14 +113,14 @@ func TestPlanTTLRejects(t *testing.T) {
 
 func TestClassOf(t *testing.T) {
 	for key, want := range map[string]string{
-		"cordum:wf:run:lock:R1":      cli.ClassPerItem,
-		"cordum:scheduler:job:J":     cli.ClassPerItem,
-		"approval:A7":                cli.ClassPerItem,
-		"cordum:reconciler:tick":     cli.ClassPerLoop,
-		"cordum:replayer:stream":     cli.ClassPerLoop,
-		"cordum:leader:snapshot":     cli.ClassLeader,
-		"tenant-42:anything":         cli.ClassPerItem,
-		"cordum:snapshot:writer:one": cli.ClassLeader,
+		"runs:R1":            cli.ClassPerItem,
+		"jobs:J":             cli.ClassPerItem,
+		"approvals:7":        cli.ClassPerItem,
+		"loops:sweep":        cli.ClassPerLoop,
+		"loops:replay":       cli.ClassPerLoop,
+		"leader:main":        cli.ClassLeader,
+		"tenant-42:anything": cli.ClassPerItem,
+		"Leader/snapshot":    cli.ClassLeader,
 	} {
 		if got := cli.ClassOf(leasehold.DefaultNamespace(key)); got != want {
 			t.Errorf("ClassOf(DefaultNamespace(%q)) = %q, want %q", key, got, want)

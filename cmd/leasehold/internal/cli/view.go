@@ -15,24 +15,24 @@ import (
 
 // Lock classes, the recipe a lock path follows (docs/lock-inventory.md).
 const (
-	// ClassPerItem: a lock per job, run or approval, released when the work
-	// is done (Client.Hold).
+	// ClassPerItem: a lock per item (a job, a run, a request), released when
+	// the work is done (Client.Hold).
 	ClassPerItem = "per-item"
-	// ClassPerLoop: a reconciler's or replayer's per-loop TTL hold, never
+	// ClassPerLoop: a periodic loop's per-loop TTL hold, never
 	// released; expiry rotates ownership (Client.RunLoop).
 	ClassPerLoop = "per-loop"
 	// ClassLeader: a leader lease, one writer at a time (Client.Lead).
 	ClassLeader = "leader"
 )
 
-// ClassOf returns the lock class of a namespace, as DefaultNamespace names
-// them: "reconciler" (reconciler, loop and replayer keys) is per-loop,
-// "leader" (leader and snapshot keys) is leader, and every other namespace
-// (workflow, scheduler, approval, other) is per-item, the plain lock with an
-// explicit release, which is also the safe reading of an unknown key.
+// ClassOf returns the lock class of a namespace, following the key
+// convention of docs/lock-inventory.md: "loops" (loops:NAME) is per-loop,
+// "leader" (leader:NAME) is leader, and every other namespace is per-item,
+// the plain lock with an explicit release, which is also the safe reading of
+// an unknown key.
 func ClassOf(namespace string) string {
 	switch namespace {
-	case "reconciler":
+	case "loops":
 		return ClassPerLoop
 	case "leader":
 		return ClassLeader
