@@ -8,10 +8,8 @@ import (
 // otherNamespace is the namespace of every key the rules do not name.
 const otherNamespace = "other"
 
-// maxNamespaces bounds the distinct namespaces a Client reports. Every label
-// value costs a few dozen Prometheus series; 20 classes of lock are more than
-// any control plane we know of has, so a key scheme that puts IDs first
-// collapses to "other" instead of exploding cardinality.
+// maxNamespaces bounds a Client's namespaces, each a few dozen metric series:
+// more lock classes than a control plane has, so IDs collapse to "other".
 const maxNamespaces = 20
 
 // maxNamespaceLen bounds the length of a namespace DefaultNamespace returns.

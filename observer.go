@@ -6,27 +6,23 @@ import (
 	"time"
 )
 
-// Observer receives a Client's lock events, for metrics and traces. Every
-// field is optional, so adding an event later breaks no one. Each func gets
-// the context of the call the event belongs to (a renewal's is the one its
-// KeepAlive was started with) and is called inline, some on the renewal
-// goroutine: it must be quick and safe for concurrent use. A panic in one is
-// recovered and logged, and the event dropped.
+// Observer receives a Client's lock events, each with the caller's context,
+// for metrics and traces. Every field is optional. The funcs run inline, some
+// on the renewal goroutine: they must be quick and safe for concurrent use.
 type Observer struct {
 	// OnAcquire follows every TryAcquire and Acquire call.
 	OnAcquire func(context.Context, AcquireEvent)
 	// OnRelease follows the end of an ownership: a release or an abandonment.
 	OnRelease func(context.Context, ReleaseEvent)
 	// OnRenewFailure follows a renewal that failed without the store saying
-	// the lease is gone (a timeout, a connection error).
+	// the lease is gone.
 	OnRenewFailure func(context.Context, RenewFailureEvent)
-	// OnNotOwned follows a Release or Renew that found the key no longer
-	// holds the lease's token: a timing symptom.
+	// OnNotOwned follows a Release or Renew refused because the key no
+	// longer holds the lease's token.
 	OnNotOwned func(context.Context, NotOwnedEvent)
 	// OnAbandon follows a lease given up under the fence policy.
 	OnAbandon func(context.Context, AbandonEvent)
-	// OnLeaseExpired follows a lease that certainly expired while its
-	// critical section kept running (the continue policy).
+	// OnLeaseExpired follows a lease that expired under the continue policy.
 	OnLeaseExpired func(context.Context, LeaseExpiredEvent)
 	// OnReleaseFailure follows a release the store could not answer.
 	OnReleaseFailure func(context.Context, ReleaseFailureEvent)
@@ -39,8 +35,7 @@ type Lock struct {
 	Fence     int64  // 0 when no lease was acquired
 }
 
-// logAttrs returns the lock's key, namespace and fence as slog attributes,
-// followed by extra, for the Client's log lines.
+// logAttrs returns the lock's key, namespace and fence, then extra, for logging.
 func (lk Lock) logAttrs(extra ...any) []any {
 	return append([]any{slog.String("key", lk.Key), slog.String("namespace", lk.Namespace), slog.Int64("fence", lk.Fence)}, extra...)
 }
@@ -88,8 +83,7 @@ type AbandonEvent struct {
 	Reason error // matches ErrAbandoned
 }
 
-// LeaseExpiredEvent describes a lease that expired while its critical
-// section was still running.
+// LeaseExpiredEvent describes a lease that expired while its critical section ran.
 type LeaseExpiredEvent struct {
 	Lock
 	Overrun time.Duration // how long past its certain expiry the lease was noticed

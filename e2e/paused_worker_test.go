@@ -79,6 +79,7 @@ func newRenewSwitch(t *testing.T) *renewSwitch {
 }
 
 func (h *renewSwitch) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 // ProcessPipelineHook fails a pipeline holding a renewal: the Client's
 // renewal engine sends its renewals in batches.
 func (h *renewSwitch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

@@ -49,6 +49,7 @@ func (h *renewFaults) isRenew(cmd redis.Cmder) bool {
 }
 
 func (h *renewFaults) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 // ProcessPipelineHook applies the faults to the renewals of a pipeline: the
 // Client's renewal engine sends them in batches.
 func (h *renewFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
