@@ -102,12 +102,14 @@ func WithNamespace(f func(key string) string) Option {
 }
 
 // WithBackoff sets the bounds of a waiting Acquire's jittered exponential
-// backoff. Default: 10 ms to 1 s; values not positive, or max < min, are ignored.
+// backoff. Default: 10 ms to 1 s.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) {
-		if min > 0 && max >= min {
-			c.minBackoff, c.maxBackoff = min, max
+		if min <= 0 || max < min {
+			c.setErr(&ArgumentError{Arg: "WithBackoff", Reason: fmt.Sprintf("%v to %v is not a positive range", min, max)})
+			return
 		}
+		c.minBackoff, c.maxBackoff = min, max
 	}
 }
 

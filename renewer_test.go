@@ -563,9 +563,9 @@ func TestHoldRenewsOnTheEngine(t *testing.T) {
 	})
 }
 
-// A Client made with a bad renewal option refuses every call with an
-// *ArgumentError naming the option, and writes nothing; KeepAlive refuses
-// bad renewal options the same way.
+// A Client made with a bad option refuses every call with an *ArgumentError
+// naming the option, and writes nothing; KeepAlive refuses bad renewal
+// options the same way.
 func TestRenewerRejectsBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		opt leasehold.Option
@@ -575,6 +575,8 @@ func TestRenewerRejectsBadInput(t *testing.T) {
 		{leasehold.WithBatchWindow(time.Hour), "WithBatchWindow"},
 		{leasehold.WithBatchSize(0), "WithBatchSize"},
 		{leasehold.WithRenewConcurrency(0), "WithRenewConcurrency"},
+		{leasehold.WithBackoff(0, time.Second), "WithBackoff"},
+		{leasehold.WithBackoff(time.Second, time.Millisecond), "WithBackoff"},
 	} {
 		mem := memstore.New()
 		c := leasehold.New(mem, tc.opt)
