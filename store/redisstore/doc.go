@@ -65,6 +65,7 @@
 //     connection, a failover); waiters then fall back to their backoff. In a
 //     cluster they use PUBLISH, which every node forwards to every other.
 //
-// Store starts one goroutine, on the first WatchReleases, to read the shared
-// pub/sub connection; Close stops it and waits for it.
+// Store starts two goroutines, on the first WatchReleases, to read the shared
+// pub/sub connection and to send its subscription changes; Close stops them
+// and waits for them.
 package redisstore

@@ -378,16 +378,28 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 var errClosed = errors.New("redisstore: store closed")
 
 // subscriptions multiplexes release watches onto one pub/sub connection,
-// subscribing to a channel while at least one watcher wants it.
+// subscribing to a channel while at least one watcher wants it. Watchers
+// never wait on pub/sub I/O: the control loop sends the subscription changes,
+// in order, so a server that stops answering holds only the Store's own
+// goroutines, and a watch still ends with its context.
 type subscriptions struct {
 	client redis.UniversalClient
 
 	mu       sync.Mutex
 	ps       *redis.PubSub // nil until the first watch
 	channels map[string]*channelWatch
+	changes  []change      // for the control loop, oldest first
+	kick     chan struct{} // holds a token while changes may have work
+	lastErr  error         // of the latest subscribe, for a watch not confirmed
 	closed   bool
-	stop     chan struct{} // closed by close; ends the receive loop
-	loopDone chan struct{} // closed when the receive loop has returned
+	stop     chan struct{}  // closed by close; ends both loops
+	loops    sync.WaitGroup // the receive and control loops
+}
+
+// change is one SUBSCRIBE or UNSUBSCRIBE for the control loop.
+type change struct {
+	subscribe bool
+	channels  []string
 }
 
 type channelWatch struct {
@@ -405,19 +417,20 @@ func (s *subscriptions) watch(ctx context.Context, channel string) (<-chan struc
 		s.mu.Unlock()
 		return nil, nil, errClosed
 	}
+	if s.ps == nil {
+		// Made without channels, it does no I/O; the loops dial.
+		s.ps = s.client.Subscribe(context.WithoutCancel(ctx))
+		s.channels = make(map[string]*channelWatch)
+		s.stop, s.kick = make(chan struct{}), make(chan struct{}, 1)
+		s.loops.Add(2)
+		go s.receive(s.ps)
+		go s.control()
+	}
 	w := s.channels[channel]
 	if w == nil {
 		w = &channelWatch{waiters: make(map[chan struct{}]struct{}), confirmed: make(chan struct{})}
-		if s.ps == nil {
-			s.channels = make(map[string]*channelWatch)
-			s.stop, s.loopDone = make(chan struct{}), make(chan struct{})
-			s.ps = s.client.Subscribe(context.WithoutCancel(ctx), channel)
-			go s.receive(s.ps)
-		} else if err := s.ps.Subscribe(ctx, channel); err != nil {
-			s.mu.Unlock()
-			return nil, nil, fmt.Errorf("redisstore: subscribe %q: %w", channel, err)
-		}
 		s.channels[channel] = w
+		s.post(change{subscribe: true, channels: []string{channel}})
 	}
 	w.waiters[ch] = struct{}{}
 	s.mu.Unlock()
@@ -429,6 +442,12 @@ func (s *subscriptions) watch(ctx context.Context, channel string) (<-chan struc
 		return ch, stop, nil
 	case <-ctx.Done():
 		stop()
+		s.mu.Lock()
+		last := s.lastErr
+		s.mu.Unlock()
+		if last != nil {
+			return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed (the last subscribe failed: %v): %w", channel, last, context.Cause(ctx))
+		}
 		return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", channel, context.Cause(ctx))
 	}
 }
@@ -442,9 +461,61 @@ func (s *subscriptions) unwatch(channel string, w *channelWatch, ch chan struct{
 	}
 	delete(s.channels, channel)
 	if !s.closed {
-		// A failed unsubscribe only leaves an idle subscription behind;
-		// the next reconnect drops it.
-		_ = s.ps.Unsubscribe(context.Background(), channel)
+		s.post(change{channels: []string{channel}})
+	}
+}
+
+// post queues c for the control loop; s.mu is held.
+func (s *subscriptions) post(c change) {
+	s.changes = append(s.changes, c)
+	select {
+	case s.kick <- struct{}{}:
+	default: // the loop has a token already
+	}
+}
+
+// changeTimeout bounds one subscription change when go-redis follows the
+// context on the socket; a server silent that long is dropped by the health
+// check anyway (see healthInterval).
+const changeTimeout = healthInterval
+
+// control sends the queued subscription changes, in order, until close. A
+// failed change needs no retry: go-redis records the channels before it
+// sends, and subscribes them again when it reconnects.
+func (s *subscriptions) control() {
+	defer s.loops.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		}
+		for {
+			s.mu.Lock()
+			if s.closed || len(s.changes) == 0 {
+				s.changes = nil
+				s.mu.Unlock()
+				break
+			}
+			c, ps := s.changes[0], s.ps
+			s.changes = s.changes[1:]
+			s.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), changeTimeout)
+			var err error
+			if c.subscribe {
+				err = ps.Subscribe(ctx, c.channels...)
+			} else {
+				// A failed unsubscribe only leaves an idle subscription
+				// behind; the next reconnect drops it.
+				_ = ps.Unsubscribe(ctx, c.channels...)
+			}
+			cancel()
+			if c.subscribe {
+				s.mu.Lock()
+				s.lastErr = err
+				s.mu.Unlock()
+			}
+		}
 	}
 }
 
@@ -457,11 +528,10 @@ const healthInterval = 5 * time.Second
 // resubscribes by itself after a read error; a connection that stays silent
 // even to a PING is replaced.
 func (s *subscriptions) receive(ps *redis.PubSub) {
-	defer close(s.loopDone)
-	ctx := context.Background()
+	defer s.loops.Done()
 	errWait, pinged := time.Duration(0), false
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
+		msg, err := receiveOne(ps)
 		select {
 		case <-s.stop:
 			return
@@ -473,7 +543,9 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 				if pinged {
 					ps = s.replace()
 				}
+				ctx, cancel := context.WithTimeout(context.Background(), changeTimeout)
 				pinged = ps.Ping(ctx) == nil
+				cancel()
 				continue
 			}
 			// The connection broke; go-redis redials on the next read.
@@ -511,22 +583,38 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 	}
 }
 
-// replace swaps a pub/sub connection that stopped answering for a new one
-// subscribed to the same channels.
+// receiveOne waits for the next message, or healthInterval of silence. Its
+// context also bounds a dial and handshake on a client with
+// ContextTimeoutEnabled and no ReadTimeout.
+func receiveOne(ps *redis.PubSub) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), healthInterval+changeTimeout)
+	defer cancel()
+	return ps.ReceiveTimeout(ctx, healthInterval)
+}
+
+// replace swaps a pub/sub connection that stopped answering for a new one,
+// which the control loop subscribes to the same channels. The queued changes
+// are dropped: the channels taken now already include them.
 func (s *subscriptions) replace() *redis.PubSub {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		defer s.mu.Unlock()
 		return s.ps // close is closing it; the loop sees stop next
 	}
-	channels := make([]string, 0, len(s.channels))
-	for c := range s.channels {
-		channels = append(channels, c)
-	}
 	old := s.ps
-	s.ps = s.client.Subscribe(context.Background(), channels...)
+	s.ps = s.client.Subscribe(context.Background()) // no channels: no I/O
+	s.changes = nil
+	if len(s.channels) > 0 {
+		channels := make([]string, 0, len(s.channels))
+		for c := range s.channels {
+			channels = append(channels, c)
+		}
+		s.post(change{subscribe: true, channels: channels})
+	}
+	ps := s.ps
+	s.mu.Unlock()
 	_ = old.Close()
-	return s.ps
+	return ps
 }
 
 func (s *subscriptions) close() error {
@@ -543,6 +631,6 @@ func (s *subscriptions) close() error {
 	}
 	close(s.stop)
 	err := ps.Close()
-	<-s.loopDone
+	s.loops.Wait()
 	return err
 }
