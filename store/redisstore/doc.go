@@ -18,8 +18,11 @@
 // script per call, never KEYS; across calls it follows SCAN's order, not key
 // order, and on a cluster it walks the primaries one after the other.
 //
-// The client must be made with ContextTimeoutEnabled: true (New checks), so
-// that the deadlines on renewals and releases hold on the socket.
+// The client is taken as the application made it, one pool for the
+// application and its locks. Every call returns by the end of its context:
+// with ContextTimeoutEnabled go-redis puts the deadline on the socket;
+// without it the Store runs each call on a goroutine of its own and leaves it
+// at the deadline (New says what that leaves behind, and for how long).
 //
 // # Guarantees
 //
@@ -67,5 +70,6 @@
 //
 // Store starts two goroutines, on the first WatchReleases, to read the shared
 // pub/sub connection and to send its subscription changes; Close stops them
-// and waits for them.
+// and waits for them. Without ContextTimeoutEnabled each call also runs on a
+// goroutine of its own (see New).
 package redisstore

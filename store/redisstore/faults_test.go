@@ -16,23 +16,59 @@ import (
 	"github.com/leasehold/leasehold/storetest"
 )
 
+// New takes a client as the application made it, ContextTimeoutEnabled or
+// not (calls are bounded either way, see silent_test.go), and refuses only
+// what it cannot run safely, naming the argument and the option.
 func TestNewRefusesUnsafeClients(t *testing.T) {
-	cases := map[string]redis.UniversalClient{
-		"client without context timeouts":  redis.NewClient(&redis.Options{Addr: shared.Addr()}),
-		"cluster without context timeouts": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{shared.Addr()}}),
-		"ring":                             redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": shared.Addr()}, ContextTimeoutEnabled: true}),
-		"nil":                              nil,
+	addr := shared.Addr()
+	accepted := map[string]redis.UniversalClient{
+		"client as made by default":                       redis.NewClient(&redis.Options{Addr: addr}),
+		"client with context timeouts":                    redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}),
+		"client with no ReadTimeout but context timeouts": redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -1, ContextTimeoutEnabled: true}),
+		"cluster as made by default":                      redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}}),
+		"failover client":                                 redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr}}),
 	}
-	for name, c := range cases {
-		s, err := redisstore.New(c)
+	for name, c := range accepted {
+		if s, err := redisstore.New(c); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		} else {
+			_ = s.Close()
+		}
+		_ = c.Close()
+	}
+	refused := map[string]struct {
+		client redis.UniversalClient
+		names  []string // what the error must name
+	}{
+		"nil":  {nil, []string{"client", "nil"}},
+		"ring": {redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, ContextTimeoutEnabled: true}), []string{"client", "Ring"}},
+		"no ReadTimeout": {redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -1}),
+			[]string{"client", "ReadTimeout", "-1", "ContextTimeoutEnabled"}},
+		"no WriteTimeout": {redis.NewClient(&redis.Options{Addr: addr, WriteTimeout: -1}),
+			[]string{"client", "WriteTimeout", "-1", "ContextTimeoutEnabled"}},
+		"no read deadlines at all": {redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -2, ContextTimeoutEnabled: true}),
+			[]string{"client", "ReadTimeout", "-2"}},
+		"cluster with no ReadTimeout": {redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, ReadTimeout: -1}),
+			[]string{"client", "ReadTimeout", "-1", "ContextTimeoutEnabled"}},
+		"cluster with no write deadlines at all": {redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, WriteTimeout: -2, ContextTimeoutEnabled: true}),
+			[]string{"client", "WriteTimeout", "-2"}},
+	}
+	for name, c := range refused {
+		s, err := redisstore.New(c.client)
 		if err == nil || s != nil {
 			t.Errorf("%s: accepted", name)
+			continue
 		}
-		if strings.Contains(name, "timeouts") && !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
-			t.Errorf("%s: %q does not name the setting", name, err)
+		if !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Errorf("%s: %v is not an invalid-argument error", name, err)
 		}
-		if c != nil {
-			_ = c.Close()
+		for _, want := range c.names {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %q does not name %q", name, err, want)
+			}
+		}
+		if c.client != nil {
+			_ = c.client.Close()
 		}
 	}
 }

@@ -46,9 +46,25 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 	if err != nil {
 		return nil, "", err
 	}
+	type page struct {
+		infos []driver.Info
+		next  string
+	}
+	p, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (page, error) {
+		infos, next, err := s.list(ctx, g, pos, limit)
+		return page{infos, next}, err
+	}, nil)
+	if err != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
+		err = fmt.Errorf("redisstore: list %q: %w", pattern, err)
+	}
+	return p.infos, p.next, err
+}
+
+// list is one call of List, after its arguments were checked.
+func (s *Store) list(ctx context.Context, g *keyglob.Pattern, pos listPos, limit int) ([]driver.Info, string, error) {
 	nodes, err := s.scanNodes(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("redisstore: list %q: %w", pattern, err)
+		return nil, "", err
 	}
 	at := 0
 	if pos.node != "" {
@@ -58,7 +74,7 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 	case at < 0 && (pos.node == singleNode) != (nodes[0].name == singleNode):
 		return nil, "", badAfter("it is from a listing on another kind of client")
 	case at < 0:
-		return nil, "", fmt.Errorf("redisstore: list %q: %s is no longer a primary of the cluster (a failover or resharding): start the listing again", pattern, pos.node)
+		return nil, "", fmt.Errorf("%s is no longer a primary of the cluster (a failover or resharding): start the listing again", pos.node)
 	}
 	node := nodes[at]
 	match := g.Coarse(func(r rune) string {
@@ -69,7 +85,7 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 	}, "*", "?*") // Redis's ? is one byte; a code point is one or more
 	keys, cursor, err := node.client.ScanType(ctx, pos.cursor, match, int64(limit), "string").Result()
 	if err != nil {
-		return nil, "", fmt.Errorf("redisstore: list %q: %w", pattern, err)
+		return nil, "", err
 	}
 	var cands []string
 	for _, k := range keys {
@@ -85,12 +101,12 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 		// The step's keys changed since they were shared out: give them
 		// out from the start of the step again (repeating some).
 		if retries++; retries > maxStepRetries {
-			return nil, "", fmt.Errorf("redisstore: list %q: the keys of one SCAN step changed %d times between calls; list again, with a larger limit", pattern, retries)
+			return nil, "", fmt.Errorf("the keys of one SCAN step changed %d times between calls; list again, with a larger limit", retries)
 		}
 	}
 	infos, err := s.readLocks(ctx, cands)
 	if err != nil {
-		return nil, "", fmt.Errorf("redisstore: list %q: %w", pattern, err)
+		return nil, "", err
 	}
 	switch {
 	case len(infos) > limit:

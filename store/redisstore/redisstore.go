@@ -57,6 +57,7 @@ var (
 // Store is a driver.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
+	calls  rscript.Caller
 	subs   subscriptions
 	opts   options
 
@@ -88,15 +89,26 @@ func WithLogger(l *slog.Logger) Option {
 func WithEvictionWarning() Option { return func(o *options) { o.warnEviction = true } }
 
 // New returns a Store that keeps its locks in client: a *redis.Client, a
-// failover (Sentinel) client or a *redis.ClusterClient. The Store does not own
-// the client; Close the Store before the client.
+// failover (Sentinel) client or a *redis.ClusterClient, made as the
+// application already makes it. The Store does not own the client; Close the
+// Store before the client.
 //
-// The client must be made with ContextTimeoutEnabled: true. Without it
-// go-redis ignores context deadlines on the socket and waits for its
-// ReadTimeout instead, so the bounds leasehold puts on renewals and releases
-// would not hold. A *redis.Ring is refused: it spreads keys by its own
-// hashing, so a lock key and its fence key could land on different servers
-// and the scripts would no longer be atomic.
+// Every call returns by the end of its context. Without
+// ContextTimeoutEnabled go-redis ignores the context on the socket, so the
+// Store runs each call on a goroutine of its own and, at the context's end,
+// returns an error of unknown outcome that matches the context's error (a
+// Client releases an acquire left so, and sends a release again). The
+// goroutine and its connection stay busy until go-redis ends the round trip
+// under way, within the client's WriteTimeout plus ReadTimeout (twice that
+// if it was dialling), or until the client is closed; an acquire whose reply
+// then arrives, granted, is released by the Store. With
+// ContextTimeoutEnabled go-redis drops the connection at the deadline.
+//
+// New refuses, with an *ArgumentError naming "client", a client whose socket
+// could wait forever: ReadTimeout or WriteTimeout -2, or -1 without
+// ContextTimeoutEnabled. It refuses a *redis.Ring: that spreads keys by its
+// own hashing, so a lock key and its fence key could land on different
+// servers and the scripts would no longer be atomic.
 //
 // The first Acquire reads the server's maxmemory-policy (INFO memory, on
 // every primary of a cluster), under the Acquire's context, and refuses any
@@ -109,10 +121,11 @@ func WithEvictionWarning() Option { return func(o *options) { o.warnEviction = t
 // scripts, which must not run twice, are sent as commands go-redis never
 // retries once written; renew and inspect, which may, are retried as usual.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
-	if err := rscript.CheckClient("redisstore", client); err != nil {
+	calls, err := rscript.CheckClient(client)
+	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, opts: options{log: slog.Default()}}
+	s := &Store{client: client, calls: calls, opts: options{log: slog.Default()}}
 	for _, opt := range opts {
 		opt(&s.opts)
 	}
@@ -214,30 +227,63 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	if !s.evictionOK.Load() {
-		if err := s.checkEviction(ctx); err != nil {
-			return 0, fmt.Errorf("redisstore: acquire %q: %w", key, err)
+	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
+		if !s.evictionOK.Load() {
+			if err := s.checkEviction(ctx); err != nil {
+				return nil, err
+			}
 		}
-	}
-	res, err := acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Slice()
+		return acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Slice()
+	}, func(res []any, err error) {
+		if _, granted, _ := acquireReply(res); err == nil && granted {
+			s.releaseLate(key, token)
+		}
+	})
 	if err != nil {
 		return 0, acquireError(key, err)
 	}
-	if len(res) == 2 {
-		switch got, _ := res[0].(int64); got {
-		case 0:
-			if pttl, ok := res[1].(int64); ok {
-				return 0, &leasehold.HeldError{Key: key, Remaining: heldFor(pttl)}
-			}
-		case 1:
-			if f, ok := res[1].(string); ok {
-				if fence, ok := parseFence(f); ok {
-					return fence, nil
-				}
-			}
-		}
+	switch fence, granted, pttl := acquireReply(res); {
+	case granted:
+		return fence, nil
+	case pttl != nil:
+		return 0, &leasehold.HeldError{Key: key, Remaining: heldFor(*pttl)}
 	}
 	return 0, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
+}
+
+// acquireReply reads the acquire script's reply: the fence when granted, or
+// the holder's PTTL when held; neither for a reply the script cannot give.
+func acquireReply(res []any) (fence int64, granted bool, pttl *int64) {
+	if len(res) != 2 {
+		return 0, false, nil
+	}
+	switch got, _ := res[0].(int64); got {
+	case 0:
+		if p, ok := res[1].(int64); ok {
+			return 0, false, &p
+		}
+	case 1:
+		if f, ok := res[1].(string); ok {
+			fence, granted = parseFence(f)
+			return fence, granted, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// lateReleaseTimeout bounds the release of a key taken by an acquire whose
+// caller had left; it matches the Client's own clean-up after a lost reply.
+const lateReleaseTimeout = 2 * time.Second
+
+// releaseLate gives back the key an acquire took after its caller left at its
+// deadline: the caller has an error and will never use the lease.
+func (s *Store) releaseLate(key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lateReleaseTimeout)
+	defer cancel()
+	if err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Err(); err != nil {
+		s.opts.log.Warn("redisstore: could not release a key taken after its acquire was left at its deadline; it stays held until its TTL runs out",
+			slog.String("key", key), slog.Any("error", err))
+	}
 }
 
 // parseFence reads a fence as the scripts write it: a canonical decimal in
@@ -265,7 +311,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
+	n, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
+		return releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", key, err)
 	}
@@ -280,7 +328,9 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	n, err := renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
+	n, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
+		return renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}
@@ -313,7 +363,16 @@ func (s *Store) RenewBatch(ctx context.Context, items []driver.RenewItem) []erro
 	if len(calls) == 0 {
 		return errs
 	}
-	for j, cmd := range renewScript.RunBatch(ctx, s.client, calls) {
+	cmds, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]*redis.Cmd, error) {
+		return renewScript.RunBatch(ctx, s.client, calls), nil
+	}, nil)
+	if err != nil {
+		for _, i := range sent {
+			errs[i] = fmt.Errorf("redisstore: renew %q: %w", items[i].Key, err)
+		}
+		return errs
+	}
+	for j, cmd := range cmds {
 		i := sent[j]
 		switch n, err := cmd.Int64(); {
 		case err != nil:
@@ -330,7 +389,9 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.Info{}, err
 	}
-	res, err := inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
+	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
+		return inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
+	}, nil)
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
 	}

@@ -51,17 +51,25 @@ func newStore(t testing.TB, client redis.UniversalClient, opts ...redisstore.Opt
 	return s
 }
 
+// singleClient and clusterClient are clients as an application makes them
+// by default, without ContextTimeoutEnabled.
 func singleClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	return redis.NewClient(&redis.Options{Addr: addr})
 }
 
 func clusterClient(addrs []string) *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) driver.Store {
 		return newStore(t, singleClient(shared.Addr()))
+	})
+}
+
+func TestConformanceContextTimeouts(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) driver.Store {
+		return newStore(t, redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true}))
 	})
 }
 

@@ -44,19 +44,22 @@ func HighWaterKey(key string) string { return redisslot.Companion("leasehold:hwm
 // Writer applies fenced writes. It is safe for concurrent use.
 type Writer struct {
 	client redis.UniversalClient
+	calls  rscript.Caller
 	cfg    fence.Config
 }
 
 var _ fence.Register = (*Writer)(nil)
 
-// New returns a Writer on client, which must be made with
-// ContextTimeoutEnabled: true (see redisstore.New). Options: fence.WithMode
-// (default fence.Strict) and fence.OnReject.
+// New returns a Writer on client, made as the application already makes it.
+// Every call returns by the end of its context, and New refuses the clients
+// redisstore.New refuses, for the same reasons (see there). Options:
+// fence.WithMode (default fence.Strict) and fence.OnReject.
 func New(client redis.UniversalClient, opts ...fence.Option) (*Writer, error) {
-	if err := rscript.CheckClient("redisfence", client); err != nil {
+	calls, err := rscript.CheckClient(client)
+	if err != nil {
 		return nil, err
 	}
-	return &Writer{client: client, cfg: fence.NewConfig(opts...)}, nil
+	return &Writer{client: client, calls: calls, cfg: fence.NewConfig(opts...)}, nil
 }
 
 // Script is a Lua script whose writes are fenced: it runs only when the
@@ -152,7 +155,9 @@ func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceTo
 	}
 	allKeys := append(append(make([]string, 0, len(keys)+1), keys...), HighWaterKey(keys[0]))
 	argv := append(append(make([]any, 0, len(args)+2), args...), fenceToken, same)
-	res, err := script.s.Run(ctx, w.client, allKeys, argv...).Result()
+	res, err := rscript.Do(ctx, w.calls, func(ctx context.Context) (any, error) {
+		return script.s.Run(ctx, w.client, allKeys, argv...).Result()
+	}, nil)
 	switch {
 	case err == nil:
 		return res, nil
@@ -181,7 +186,9 @@ func (w *Writer) Read(ctx context.Context, key string) ([]byte, int64, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, 0, err
 	}
-	res, err := readScript.Run(ctx, w.client, []string{key, HighWaterKey(key)}).Slice()
+	res, err := rscript.Do(ctx, w.calls, func(ctx context.Context) ([]any, error) {
+		return readScript.Run(ctx, w.client, []string{key, HighWaterKey(key)}).Slice()
+	}, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("redisfence: read %q: %w", key, err)
 	}

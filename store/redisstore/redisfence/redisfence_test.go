@@ -43,9 +43,9 @@ func newWriter(t testing.TB, client redis.UniversalClient, opts ...fence.Option)
 	return w
 }
 
-func single(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-}
+// single is a client as an application makes it by default, without
+// ContextTimeoutEnabled.
+func single(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
 
 func TestConformance(t *testing.T) {
 	fencetest.Run(t, func(t *testing.T, mode fence.Mode) fence.Register {
@@ -53,16 +53,22 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestConformanceContextTimeouts(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T, mode fence.Mode) fence.Register {
+		return newWriter(t, redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true}), fence.WithMode(mode))
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
 	fencetest.Run(t, func(t *testing.T, mode fence.Mode) fence.Register {
-		return newWriter(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true}), fence.WithMode(mode))
+		return newWriter(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()}), fence.WithMode(mode))
 	})
 }
 
 func TestOddKeysOnCluster(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
-	w := newWriter(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true}))
+	w := newWriter(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()}))
 	for i, key := range []string{"x}{y", "{}odd", "{tenant}:x", "a{b}c", "runs:R1"} {
 		if err := w.Set(t.Context(), key, int64(i+1), "v"); err != nil {
 			t.Fatalf("Set(%q): %v", key, err)
@@ -211,8 +217,14 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if n, _ := srv.Do("DBSIZE"); n != "0" {
 		t.Fatalf("DBSIZE = %s after rejected calls", n)
 	}
-	if _, err := redisfence.New(redis.NewClient(&redis.Options{Addr: srv.Addr()})); err == nil {
-		t.Fatal("a client without ContextTimeoutEnabled was accepted")
+	// A client as made by default is taken: its calls are
+	// bounded by their contexts (see redisstore's silent_test.go). One whose
+	// reads may wait forever is not.
+	newWriter(t, single(srv.Addr()))
+	noTimeout := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1})
+	defer noTimeout.Close()
+	if _, err := redisfence.New(noTimeout); !errors.Is(err, leasehold.ErrInvalidArgument) {
+		t.Fatalf("a client with no ReadTimeout nor ContextTimeoutEnabled: %v, want an invalid-argument error", err)
 	}
 }
 

@@ -116,28 +116,3 @@ func (sc Script) process(ctx context.Context, c redis.UniversalClient, verb, bod
 	}
 	return cmd
 }
-
-// CheckClient refuses a client that cannot run leasehold's scripts safely:
-// nil, a *redis.Ring (its own sharding can split keys that must share a
-// server), or a client without ContextTimeoutEnabled (go-redis would ignore
-// the deadlines set on each call and wait for its ReadTimeout). Clients of
-// other types cannot be inspected and are accepted.
-func CheckClient(pkg string, client redis.UniversalClient) error {
-	noTimeouts := errors.New(pkg + ": the client must be made with ContextTimeoutEnabled: true, " +
-		"or go-redis ignores the deadlines leasehold sets on each call")
-	switch c := client.(type) {
-	case nil:
-		return errors.New(pkg + ": nil client")
-	case *redis.Ring:
-		return errors.New(pkg + ": a *redis.Ring cannot keep keys that must share a server together; use a *redis.Client or a *redis.ClusterClient")
-	case *redis.Client:
-		if !c.Options().ContextTimeoutEnabled {
-			return noTimeouts
-		}
-	case *redis.ClusterClient:
-		if !c.Options().ContextTimeoutEnabled {
-			return noTimeouts
-		}
-	}
-	return nil
-}

@@ -1,0 +1,119 @@
+package rscript
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/driver"
+)
+
+// Caller runs the calls on one client so that the end of their context
+// bounds them, whatever the client's ContextTimeoutEnabled (see Do).
+type Caller struct {
+	// detach: go-redis does not put the context's deadline on the socket,
+	// so each call runs on a goroutine of its own and is left at ctx's end.
+	detach bool
+}
+
+// CheckClient returns the Caller for client, or an *ArgumentError naming
+// "client" for nil, a *redis.Ring (its own sharding can split keys that must
+// share a server) or a client whose socket reads or writes may wait forever
+// after a call is left: ReadTimeout or WriteTimeout -2 (no socket deadline
+// at all), or -1 (none) without ContextTimeoutEnabled. A client of another
+// type cannot be inspected: its calls are detached, and a call left at its
+// deadline runs on for as long as that client lets it.
+func CheckClient(client redis.UniversalClient) (Caller, error) {
+	switch c := client.(type) {
+	case nil:
+		return Caller{}, badClient("nil")
+	case *redis.Ring:
+		return Caller{}, badClient("a *redis.Ring spreads keys by its own hashing, so a lock key and the key beside it " +
+			"could land on different servers; use a *redis.Client, a failover client or a *redis.ClusterClient")
+	case *redis.Client:
+		o := c.Options()
+		return checkTimeouts(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+	case *redis.ClusterClient:
+		o := c.Options()
+		return checkTimeouts(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+	}
+	return Caller{detach: true}, nil
+}
+
+// checkTimeouts reads timeouts as go-redis keeps them once the client is made:
+// below 0 no socket deadline is ever set, 0 only the context's.
+func checkTimeouts(ctxTimeouts bool, read, write time.Duration) (Caller, error) {
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"ReadTimeout", read}, {"WriteTimeout", write}} {
+		switch {
+		case t.d < 0:
+			return Caller{}, badClient(fmt.Sprintf("its %s is -2, which turns socket deadlines off, "+
+				"the context's too, so a server that stops answering would hold a call forever; set a %[1]s", t.name))
+		case t.d == 0 && !ctxTimeouts:
+			return Caller{}, badClient(fmt.Sprintf("its %s is -1 (none) and ContextTimeoutEnabled is off, so a call "+
+				"left at its deadline would hold its goroutine and connection for as long as the server is silent; "+
+				"set a %[1]s or ContextTimeoutEnabled: true", t.name))
+		}
+	}
+	return Caller{detach: !ctxTimeouts}, nil
+}
+
+func badClient(reason string) error { return &driver.ArgumentError{Arg: "client", Reason: reason} }
+
+// Do runs f under ctx and returns its result. With a detached Caller, f
+// runs on a goroutine of its own and Do returns at ctx's end, if f has not,
+// with an error wrapping ctx's: f's commands may still be applied. f then
+// ends when go-redis gives up on the silent socket, at the latest after the
+// client's WriteTimeout and ReadTimeout (once more for a connection dialled
+// for it); closing the client ends it at once. late, if not nil, then gets
+// f's result on that goroutine.
+func Do[T any](ctx context.Context, c Caller, f func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if !c.detach || ctx.Done() == nil {
+		return f(ctx)
+	}
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("not sent: %w", ctxError(ctx, err))
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result) // unbuffered: a send lands only while Do waits
+	gone := make(chan struct{})
+	go func() {
+		v, err := f(ctx)
+		select {
+		case done <- result{v, err}:
+		case <-gone:
+			if late != nil {
+				late(v, err)
+			}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+	}
+	select {
+	case r := <-done: // ready at the same instant: a known outcome wins
+		return r.v, r.err
+	default:
+		close(gone)
+	}
+	return zero, fmt.Errorf("no reply before the context ended; it may still be applied: %w", ctxError(ctx, ctx.Err()))
+}
+
+// ctxError is err, ctx's error, joined with ctx's cause when that says more.
+func ctxError(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		return errors.Join(err, cause)
+	}
+	return err
+}
