@@ -33,7 +33,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	shared = srv
+	stopExamples, err := startExampleServers()
+	if err != nil {
+		_ = srv.Close()
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	stopExamples()
 	_ = srv.Close()
 	os.Exit(code)
 }
