@@ -19,8 +19,9 @@ type quietRedisLog struct{}
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // openRedis makes a backend on the Redis at rawURL. The client is a single
-// node client (redis:// or rediss://); ContextTimeoutEnabled is forced on,
-// as redisstore requires, so that --timeout holds on the socket.
+// node client (redis:// or rediss://); ContextTimeoutEnabled is forced on, so
+// a command cut by --timeout drops its connection at once instead of leaving
+// it busy until the ReadTimeout (redisstore bounds the call either way).
 func openRedis(rawURL string, timeout time.Duration) (*backend, error) {
 	if rawURL == "" {
 		return nil, usagef("--redis needs a URL, such as redis://127.0.0.1:6379/0")
