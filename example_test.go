@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -59,21 +60,26 @@ func ExampleClient_TryAcquire() {
 	// leasehold: invalid key: control character U+000A at byte 10
 }
 
-// Hold runs a critical section under a lease that renews itself every ttl/3
-// and is released afterwards. Under the default fence policy, ctx is cancelled
-// (with a cause matching ErrAbandoned) before the lease could expire unrenewed.
+// Hold runs fn under a lease renewed every ttl/3, then releases it. Each write
+// carries the lease's fence, so the storage can refuse a holder that is late.
 func ExampleClient_Hold() {
 	client := leasehold.New(memstore.New())
-	err := client.Hold(context.Background(), "runs:R1", 30*time.Second,
+	defer client.Close() // stops the Client's renewal goroutine
+
+	// Your storage: it refuses a write whose fence is not newer than the last it took.
+	jobs := fence.NewMemRegister()
+
+	err := client.Hold(context.Background(), "jobs:42", 30*time.Second,
 		func(ctx context.Context, l *leasehold.Lease) error {
-			// Write with l.Fence(), and stop when ctx is done.
-			fmt.Println("running with fence", l.Fence())
-			return ctx.Err()
+			// ctx ends if the lease can no longer be trusted.
+			return jobs.Write(ctx, "jobs:42", l.Fence(), []byte("done"))
 		})
 	fmt.Println("Hold:", err)
+	v, f, _ := jobs.Read(context.Background(), "jobs:42")
+	fmt.Printf("jobs:42 = %q, written with fence %d\n", v, f)
 	// Output:
-	// running with fence 1
 	// Hold: <nil>
+	// jobs:42 = "done", written with fence 1
 }
 
 // KeepAlive renews a lease by hand-acquired in the background; its Context

@@ -6,6 +6,10 @@ import (
 	"testing"
 )
 
+// exampleFiles hold the Examples whose bodies README go blocks may start:
+// the root package's, and redisstore's for first use on a go-redis client.
+var exampleFiles = []string{"example_test.go", "store/redisstore/example_test.go"}
+
 // Every go code block in the README must be the start of the body of an
 // Example, which is compiled and whose output is checked, so the README
 // cannot drift from working code.
@@ -14,14 +18,17 @@ func TestReadmeSamplesAreCompiledExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	example, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var bodies []string
-	for _, part := range strings.Split(string(example), "\nfunc Example")[1:] {
-		_, body, _ := strings.Cut(part, "{\n")
-		bodies = append(bodies, flat(body))
+	for _, name := range exampleFiles {
+		example, err := os.ReadFile(name)
+		if err != nil {
+			t.Errorf("%s: README.md's go blocks may start an Example there: %v", name, err)
+			continue
+		}
+		for _, part := range strings.Split(string(example), "\nfunc Example")[1:] {
+			_, body, _ := strings.Cut(part, "{\n")
+			bodies = append(bodies, flat(body))
+		}
 	}
 	blocks := strings.Split(string(readme), "```go\n")[1:]
 	if len(blocks) == 0 {
@@ -34,7 +41,8 @@ func TestReadmeSamplesAreCompiledExamples(t *testing.T) {
 			found = found || strings.HasPrefix(body, flat(sample))
 		}
 		if !found {
-			t.Errorf("README.md's sample is not the body of an Example in example_test.go:\n%s", sample)
+			t.Errorf("README.md's sample is not the start of an Example's body in %s:\n%s",
+				strings.Join(exampleFiles, " or "), sample)
 		}
 	}
 }
