@@ -49,11 +49,11 @@ func Example_existingClient() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	locks := leasehold.New(store)
-	defer store.Close() // before rdb.Close
-	defer locks.Close()
+	defer store.Close() // stops the Store's release-notification goroutine
+	client := leasehold.New(store)
+	defer client.Close() // stops the Client's renewal goroutine
 
-	err = locks.Hold(context.Background(), "reports:daily", time.Minute,
+	err = client.Hold(context.Background(), "reports:daily", time.Minute,
 		func(ctx context.Context, l *leasehold.Lease) error {
 			fmt.Println("held with a fence:", l.Fence() > 0)
 			return nil
