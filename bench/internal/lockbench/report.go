@@ -420,7 +420,7 @@ func method(b *strings.Builder, r *Result) {
 	p("  are medians of per-round ratios, so they need not equal the quotient of two medians in the")
 	p("  tables. Hand-off latencies are pooled over all rounds.")
 	p("- Every client is a go-redis `redis.Client` with the same options and its own pool; all use")
-	p("  `ContextTimeoutEnabled` (leasehold requires it). Every library's client carries the same")
+	p("  `ContextTimeoutEnabled` (which leasehold required then). Every library's client carries the same")
 	p("  counting hook, the baseline's too. Locks are taken with an 8 s TTL (redsync's default).")
 	p("- CPU: this process's user + system time (getrusage) and redis-server's `used_cpu_user` +")
 	p("  `used_cpu_sys` from INFO, over each cell, per operation.")

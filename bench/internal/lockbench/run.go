@@ -235,7 +235,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer stop()
-	opts.ContextTimeoutEnabled = true // leasehold requires it; everyone gets it
+	opts.ContextTimeoutEnabled = true // the same options for every library
 	opts.PoolSize = max(slices.Max(cfg.Concurrency), slices.Max(cfg.Workers)) + 4
 	admin := redis.NewClient(opts)
 	defer admin.Close()
