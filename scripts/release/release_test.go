@@ -101,6 +101,9 @@ replace (
 	if strings.Contains(string(out), "v0.1.0") {
 		t.Errorf("v0.1.0 is left:\n%s", out)
 	}
+	if want := strings.ReplaceAll(in, "v0.1.0", "v0.2.0"); string(out) != want {
+		t.Errorf("the block is not kept as it was:\n%s\nwant\n%s", out, want)
+	}
 }
 
 // The repository's modules require each other at one version, and go.work

@@ -50,10 +50,11 @@ func rewriteWork(work []byte, project map[string]bool, version string) ([]byte, 
 		}
 	}
 	for _, r := range moved {
-		if err := f.DropReplace(r.Old.Path, r.Old.Version); err != nil {
+		// Add before dropping, so the new line takes the old one's place.
+		if err := f.AddReplace(r.Old.Path, version, r.New.Path, r.New.Version); err != nil {
 			return nil, err
 		}
-		if err := f.AddReplace(r.Old.Path, version, r.New.Path, r.New.Version); err != nil {
+		if err := f.DropReplace(r.Old.Path, r.Old.Version); err != nil {
 			return nil, err
 		}
 	}
