@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/mod/modfile"
 
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
@@ -45,7 +48,14 @@ func TestReleaseCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string][]byte{"go.mod": []byte("module example.com/outside\n\ngo 1.26.0\n"), "main.go": src}
+	// The third-party modules our modules require start at the versions the
+	// workspace builds with, the ones the module cache holds, whatever the
+	// order of the go get commands below.
+	gomod, err := outsideGoMod(root, mods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"go.mod": gomod, "main.go": src}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(work, name), data, 0o644); err != nil {
 			t.Fatal(err)
@@ -101,4 +111,43 @@ func TestReleaseCheck(t *testing.T) {
 		t.Errorf("leasehold version does not name %s", checkTestVersion)
 	}
 	run(os.Environ(), filepath.Join(bin, "leasehold"), "inspect", "--redis", "redis://"+rs.Addr()+"/0", "release-check:redisstore")
+}
+
+// outsideGoMod is the go.mod of the outside module: every third-party module
+// a published module requires, at the version the workspace selects.
+func outsideGoMod(root string, mods []wsModule) ([]byte, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{if not .Main}}{{.Path}} {{.Version}}{{end}}", "all")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -m all in the workspace: %v", err)
+	}
+	selected := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		if path, version, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			selected[path] = version
+		}
+	}
+	f := &modfile.File{Syntax: &modfile.FileSyntax{}}
+	if err := f.AddModuleStmt("example.com/outside"); err != nil {
+		return nil, err
+	}
+	if err := f.AddGoStmt("1.26.0"); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, m := range mods {
+		mf, err := modfile.Parse(m.Dir+"/go.mod", m.GoMod, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range mf.Require {
+			if v := selected[r.Mod.Path]; v != "" && !seen[r.Mod.Path] {
+				seen[r.Mod.Path] = true
+				f.AddNewRequire(r.Mod.Path, v, true)
+			}
+		}
+	}
+	f.Cleanup()
+	return modfile.Format(f.Syntax), nil
 }
