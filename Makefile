@@ -1,8 +1,8 @@
 # Every Go module in the repository; the heavy clients live in their own.
-MODULES := . store/redisstore store/etcdstore store/pgstore fence/pgfence prom drill cmd/leasehold bench e2e
+MODULES := . store/redisstore store/etcdstore store/pgstore fence/pgfence prom drill cmd/leasehold bench e2e scripts/release
 GO      ?= go
 
-.PHONY: test deps
+.PHONY: test deps release-check tidy
 # test: install the test servers when missing, then vet and race-test every module.
 # A package that hangs fails after 5 minutes instead of go test's default 10.
 test: deps
@@ -12,6 +12,18 @@ test: deps
 	done
 	promtool check rules deploy/prometheus/alerts.yml
 	promtool test rules deploy/prometheus/alerts_test.yml
+	@$(MAKE) --no-print-directory release-check
+
+# release-check: serve the published modules of the work tree from a file-system
+# module proxy, as a release would tag them, then go get each one into a module
+# outside the repository and run a program that locks on every backend. No
+# network: third-party modules come from the module cache the tests filled.
+release-check: deps
+	cd scripts/release && LEASEHOLD_RELEASE_CHECK=1 $(GO) test -count=1 -v -timeout 10m -run '^TestReleaseCheck$$' .
+
+# tidy: go mod tidy in every module; our own modules come from the work tree.
+tidy:
+	$(GO) run ./scripts/release tidy
 
 deps:
-	@scripts/ensure-deps.sh redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus chromium=chromium
+	@scripts/ensure-deps.sh git=git redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus chromium=chromium

@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
-	github.com/leasehold/leasehold v0.0.0
-	github.com/leasehold/leasehold/store/redisstore v0.0.0
+	github.com/leasehold/leasehold v0.1.0
+	github.com/leasehold/leasehold/store/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -14,9 +14,4 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-)
-
-replace (
-	github.com/leasehold/leasehold => ../
-	github.com/leasehold/leasehold/store/redisstore => ../store/redisstore
 )

@@ -123,5 +123,6 @@ type Lister interface {
 	// character, an unclosed or empty set, a range whose ends are reversed,
 	// a trailing lone \), a limit outside 1..MaxListLimit, or an after the
 	// store cannot have returned (Arg "pattern", "limit" or "after").
+	// ValidateList checks pattern and limit so, and its Glob matches keys.
 	List(ctx context.Context, pattern, after string, limit int) (infos []Info, next string, err error)
 }

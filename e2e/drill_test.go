@@ -17,8 +17,8 @@ import (
 	"github.com/leasehold/leasehold/drill/check"
 	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/drill/pgjobs"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // The drill on real servers: locks in a Redis that is restarted without

@@ -4,11 +4,11 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/leasehold/leasehold v0.0.0
-	github.com/leasehold/leasehold/drill v0.0.0
-	github.com/leasehold/leasehold/fence/pgfence v0.0.0
-	github.com/leasehold/leasehold/prom v0.0.0
-	github.com/leasehold/leasehold/store/redisstore v0.0.0
+	github.com/leasehold/leasehold v0.1.0
+	github.com/leasehold/leasehold/drill v0.1.0
+	github.com/leasehold/leasehold/fence/pgfence v0.1.0
+	github.com/leasehold/leasehold/prom v0.1.0
+	github.com/leasehold/leasehold/store/redisstore v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
@@ -30,12 +30,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/leasehold/leasehold => ../
-	github.com/leasehold/leasehold/drill => ../drill
-	github.com/leasehold/leasehold/fence/pgfence => ../fence/pgfence
-	github.com/leasehold/leasehold/prom => ../prom
-	github.com/leasehold/leasehold/store/redisstore => ../store/redisstore
 )

@@ -21,9 +21,9 @@ import (
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/pgfence"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/store/redisstore/redisfence"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 var (

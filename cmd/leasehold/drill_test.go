@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // The default drill exits 0 with no violation; with a protection switched

@@ -12,9 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/etcdstore"
 	"github.com/leasehold/leasehold/store/pgstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // checkInventory runs inspect and ls with storeArgs against a store in which

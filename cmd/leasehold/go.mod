@@ -4,11 +4,11 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/leasehold/leasehold v0.0.0
-	github.com/leasehold/leasehold/prom v0.0.0
-	github.com/leasehold/leasehold/store/etcdstore v0.0.0
-	github.com/leasehold/leasehold/store/pgstore v0.0.0
-	github.com/leasehold/leasehold/store/redisstore v0.0.0
+	github.com/leasehold/leasehold v0.1.0
+	github.com/leasehold/leasehold/prom v0.1.0
+	github.com/leasehold/leasehold/store/etcdstore v0.1.0
+	github.com/leasehold/leasehold/store/pgstore v0.1.0
+	github.com/leasehold/leasehold/store/redisstore v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -21,7 +21,7 @@ require (
 
 require (
 	github.com/anishathalye/porcupine v1.3.1 // indirect
-	github.com/leasehold/leasehold/fence/pgfence v0.0.0 // indirect
+	github.com/leasehold/leasehold/fence/pgfence v0.1.0 // indirect
 )
 
 require (
@@ -36,7 +36,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/leasehold/leasehold/drill v0.0.0
+	github.com/leasehold/leasehold/drill v0.1.0
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.6.16 // indirect
@@ -51,14 +51,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-)
-
-replace (
-	github.com/leasehold/leasehold => ../..
-	github.com/leasehold/leasehold/drill => ../../drill
-	github.com/leasehold/leasehold/fence/pgfence => ../../fence/pgfence
-	github.com/leasehold/leasehold/prom => ../../prom
-	github.com/leasehold/leasehold/store/etcdstore => ../../store/etcdstore
-	github.com/leasehold/leasehold/store/pgstore => ../../store/pgstore
-	github.com/leasehold/leasehold/store/redisstore => ../../store/redisstore
 )

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // startRedis starts a redis-server for one test and returns its URL for

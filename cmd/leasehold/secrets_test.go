@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // hostilePasswords hold URL delimiters, unencoded; digit-led ones read as a port.

@@ -16,7 +16,7 @@ import (
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencetest"
 	"github.com/leasehold/leasehold/fence/pgfence"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 var (

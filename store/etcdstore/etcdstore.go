@@ -14,7 +14,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // DefaultPrefix is the key prefix used when WithPrefix is not given. A prefix
@@ -353,7 +352,7 @@ const (
 // ended meanwhile is left out. Keys under the lock prefix that are not valid
 // lock keys are skipped.
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
-	g, err := keyglob.Check(pattern, limit)
+	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
 		return nil, "", err
 	}

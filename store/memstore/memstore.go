@@ -20,7 +20,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // sweepEvery is how many acquires pass between sweeps of expired leases. The
@@ -231,7 +230,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 // the last. It sorts the matching held keys, so a call costs O(n log n) for
 // n held keys.
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
-	g, err := keyglob.Check(pattern, limit)
+	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
 		return nil, "", err
 	}

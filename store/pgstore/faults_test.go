@@ -12,8 +12,8 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/pgstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // These tests restart or kill a server, so each starts its own. They do not

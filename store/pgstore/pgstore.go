@@ -15,7 +15,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // DefaultTable is the table New uses without WithTable. It carries the
@@ -346,7 +345,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 // encoding), and reads limit + 1 rows; the exact pattern is then applied
 // here, so a call may return fewer than limit locks before the end.
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
-	g, err := keyglob.Check(pattern, limit)
+	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
 		return nil, "", err
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // New takes a client as the application made it, ContextTimeoutEnabled or

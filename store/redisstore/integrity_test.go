@@ -13,9 +13,9 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // Fences past 2^53, where a Lua double stops being exact, up to MaxInt64:

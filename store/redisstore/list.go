@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/keyglob"
 	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
 )
 
@@ -38,7 +37,7 @@ const singleNode = "-"
 // times. A failover or resharding during a listing may miss or repeat keys;
 // a primary that is gone is an error.
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
-	g, err := keyglob.Check(pattern, limit)
+	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -61,7 +60,7 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 }
 
 // list is one call of List, after its arguments were checked.
-func (s *Store) list(ctx context.Context, g *keyglob.Pattern, pos listPos, limit int) ([]driver.Info, string, error) {
+func (s *Store) list(ctx context.Context, g *driver.Glob, pos listPos, limit int) ([]driver.Info, string, error) {
 	nodes, err := s.scanNodes(ctx)
 	if err != nil {
 		return nil, "", err

@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // listStore is a Store on a redis-server of the test's own, whose keyspace

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // listKeys lists pattern to the end and returns the keys, failing the test

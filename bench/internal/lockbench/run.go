@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/testserver"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // Config is one run. The zero value is not valid; start from DefaultConfig.

@@ -34,7 +34,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
-	"github.com/leasehold/leasehold/internal/redisslot"
+	"github.com/leasehold/leasehold/store/redisstore/internal/redisslot"
 	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencetest"
-	"github.com/leasehold/leasehold/internal/testserver"
 	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/store/redisstore/redisfence"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 var shared *testserver.RedisServer

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/driver"
-	"github.com/leasehold/leasehold/internal/keyglob"
 )
 
 // Defaults of ls.
@@ -74,7 +73,7 @@ order. Every store call is bounded by --timeout.`,
 				return usagef("PATTERN is empty; use '*' for every key")
 			}
 			// Refused before the store is asked; the stores check it the same way.
-			if _, err := keyglob.Compile(pattern); err != nil {
+			if _, err := driver.ParseGlob(pattern); err != nil {
 				return err
 			}
 			if err := firstError(checkInt("--limit", limit, 1, MaxLimit), checkInt("--page-size", pageSize, 1, MaxPageSize)); err != nil {

@@ -1,13 +1,10 @@
-package keyglob
+package driver
 
 import (
 	"errors"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/driver"
 )
 
 func TestMatch(t *testing.T) {
@@ -34,13 +31,13 @@ func TestMatch(t *testing.T) {
 		{"**a**", "", []string{"a", "xxaxx"}, []string{"b"}},
 		{"{x}*", "{x}", []string{"{x}", "{x}:1"}, []string{"x"}},
 	} {
-		p, err := Compile(tc.pattern)
+		p, err := ParseGlob(tc.pattern)
 		if err != nil {
-			t.Errorf("Compile(%q): %v", tc.pattern, err)
+			t.Errorf("ParseGlob(%q): %v", tc.pattern, err)
 			continue
 		}
 		if p.Prefix() != tc.prefix {
-			t.Errorf("Compile(%q).Prefix() = %q, want %q", tc.pattern, p.Prefix(), tc.prefix)
+			t.Errorf("ParseGlob(%q).Prefix() = %q, want %q", tc.pattern, p.Prefix(), tc.prefix)
 		}
 		for _, k := range tc.match {
 			if !p.Match(k) {
@@ -58,33 +55,33 @@ func TestMatch(t *testing.T) {
 func TestBadPatterns(t *testing.T) {
 	for _, pattern := range []string{
 		"", "[", "a[", "[a", `[a\]`, "[]", "[^]", "[z-a]", `a\`, "[a-", `[a-\`,
-		"a\x00", "a\nb", "a\x7f", "\u0085", "a\xff", strings.Repeat("a", MaxLen+1),
+		"a\x00", "a\nb", "a\x7f", "\u0085", "a\xff", strings.Repeat("a", maxGlobLen+1),
 	} {
-		_, err := Compile(pattern)
-		var ae *leasehold.ArgumentError
-		if !errors.As(err, &ae) || ae.Arg != "pattern" || !errors.Is(err, leasehold.ErrInvalidArgument) {
-			t.Errorf("Compile(%q) = %v, want an *ArgumentError for the pattern", pattern, err)
+		_, err := ParseGlob(pattern)
+		var ae *ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != "pattern" || !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ParseGlob(%q) = %v, want an *ArgumentError for the pattern", pattern, err)
 		}
 	}
-	if _, err := Compile(strings.Repeat(`\*`, driver.MaxKeyLen)); err != nil {
-		t.Errorf("a pattern of MaxLen bytes: %v", err)
+	if _, err := ParseGlob(strings.Repeat(`\*`, MaxKeyLen)); err != nil {
+		t.Errorf("a pattern of maxGlobLen bytes: %v", err)
 	}
 }
 
-func TestCheckLimit(t *testing.T) {
-	for _, limit := range []int{-1, 0, driver.MaxListLimit + 1} {
-		var ae *leasehold.ArgumentError
-		if _, err := Check("*", limit); !errors.As(err, &ae) || ae.Arg != "limit" {
-			t.Errorf("Check(limit %d) = %v, want an *ArgumentError for the limit", limit, err)
+func TestValidateListLimit(t *testing.T) {
+	for _, limit := range []int{-1, 0, MaxListLimit + 1} {
+		var ae *ArgumentError
+		if _, err := ValidateList("*", limit); !errors.As(err, &ae) || ae.Arg != "limit" {
+			t.Errorf("ValidateList(limit %d) = %v, want an *ArgumentError for the limit", limit, err)
 		}
 	}
-	for _, limit := range []int{1, driver.MaxListLimit} {
-		if _, err := Check("*", limit); err != nil {
-			t.Errorf("Check(limit %d): %v", limit, err)
+	for _, limit := range []int{1, MaxListLimit} {
+		if _, err := ValidateList("*", limit); err != nil {
+			t.Errorf("ValidateList(limit %d): %v", limit, err)
 		}
 	}
-	var ae *leasehold.ArgumentError
-	if _, err := Check("[", 10); !errors.As(err, &ae) || ae.Arg != "pattern" {
+	var ae *ArgumentError
+	if _, err := ValidateList("[", 10); !errors.As(err, &ae) || ae.Arg != "pattern" {
 		t.Errorf("Check of a bad pattern = %v", err)
 	}
 }
@@ -113,7 +110,7 @@ func TestMatchAgreesWithRegexp(t *testing.T) {
 		{`*[^a]*é`, `.*[^a].*é`},
 		{`\-*`, `-.*`},
 	} {
-		p, err := Compile(tc.pattern)
+		p, err := ParseGlob(tc.pattern)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +124,7 @@ func TestMatchAgreesWithRegexp(t *testing.T) {
 }
 
 func TestCoarse(t *testing.T) {
-	p, err := Compile(`a%_\*?[xy]*b`)
+	p, err := ParseGlob(`a%_\*?[xy]*b`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,68 +1,65 @@
-// Package keyglob is the pattern of driver.Lister, defined once for every
-// store: parsing and checking it, matching a key exactly, and building the
-// coarser pattern a store can filter with on its side (SQL LIKE, Redis MATCH).
-// A store reads with the coarse pattern and keeps the keys Match accepts, so
-// every store lists the same keys for the same pattern.
-package keyglob
+package driver
 
 import (
 	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/driver"
 )
 
-// MaxLen bounds a pattern in bytes: room for a key of driver.MaxKeyLen
-// with every character escaped.
-const MaxLen = 2 * driver.MaxKeyLen
+// The pattern of Lister, defined once for every store. A store filters on its
+// side with Glob.Coarse (SQL LIKE, Redis MATCH) and keeps the keys Glob.Match
+// accepts, so every store lists the same keys for the same pattern.
 
-type kind uint8
+// maxGlobLen bounds a pattern in bytes: room for a key of MaxKeyLen with
+// every character escaped.
+const maxGlobLen = 2 * MaxKeyLen
+
+type globKind uint8
 
 const (
-	literal kind = iota // one given character
-	one                 // ?: any one character
-	set                 // [set] or [^set]
-	star                // *: any run of characters
+	globLiteral globKind = iota // one given character
+	globOne                     // ?: any one character
+	globSet                     // [set] or [^set]
+	globStar                    // *: any run of characters
 )
 
 // runeRange is lo..hi inclusive; a single character has lo == hi.
 type runeRange struct{ lo, hi rune }
 
-type item struct {
-	kind   kind
+type globItem struct {
+	kind   globKind
 	r      rune // the literal
 	ranges []runeRange
 	negate bool
 }
 
-// Pattern is a compiled pattern.
-type Pattern struct {
-	items  []item
+// Glob is a compiled Lister pattern.
+type Glob struct {
+	items  []globItem
 	prefix string
 }
 
-// Check checks List's pattern and limit and compiles the pattern; a bad one
-// is an *leasehold.ArgumentError naming it.
-func Check(pattern string, limit int) (*Pattern, error) {
-	if limit < 1 || limit > driver.MaxListLimit {
-		return nil, &leasehold.ArgumentError{Arg: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, driver.MaxListLimit)}
+// ValidateList checks List's pattern and limit and compiles the pattern; a
+// bad argument is an *ArgumentError naming it.
+func ValidateList(pattern string, limit int) (*Glob, error) {
+	if limit < 1 || limit > MaxListLimit {
+		return nil, &ArgumentError{Arg: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, MaxListLimit)}
 	}
-	return Compile(pattern)
+	return ParseGlob(pattern)
 }
 
-// Compile parses pattern (the syntax of driver.Lister).
-func Compile(pattern string) (*Pattern, error) {
+// ParseGlob compiles a pattern in the syntax of Lister; a bad one is an
+// *ArgumentError for "pattern".
+func ParseGlob(pattern string) (*Glob, error) {
 	bad := func(format string, a ...any) error {
-		return &leasehold.ArgumentError{Arg: "pattern", Reason: fmt.Sprintf(format, a...)}
+		return &ArgumentError{Arg: "pattern", Reason: fmt.Sprintf(format, a...)}
 	}
 	switch {
 	case pattern == "":
 		return nil, bad("empty; * matches every key")
-	case len(pattern) > MaxLen:
-		return nil, bad("%d bytes, longer than %d", len(pattern), MaxLen)
+	case len(pattern) > maxGlobLen:
+		return nil, bad("%d bytes, longer than %d", len(pattern), maxGlobLen)
 	case !utf8.ValidString(pattern):
 		return nil, bad("not valid UTF-8")
 	}
@@ -71,21 +68,21 @@ func Compile(pattern string) (*Pattern, error) {
 			return nil, bad("control character %U at byte %d", r, i)
 		}
 	}
-	p := &Pattern{}
+	p := &Glob{}
 	rs := []rune(pattern)
 	for i := 0; i < len(rs); i++ {
 		switch r := rs[i]; r {
 		case '*':
-			if n := len(p.items); n == 0 || p.items[n-1].kind != star {
-				p.items = append(p.items, item{kind: star})
+			if n := len(p.items); n == 0 || p.items[n-1].kind != globStar {
+				p.items = append(p.items, globItem{kind: globStar})
 			}
 		case '?':
-			p.items = append(p.items, item{kind: one})
+			p.items = append(p.items, globItem{kind: globOne})
 		case '\\':
 			if i++; i == len(rs) {
 				return nil, bad(`a trailing \ escapes nothing; \\ is a backslash`)
 			}
-			p.items = append(p.items, item{kind: literal, r: rs[i]})
+			p.items = append(p.items, globItem{kind: globLiteral, r: rs[i]})
 		case '[':
 			it, end, err := parseSet(rs, i+1)
 			if err != nil {
@@ -93,12 +90,12 @@ func Compile(pattern string) (*Pattern, error) {
 			}
 			p.items, i = append(p.items, it), end
 		default:
-			p.items = append(p.items, item{kind: literal, r: r})
+			p.items = append(p.items, globItem{kind: globLiteral, r: r})
 		}
 	}
 	var prefix strings.Builder
 	for _, it := range p.items {
-		if it.kind != literal {
+		if it.kind != globLiteral {
 			break
 		}
 		prefix.WriteRune(it.r)
@@ -109,8 +106,8 @@ func Compile(pattern string) (*Pattern, error) {
 
 // parseSet parses the set after the '[' at rs[start-1]; end is the index of
 // its closing ']'.
-func parseSet(rs []rune, start int) (it item, end int, err error) {
-	it.kind = set
+func parseSet(rs []rune, start int) (it globItem, end int, err error) {
+	it.kind = globSet
 	i := start
 	if i < len(rs) && rs[i] == '^' {
 		it.negate = true
@@ -159,16 +156,16 @@ func parseSet(rs []rune, start int) (it item, end int, err error) {
 
 // Prefix is the literal text before the first wildcard: every matching key
 // starts with it.
-func (p *Pattern) Prefix() string { return p.prefix }
+func (p *Glob) Prefix() string { return p.prefix }
 
 // Match reports whether the whole key matches, one character per code point.
 // It takes O(len(key) × len(pattern)) steps at worst, never exponential.
-func (p *Pattern) Match(key string) bool {
+func (p *Glob) Match(key string) bool {
 	pi, ki := 0, 0
 	starPi, starKi := -1, 0 // the last * seen, and where its run ends now
 	for ki < len(key) {
 		if pi < len(p.items) {
-			if it := p.items[pi]; it.kind == star {
+			if it := p.items[pi]; it.kind == globStar {
 				starPi, starKi = pi, ki
 				pi++
 				continue
@@ -185,17 +182,17 @@ func (p *Pattern) Match(key string) bool {
 		starKi += n
 		pi, ki = starPi+1, starKi
 	}
-	for pi < len(p.items) && p.items[pi].kind == star {
+	for pi < len(p.items) && p.items[pi].kind == globStar {
 		pi++
 	}
 	return pi == len(p.items)
 }
 
-func (it item) matches(r rune) bool {
+func (it globItem) matches(r rune) bool {
 	switch it.kind {
-	case literal:
+	case globLiteral:
 		return r == it.r
-	case one:
+	case globOne:
 		return true
 	}
 	in := false
@@ -212,13 +209,13 @@ func (it item) matches(r rune) bool {
 // Match accepts and maybe more: each literal character as quote returns it,
 // each * as anyRun, and each ? or set as oneOrMore (a pattern for at least one
 // character, or byte, which covers a code point in any encoding).
-func (p *Pattern) Coarse(quote func(r rune) string, anyRun, oneOrMore string) string {
+func (p *Glob) Coarse(quote func(r rune) string, anyRun, oneOrMore string) string {
 	var b strings.Builder
 	for _, it := range p.items {
 		switch it.kind {
-		case literal:
+		case globLiteral:
 			b.WriteString(quote(it.r))
-		case star:
+		case globStar:
 			b.WriteString(anyRun)
 		default:
 			b.WriteString(oneOrMore)

@@ -1,5 +1,7 @@
 // Package testserver starts the real servers the tests run against, and a
 // TCP proxy that injects network faults between a client and a server.
+// It is for tests of any module, ours or a third-party store's, and imports
+// only the standard library.
 //
 // Tests of the lock stores and of fenced storage must run against the real
 // thing, not a fake:
