@@ -19,9 +19,13 @@ import (
 // endpoints, whose etcdstore uses prefix. The client's logger is off: its
 // retry notes would break the CLI's one-line errors, and every failure
 // reaches the CLI as an error anyway.
-func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Duration) (*backend, error) {
-	eps, err := parseEtcdEndpoints(endpoints)
+func openEtcd(ctx context.Context, name, endpoints, prefix string, timeout time.Duration) (*backend, error) {
+	eps, err := parseEtcdEndpoints(name, endpoints)
 	if err != nil {
+		return nil, err
+	}
+	b := &backend{kind: "etcd", where: strings.Join(eps, ","), timeout: timeout}
+	if err := dialProbe(ctx, name, b, eps); err != nil {
 		return nil, err
 	}
 	client, err := clientv3.New(clientv3.Config{
@@ -32,26 +36,22 @@ func openEtcd(ctx context.Context, endpoints, prefix string, timeout time.Durati
 	})
 	if err != nil {
 		// The endpoints were checked, and hold no credentials: safe to show.
-		return nil, usagef("--etcd: %v", err)
+		return nil, usagef("%s: %v", name, err)
 	}
 	st, err := etcdstore.New(client, etcdstore.WithPrefix(prefix))
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	return &backend{
-		kind:    "etcd",
-		where:   strings.Join(eps, ","),
-		timeout: timeout,
-		store:   st,
-		close:   func() { st.Close(); client.Close() },
-		probe:   func() error { return probeTCP(eps, probeTimeout) },
-	}, nil
+	b.store = st
+	b.close = func() { st.Close(); client.Close() }
+	b.probe = func() error { return probeTCP(eps, probeTimeout) }
+	return b, nil
 }
 
 // parseEtcdEndpoints splits --etcd into host:port or http(s)://host:port
 // endpoints; credentials are refused (no etcd auth yet), and never quoted.
-func parseEtcdEndpoints(endpoints string) ([]string, error) {
+func parseEtcdEndpoints(name, endpoints string) ([]string, error) {
 	var eps []string
 	for e := range strings.SplitSeq(endpoints, ",") {
 		if e = strings.TrimSpace(e); e == "" {
@@ -61,26 +61,26 @@ func parseEtcdEndpoints(endpoints string) ([]string, error) {
 		if !strings.Contains(e, "://") {
 			host, port, err := net.SplitHostPort(e)
 			if _, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || host == "" || strings.ContainsAny(e, "@/?#") {
-				return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d is not host:port or http://host:port", n))
+				return nil, addrError(name, "endpoint", fmt.Sprintf("endpoint %d is not host:port or http://host:port", n))
 			}
 			eps = append(eps, e)
 			continue
 		}
-		u, err := parseURL("--etcd", e)
+		u, err := parseURL(name, e)
 		switch {
 		case err != nil:
 			return nil, err
 		case u.Scheme != "http" && u.Scheme != "https":
-			return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d: the scheme is not http:// or https://", n))
+			return nil, addrError(name, "endpoint", fmt.Sprintf("endpoint %d: the scheme is not http:// or https://", n))
 		case u.User != nil:
-			return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d has a user name or password, which the CLI does not take (no etcd auth yet)", n))
+			return nil, addrError(name, "endpoint", fmt.Sprintf("endpoint %d has a user name or password, which the CLI does not take (no etcd auth yet)", n))
 		case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
-			return nil, addrError("--etcd", "endpoint", fmt.Sprintf("endpoint %d is not http(s)://host:port", n))
+			return nil, addrError(name, "endpoint", fmt.Sprintf("endpoint %d is not http(s)://host:port", n))
 		}
 		eps = append(eps, u.Scheme+"://"+u.Host)
 	}
 	if len(eps) == 0 {
-		return nil, usagef("--etcd needs at least one endpoint, such as 127.0.0.1:2379")
+		return nil, usagef("%s needs at least one endpoint, such as 127.0.0.1:2379", name)
 	}
 	return eps, nil
 }

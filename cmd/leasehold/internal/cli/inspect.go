@@ -11,7 +11,7 @@ import (
 
 // inspectCommand is "leasehold inspect KEY".
 func (a *app) inspectCommand() *cobra.Command {
-	var asJSON bool
+	var out *outputFlags
 	cmd := &cobra.Command{
 		Use:   "inspect KEY",
 		Short: "Show the live lease on KEY: owner, remaining TTL, fence, namespace, class",
@@ -28,12 +28,17 @@ func (a *app) inspectCommand() *cobra.Command {
 
 KEY is the lock key the application uses (on etcd without the store's prefix).
 A free key is an answer, exit code 0. An invalid key is refused before the
-store is asked, exit code 2. --json prints one object with the same fields.`,
+store is asked, exit code 2. -o json (or --json) prints one object with the
+same fields, ttl_seconds a number of seconds.`,
 		Example: `  leasehold inspect --redis redis://127.0.0.1:6379/0 runs:R1
-  leasehold inspect --postgres postgres://ops@db:5432/locks approvals:7 --json`,
+  leasehold inspect --postgres postgres://ops@db:5432/locks approvals:7 -o json`,
 		Args: exactArgs("KEY"),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			key := args[0]
+			asJSON, err := out.isJSON(cmd)
+			if err != nil {
+				return err
+			}
 			if err := driver.ValidateKey(key); err != nil {
 				return err
 			}
@@ -53,7 +58,7 @@ store is asked, exit code 2. --json prints one object with the same fields.`,
 			return printInspect(a, v)
 		}),
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object instead of text")
+	out = addOutputFlags(cmd, "one object")
 	return cmd
 }
 

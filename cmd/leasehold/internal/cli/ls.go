@@ -37,7 +37,7 @@ const (
 // lsCommand is "leasehold ls PATTERN".
 func (a *app) lsCommand() *cobra.Command {
 	var (
-		asJSON   bool
+		out      *outputFlags
 		limit    int
 		pageSize int
 	)
@@ -64,11 +64,15 @@ store's lock keys; on PostgreSQL a page of the lease table. Listing stops after
 --limit locks (a note on stderr says so); which ones, on Redis, depends on SCAN's
 order. Every store call is bounded by --timeout.`,
 		Example: `  leasehold ls --redis redis://127.0.0.1:6379/0 'runs:*'
-  leasehold ls --etcd 10.0.0.5:2379,10.0.0.6:2379 'jobs:*' --json
+  leasehold ls --etcd 10.0.0.5:2379,10.0.0.6:2379 'jobs:*' -o json
   leasehold ls --postgres postgres://ops@db/locks '*' --limit 50000`,
 		Args: exactArgs("PATTERN"),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			pattern := args[0]
+			asJSON, err := out.isJSON(cmd)
+			if err != nil {
+				return err
+			}
 			if pattern == "" {
 				return usagef("PATTERN is empty; use '*' for every key")
 			}
@@ -102,7 +106,7 @@ order. Every store call is bounded by --timeout.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.BoolVar(&asJSON, "json", false, "print a JSON array of objects instead of a table")
+	out = addOutputFlags(cmd, "an array of objects, [] when none match")
 	f.IntVar(&limit, "limit", DefaultLimit, fmt.Sprintf("stop after this many held locks (1 to %d); 1000 is more than a screen and keeps memory and store reads bounded on any keyspace", MaxLimit))
 	f.IntVar(&pageSize, "page-size", DefaultPageSize, fmt.Sprintf("keys read per store call, the limit of each List call (1 to %d); 200 keeps each call a sub-millisecond pause for the store", MaxPageSize))
 	return cmd

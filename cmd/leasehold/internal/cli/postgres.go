@@ -19,28 +19,45 @@ import (
 // openPostgres makes a backend on the PostgreSQL database at dsn, whose
 // pgstore keeps its leases in table. The pool holds at most two
 // connections: the commands run one statement at a time.
-func openPostgres(ctx context.Context, dsn, table string, timeout time.Duration) (*backend, error) {
-	cfg, where, err := parsePostgres("--postgres", dsn, timeout)
+func openPostgres(ctx context.Context, name, dsn, table string, timeout time.Duration) (*backend, error) {
+	cfg, where, err := parsePostgres(name, dsn, timeout)
 	if err != nil {
+		return nil, err
+	}
+	b := &backend{kind: "postgres", where: where, timeout: timeout}
+	if err := dialProbe(ctx, name, b, pgAddrs(cfg)); err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, usagef("--postgres: %v", err)
+		return nil, usagef("%s: %v", name, err)
 	}
 	st, err := pgstore.New(pool, pgstore.WithTable(table))
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	return &backend{
-		kind:    "postgres",
-		where:   where,
-		timeout: timeout,
-		store:   &pgTableHint{Store: st, table: table},
-		close:   func() { st.Close(); pool.Close() },
-	}, nil
+	b.store = &pgTableHint{Store: st, table: table}
+	b.close = func() { st.Close(); pool.Close() }
+	return b, nil
+}
+
+// pgAddrs are the TCP addresses pgx would try (its host and fallbacks); a
+// Unix socket directory is left out, so a socket-only DSN is not probed.
+func pgAddrs(cfg *pgxpool.Config) []string {
+	cc := cfg.ConnConfig
+	var addrs []string
+	add := func(host string, port uint16) {
+		if host != "" && !strings.HasPrefix(host, "/") {
+			addrs = append(addrs, net.JoinHostPort(host, strconv.Itoa(int(port))))
+		}
+	}
+	add(cc.Host, cc.Port)
+	for _, f := range cc.Fallbacks {
+		add(f.Host, f.Port)
+	}
+	return addrs
 }
 
 // parsePostgres parses dsn, given to flag, as pgx does, connect timeout at

@@ -2,6 +2,11 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,40 +23,157 @@ type quietRedisLog struct{}
 
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
-// openRedis makes a backend on the Redis at rawURL. The client is a single
-// node client (redis:// or rediss://); ContextTimeoutEnabled is forced on, so
-// a command cut by --timeout drops its connection at once instead of leaving
-// it busy until the ReadTimeout (redisstore bounds the call either way).
-func openRedis(rawURL string, timeout time.Duration) (*backend, error) {
-	if rawURL == "" {
-		return nil, usagef("--redis needs a URL, such as redis://127.0.0.1:6379/0")
+// tlsFlags are --tls-ca, --tls-cert and --tls-key: files for a rediss:// URL.
+type tlsFlags struct{ ca, cert, key string }
+
+// given reports whether any TLS file was named.
+func (t tlsFlags) given() bool { return t.ca != "" || t.cert != "" || t.key != "" }
+
+// apply adds the files to cfg (go-redis's, from a rediss:// URL). Each bad
+// file is an error naming its flag; a file's content is never quoted.
+func (t tlsFlags) apply(cfg *tls.Config) error {
+	for _, f := range []struct{ flag, path string }{{"--tls-ca", t.ca}, {"--tls-cert", t.cert}, {"--tls-key", t.key}} {
+		if f.path == "" {
+			continue
+		}
+		if st, err := os.Stat(f.path); err != nil {
+			return usagef("%s: %v", f.flag, errors.Unwrap(err))
+		} else if st.IsDir() {
+			return usagef("%s: %s is a directory, not a PEM file", f.flag, f.path)
+		}
 	}
-	u, err := parseURL("--redis", rawURL)
+	if t.ca != "" {
+		pem, err := os.ReadFile(t.ca)
+		if err != nil {
+			return usagef("--tls-ca: %v", errors.Unwrap(err))
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return usagef("--tls-ca: %s holds no PEM certificate", t.ca)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case (t.cert == "") != (t.key == ""):
+		return usagef("--tls-cert and --tls-key go together: a client certificate needs its key")
+	case t.cert != "":
+		pair, err := tls.LoadX509KeyPair(t.cert, t.key)
+		if err != nil {
+			// Its text may quote a PEM block's type, never the key itself.
+			return usagef("--tls-cert/--tls-key: not a certificate and its private key in PEM: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return nil
+}
+
+// Redis URL schemes beyond go-redis's redis://, rediss:// and unix://: the
+// scheme picks the client, its "+sentinel" or "+cluster" part is removed
+// before go-redis's ParseFailoverURL or ParseClusterURL reads the URL.
+const (
+	sentinelSuffix = "+sentinel"
+	clusterSuffix  = "+cluster"
+)
+
+// openRedis makes a backend on the Redis at rawURL, given by name (a flag,
+// or a variable and its flag): a single node (redis://, rediss://, unix://
+// or a bare host:port), a Sentinel-managed primary (redis+sentinel://
+// ...?master_name=NAME) or a Cluster (redis+cluster://, more seeds with
+// ?addr=host:port). ContextTimeoutEnabled is forced on, so a command cut by
+// --timeout drops its connection at once.
+func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout time.Duration) (*backend, error) {
+	if rawURL == "" {
+		return nil, usagef("%s needs a URL, such as redis://127.0.0.1:6379/0 or 127.0.0.1:6379", name)
+	}
+	if isHostPort(rawURL) {
+		rawURL = "redis://" + rawURL
+	}
+	u, err := parseURL(name, rawURL)
 	if err != nil {
 		return nil, err
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
-		return nil, addrError("--redis", "URL", "the scheme is not redis://, rediss:// or unix://")
+	base, variant, _ := strings.Cut(u.Scheme, "+")
+	if variant != "" {
+		variant = "+" + variant
 	}
-	opts, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, addrError("--redis", "URL", redisReason(err))
+	if (base != "redis" && base != "rediss" && base != "unix") || (variant != "" && variant != sentinelSuffix && variant != clusterSuffix) || (base == "unix" && variant != "") {
+		return nil, addrError(name, "URL", "the scheme is not redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://")
 	}
-	opts.ContextTimeoutEnabled = true
+	if tf.given() && base != "rediss" {
+		return nil, usagef("--tls-ca, --tls-cert and --tls-key need a rediss:// URL in %s", name)
+	}
+	goURL := base + strings.TrimPrefix(rawURL, u.Scheme)
+
+	var (
+		newClient func() redis.UniversalClient
+		addrs     []string
+		where     string
+		tlsCfg    **tls.Config
+	)
+	switch variant {
+	case sentinelSuffix:
+		opts, err := redis.ParseFailoverURL(goURL)
+		if err != nil {
+			return nil, addrError(name, "URL", redisReason(err))
+		}
+		if opts.MasterName == "" {
+			return nil, addrError(name, "URL", "a Sentinel URL needs ?master_name=NAME")
+		}
+		opts.ContextTimeoutEnabled = true
+		tlsCfg, addrs = &opts.TLSConfig, opts.SentinelAddrs
+		where = "sentinel " + strings.Join(addrs, ",") + " master " + opts.MasterName + "/" + strconv.Itoa(opts.DB)
+		newClient = func() redis.UniversalClient { return redis.NewFailoverClient(opts) }
+	case clusterSuffix:
+		opts, err := redis.ParseClusterURL(goURL)
+		if err != nil {
+			return nil, addrError(name, "URL", redisReason(err))
+		}
+		opts.ContextTimeoutEnabled = true
+		tlsCfg, addrs = &opts.TLSConfig, opts.Addrs
+		where = "cluster " + strings.Join(addrs, ",")
+		newClient = func() redis.UniversalClient { return redis.NewClusterClient(opts) }
+	default:
+		opts, err := redis.ParseURL(goURL)
+		if err != nil {
+			return nil, addrError(name, "URL", redisReason(err))
+		}
+		opts.ContextTimeoutEnabled = true
+		tlsCfg, addrs = &opts.TLSConfig, []string{opts.Network + "://" + opts.Addr}
+		where = opts.Addr + "/" + strconv.Itoa(opts.DB)
+		newClient = func() redis.UniversalClient { return redis.NewClient(opts) }
+	}
+	if tf.given() {
+		if *tlsCfg == nil {
+			*tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		if err := tf.apply(*tlsCfg); err != nil {
+			return nil, err
+		}
+	}
+	b := &backend{kind: "redis", where: where, timeout: timeout}
+	if err := dialProbe(ctx, name, b, addrs); err != nil {
+		return nil, err
+	}
 	redis.SetLogger(quietRedisLog{})
-	client := redis.NewClient(opts)
+	client := newClient()
 	st, err := redisstore.New(client)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	return &backend{
-		kind:    "redis",
-		where:   opts.Addr + "/" + strconv.Itoa(opts.DB),
-		timeout: timeout,
-		store:   st,
-		close:   func() { st.Close(); client.Close() },
-	}, nil
+	b.store = st
+	b.close = func() { st.Close(); client.Close() }
+	return b, nil
+}
+
+// isHostPort reports a bare host:port (no scheme), taken as redis://host:port.
+func isHostPort(s string) bool {
+	if strings.Contains(s, "://") || strings.ContainsAny(s, "@/?#") {
+		return false
+	}
+	host, port, err := net.SplitHostPort(s)
+	_, perr := strconv.ParseUint(port, 10, 16)
+	return err == nil && perr == nil && host != ""
 }
 
 // redisReason describes go-redis ParseURL's error in fixed words: its own
@@ -67,6 +189,8 @@ func redisReason(err error) string {
 		return "no socket path"
 	case strings.Contains(msg, "number"), strings.Contains(msg, "duration"), strings.Contains(msg, "boolean"):
 		return "a query parameter whose value does not parse"
+	case strings.Contains(msg, "addr"):
+		return "an addr query parameter that is not host:port"
 	}
 	return "go-redis does not take it"
 }

@@ -67,6 +67,7 @@ type globalFlags struct {
 	etcdPrefix    string
 	pgTable       string
 	timeout       time.Duration
+	tls           tlsFlags
 }
 
 // Main runs the leasehold command with args (the command line without the
@@ -90,7 +91,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
 		code = ExitUsage
 	}
-	msg := hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), args)
+	msg := hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), append(storeEnvValues(), args...))
 	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
@@ -117,7 +118,10 @@ func (a *app) rootCommand() *cobra.Command {
   ttl              the TTL a lock path needs, checked against a takeover SLO
 
 Pick the store with exactly one of --redis, --etcd or --postgres (inspect and
-ls need one; ttl does not; drill runs in-process without one). Errors are one line on stderr; exit code 0 means
+ls need one; ttl does not; drill runs in-process without one). Without a store
+flag, inspect and ls take one of $LEASEHOLD_REDIS_URL, $LEASEHOLD_ETCD_ENDPOINTS
+or $LEASEHOLD_POSTGRES_DSN. -o json prints JSON (durations in seconds, lists as
+[]). Shell completion: leasehold completion bash|zsh|fish. Errors are one line on stderr; exit code 0 means
 done, 1 that the command failed (store unreachable, SLO impossible, …),
 2 that the command line was wrong.`,
 		SilenceErrors: true,
@@ -127,14 +131,18 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 		// else.
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	// cobra's "completion bash|zsh|fish|powershell"; no per-shell --no-descriptions.
+	root.CompletionOptions.DisableNoDescFlag = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
 	g := &a.global
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.redisURL, "redis", "", "Redis URL, redis://[user:password@]host:port/db or rediss:// for TLS (go-redis ParseURL; ContextTimeoutEnabled is forced on)")
-	pf.StringVar(&g.etcdEndpoints, "etcd", "", "etcd endpoints, comma-separated host:port or http://host:port")
-	pf.StringVar(&g.postgresDSN, "postgres", "", "PostgreSQL URL or key=value DSN, as pgx takes it")
+	pf.StringVar(&g.redisURL, "redis", "", "Redis URL (default $"+EnvRedisURL+"): host:port, redis://[user:password@]host:port/db, rediss:// for TLS, redis+sentinel://host:port?master_name=NAME, redis+cluster://host:port[?addr=host:port] (go-redis ParseURL, ParseFailoverURL, ParseClusterURL)")
+	pf.StringVar(&g.etcdEndpoints, "etcd", "", "etcd endpoints (default $"+EnvEtcdEndpoints+"), comma-separated host:port or http://host:port")
+	pf.StringVar(&g.postgresDSN, "postgres", "", "PostgreSQL URL or key=value DSN, as pgx takes it (default $"+EnvPostgresDSN+")")
+	pf.StringVar(&g.tls.ca, "tls-ca", "", "with a rediss:// --redis: PEM file of the CAs that sign the server's certificate (default: the system's)")
+	pf.StringVar(&g.tls.cert, "tls-cert", "", "with a rediss:// --redis: PEM file of the client certificate (with --tls-key)")
+	pf.StringVar(&g.tls.key, "tls-key", "", "with a rediss:// --redis: PEM file of the client certificate's private key (with --tls-cert)")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", etcdstore.DefaultPrefix, "with --etcd: the key prefix the applications' etcdstore uses (its WithPrefix; the default is etcdstore.DefaultPrefix)")
 	pf.StringVar(&g.pgTable, "pg-table", pgstore.DefaultTable, "with --postgres: the lease table the applications' pgstore uses (its WithTable; the default is pgstore.DefaultTable)")
 	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -82,16 +83,61 @@ func (b *backend) list(ctx context.Context, pattern, after string, limit int) (i
 	return infos, next, err
 }
 
-// openBackend connects to the one store named on cmd's command line. It
-// returns errNoStore when none was named and a usage error when more than
-// one was, or when the store's address does not parse. Connecting is lazy
-// in all three clients: an unreachable store shows in the first call.
+// Environment variables that name a store when no store flag is given.
+const (
+	EnvRedisURL      = "LEASEHOLD_REDIS_URL"
+	EnvEtcdEndpoints = "LEASEHOLD_ETCD_ENDPOINTS"
+	EnvPostgresDSN   = "LEASEHOLD_POSTGRES_DSN"
+)
+
+// storeSources pairs each store flag with its environment variable.
+var storeSources = []struct{ flag, env string }{
+	{"redis", EnvRedisURL},
+	{"etcd", EnvEtcdEndpoints},
+	{"postgres", EnvPostgresDSN},
+}
+
+// storeEnvValues are the store variables' values, hidden in every message.
+func storeEnvValues() []string {
+	var vs []string
+	for _, s := range storeSources {
+		if v := os.Getenv(s.env); v != "" {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// openBackend connects to the one store named on cmd's command line, or,
+// when no store flag is given, by one LEASEHOLD_* variable (a flag wins).
+// It returns errNoStore when none was named and a usage error when more than
+// one was, or when the store's address does not parse. A refused connection
+// fails here at once (dialProbe); otherwise connecting is lazy in all three
+// clients, and an unreachable store shows in the first call.
 func (a *app) openBackend(ctx context.Context, cmd *cobra.Command) (*backend, error) {
 	g := &a.global
 	var given []string
-	for _, name := range []string{"redis", "etcd", "postgres"} {
-		if flagSet(cmd.Flags(), name) {
-			given = append(given, "--"+name)
+	kind := ""
+	for _, s := range storeSources {
+		if flagSet(cmd.Flags(), s.flag) {
+			given, kind = append(given, "--"+s.flag), s.flag
+		}
+	}
+	// name is how messages name the source of the address.
+	name := "--" + kind
+	if len(given) == 0 {
+		for _, s := range storeSources {
+			if v := os.Getenv(s.env); v != "" {
+				given, kind, name = append(given, s.env), s.flag, s.env+" (--"+s.flag+")"
+				switch s.flag {
+				case "redis":
+					g.redisURL = v
+				case "etcd":
+					g.etcdEndpoints = v
+				default:
+					g.postgresDSN = v
+				}
+			}
 		}
 	}
 	switch {
@@ -100,12 +146,12 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command) (*backend, er
 	case len(given) > 1:
 		return nil, usagef("choose one store: %s were given", strings.Join(given, " and "))
 	}
-	switch {
-	case flagSet(cmd.Flags(), "redis"):
-		return openRedis(g.redisURL, g.timeout)
-	case flagSet(cmd.Flags(), "etcd"):
-		return openEtcd(ctx, g.etcdEndpoints, g.etcdPrefix, g.timeout)
+	switch kind {
+	case "redis":
+		return openRedis(ctx, name, g.redisURL, g.tls, g.timeout)
+	case "etcd":
+		return openEtcd(ctx, name, g.etcdEndpoints, g.etcdPrefix, g.timeout)
 	default:
-		return openPostgres(ctx, g.postgresDSN, g.pgTable, g.timeout)
+		return openPostgres(ctx, name, g.postgresDSN, g.pgTable, g.timeout)
 	}
 }

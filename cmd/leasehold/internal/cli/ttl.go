@@ -51,7 +51,7 @@ func (a *app) ttlCommand() *cobra.Command {
 		in       PlanInput
 		from, ns string
 		quantile float64
-		asJSON   bool
+		out      *outputFlags
 		fromURL  bool
 	)
 	cmd := &cobra.Command{
@@ -95,6 +95,10 @@ says so.`,
 		Args: exactArgs(),
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
+			asJSON, err := out.isJSON(cmd)
+			if err != nil {
+				return err
+			}
 			fromURL = flagSet(f, "from")
 			switch {
 			case fromURL && flagSet(f, "exec-p99"):
@@ -159,7 +163,7 @@ says so.`,
 	f.StringVar(&from, "from", "", "read the exec p99 from this metrics endpoint (http(s) URL of a /metrics page in the text format)")
 	f.StringVar(&ns, "namespace", "", "with --from: the namespace label of "+HeldMetric+" to read")
 	f.Float64Var(&quantile, "quantile", DefaultQuantile, "with --from: the quantile taken as the exec p99; 0.99 is the p99 the TTL formula is written for")
-	f.BoolVar(&asJSON, "json", false, "print a JSON object instead of text")
+	out = addOutputFlags(cmd, "one object")
 	return cmd
 }
 
