@@ -130,8 +130,22 @@ func (s *Store) readLocks(ctx context.Context, keys []string) ([]driver.Info, er
 	for i, k := range keys {
 		calls[i] = rscript.Call{Keys: []string{k, FenceKey(k)}}
 	}
-	for i, cmd := range inspectScript.RunBatch(ctx, s.client, calls) {
-		res, err := cmd.Slice()
+	cmds := inspectScript.RunBatch(ctx, s.client, calls)
+	replies, errs := make([][]any, len(keys)), make([]error, len(keys))
+	plain := false
+	for i, cmd := range cmds {
+		replies[i], errs[i] = cmd.Slice()
+		plain = plain || refusedScript(errs[i])
+	}
+	if plain {
+		// A read-only ACL user: the same answers from plain reads.
+		var err error
+		if replies, errs, err = readPlain(ctx, s.client, keys); err != nil {
+			return nil, err
+		}
+	}
+	for i := range keys {
+		res, err := replies[i], errs[i]
 		if redis.HasErrorPrefix(err, "WRONGTYPE") {
 			continue // no longer a string since SCAN: not a lock
 		}

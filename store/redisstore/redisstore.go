@@ -390,7 +390,16 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 		return driver.Info{}, err
 	}
 	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
-		return inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
+		res, err := inspectScript.Run(ctx, s.client, []string{key, FenceKey(key)}).Slice()
+		if refusedScript(err) {
+			// A read-only ACL user: the same answer from plain reads.
+			all, errs, perr := readPlain(ctx, s.client, []string{key})
+			if perr != nil {
+				return nil, perr
+			}
+			return all[0], errs[0]
+		}
+		return res, err
 	}, nil)
 	if err != nil {
 		return driver.Info{}, fmt.Errorf("redisstore: inspect %q: %w", key, err)
