@@ -178,6 +178,7 @@ func TestCompletion(t *testing.T) {
 		t.Errorf("__complete inspect --re: exit %d, %q", r.code, r.stdout)
 	}
 	failsWith(t, 2, []string{"unknown command"}, "completion", "tcsh")
+	failsWith(t, 2, []string{"completion needs a shell"}, "completion")
 }
 
 // TestVersionLines: version names the module version, the Go version and

@@ -148,6 +148,17 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
 	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lsCommand(), a.ttlCommand(), a.versionCommand())
+	// cobra adds "completion" here; a shell it has no script for is a
+	// usage error, not its help.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args = cobra.NoArgs
+			c.RunE = func(*cobra.Command, []string) error {
+				return usagef("completion needs a shell: bash, zsh, fish or powershell")
+			}
+		}
+	}
 	return root
 }
 
