@@ -4,9 +4,12 @@
 //
 // # Conventions
 //
-//   - One store per run, chosen with --redis, --etcd or --postgres. Every
-//     call to it is bounded by --timeout (default DefaultTimeout).
-//   - Output is a table or key/value lines for people, --json for scripts.
+//   - One store per run, chosen with --redis, --etcd or --postgres, or else
+//     with one of EnvRedisURL, EnvEtcdEndpoints, EnvPostgresDSN (a flag
+//     wins). A refused connection fails at once (dialProbe); every call to
+//     the store is bounded by --timeout (default DefaultTimeout).
+//   - Output is a table or key/value lines for people, -o json (alias
+//     --json) for scripts: durations in *_seconds numbers, [] for no items.
 //     Errors are one line on stderr, prefixed "leasehold: ", and the exit
 //     code says what kind of failure it was: ExitOK, ExitFailure (the
 //     command ran and failed: a store unreachable or answering an error, an
