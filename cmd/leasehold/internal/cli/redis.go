@@ -51,6 +51,9 @@ func openRedis(rawURL string, timeout time.Duration) (*backend, error) {
 		timeout: timeout,
 		store:   st,
 		close:   func() { st.Close(); client.Close() },
+		deleteKeys: func(ctx context.Context, keys ...string) error {
+			return client.Del(ctx, keys...).Err()
+		},
 	}, nil
 }
 
