@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/store/redisstore"
 )
@@ -23,7 +25,12 @@ func (a *app) cleanupDrill(ctx context.Context, b *backend, jobs int) string {
 		info, err := b.inspect(ctx, key)
 		if err == nil && info.Held {
 			err = b.call(ctx, func(ctx context.Context) error { return b.store.Release(ctx, key, info.Token) })
-			released++
+			switch {
+			case err == nil:
+				released++
+			case errors.Is(err, leasehold.ErrNotOwned): // expired since Inspect: nothing to release
+				err = nil
+			}
 		}
 		if err != nil {
 			return fmt.Sprintf("stopped at %s: %v; %s", key, err, a.leftover(b))
