@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -174,4 +175,25 @@ func drillKeys(t *testing.T, ec *clientv3.Client) []string {
 		}
 	}
 	return keys
+}
+
+// On a terminal (script(1) gives the drill one) progress is redrawn in
+// place with carriage returns.
+func TestDrillProgressOnATerminal(t *testing.T) {
+	t.Parallel()
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script(1) to run the drill on a terminal")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// stdout to /dev/null: what the terminal shows is the progress on stderr.
+	line := "'" + bin + "' drill --time-scale 1/200 --jobs 5 --takeover-slo 1m >/dev/null"
+	out, err := exec.CommandContext(ctx, script, "-qec", line, "/dev/null").Output()
+	if err != nil {
+		t.Fatalf("script -qec %q: %v\n%q", line, err, out)
+	}
+	if !strings.Contains(string(out), "\rdrill: ") || !strings.Contains(string(out), "drill: 5/5 jobs done") {
+		t.Errorf("progress on a terminal is not redrawn in place: %q", out)
+	}
 }
