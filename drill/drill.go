@@ -60,8 +60,16 @@ type Config struct {
 	LinearizeTimeout time.Duration
 	// Timeout bounds the whole drill. Default: 2 minutes.
 	Timeout time.Duration
-	// Progress, when set, receives a progress line every 250 ms.
+	// TakeoverSLO bounds the takeover p99. Default:
+	// check.DefaultTakeoverSLO(TTL), TTL + one renewal interval.
+	TakeoverSLO time.Duration
+	// Progress, when set, receives the drill's progress: see
+	// ProgressTerminal.
 	Progress io.Writer
+	// ProgressTerminal redraws one line in place (carriage returns) every
+	// 250 ms, for a terminal; otherwise Progress gets a whole line every
+	// PlainProgressInterval and a last one at the end.
+	ProgressTerminal bool
 
 	// Processes, when positive, runs the workers as this many separate OS
 	// processes (instead of Workers goroutines), so that a pause is a real
@@ -77,9 +85,12 @@ type Config struct {
 	StartWorker func() *exec.Cmd
 }
 
-// keyPrefix starts every key the drill locks (drill:jobs:42): the drill's
+// KeyPrefix starts every key the drill locks (drill:jobs:42): the drill's
 // own namespace, apart from any other locks in the store.
-const keyPrefix = "drill:jobs:"
+const KeyPrefix = "drill:jobs:"
+
+// JobKey is the lock key of job i, 0 ≤ i < Config.Jobs.
+func JobKey(i int) string { return fmt.Sprintf("%s%d", KeyPrefix, i) }
 
 // run is one drill in progress.
 type run struct {
@@ -156,6 +167,8 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 		return nil, &leasehold.ArgumentError{Arg: "workers", Reason: fmt.Sprintf("%d: a takeover needs at least 2", cfg.Workers)}
 	case cfg.Jobs < 1:
 		return nil, &leasehold.ArgumentError{Arg: "jobs", Reason: fmt.Sprintf("%d is not positive", cfg.Jobs)}
+	case cfg.TakeoverSLO < 0:
+		return nil, &leasehold.ArgumentError{Arg: "takeover SLO", Reason: fmt.Sprintf("%v is not positive", cfg.TakeoverSLO)}
 	case cfg.TimeScale <= 0 || cfg.TimeScale > 1:
 		return nil, &leasehold.ArgumentError{Arg: "time scale", Reason: fmt.Sprintf("%v is not in (0, 1]", cfg.TimeScale)}
 	}
@@ -221,7 +234,7 @@ func newRun(cfg Config, ttl time.Duration, out *lineWriter) *run {
 		r.rec = history.NewRecorder(nil)
 	}
 	for i := range cfg.Jobs {
-		r.jobKeys = append(r.jobKeys, fmt.Sprintf("%s%d", keyPrefix, i))
+		r.jobKeys = append(r.jobKeys, JobKey(i))
 	}
 	return r
 }
@@ -239,7 +252,7 @@ func (r *run) report(elapsed time.Duration) *report.Report {
 	h := r.rec.History()
 	h.Outages, h.Faults = r.outages, r.faultSpans
 	res := check.Run(check.Input{
-		History: h, Writes: writes, WritesErr: logErr, TTL: r.ttl,
+		History: h, Writes: writes, WritesErr: logErr, TTL: r.ttl, TakeoverSLO: r.cfg.TakeoverSLO,
 		Jobs: r.cfg.Jobs, Unfinished: r.remaining(context.Background()), LinearizeTimeout: r.cfg.LinearizeTimeout,
 	})
 	rep := &report.Report{

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/drill"
@@ -111,5 +112,27 @@ func TestProcessesNeedSharedStores(t *testing.T) {
 				t.Fatalf("Run(%s) = %v, %v; want an ArgumentError naming processes", name, rep, err)
 			}
 		})
+	}
+}
+
+// Progress is redrawn in place for a terminal and whole lines otherwise,
+// each ending with the final count; a negative takeover SLO is refused.
+func TestProgressAndTakeoverSLO(t *testing.T) {
+	for _, terminal := range []bool{false, true} {
+		var out strings.Builder
+		rep, err := drill.Run(t.Context(), drill.Config{Jobs: 5, TimeScale: 0.005, Progress: &out, ProgressTerminal: terminal, TakeoverSLO: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := out.String()
+		if strings.Contains(got, "\r") != terminal || !strings.HasSuffix(got, "\n") || !strings.Contains(got, "drill: 5/5 jobs done") {
+			t.Errorf("terminal %v: progress %q", terminal, got)
+		}
+		if rep.TakeoverSLO != time.Hour {
+			t.Errorf("takeover SLO %v, want the 1h given", rep.TakeoverSLO)
+		}
+	}
+	if _, err := drill.Run(t.Context(), drill.Config{TakeoverSLO: -time.Second}); !errors.Is(err, leasehold.ErrInvalidArgument) {
+		t.Errorf("a negative takeover SLO: %v", err)
 	}
 }

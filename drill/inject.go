@@ -29,6 +29,10 @@ func (r *run) injectFaults(ctx context.Context) {
 	tick := time.NewTicker(r.ttl / 4)
 	defer tick.Stop()
 	lastProgress := time.Now()
+	every := PlainProgressInterval
+	if r.cfg.ProgressTerminal {
+		every = 250 * time.Millisecond
+	}
 	for i := 0; r.remaining(ctx) > 0 && !r.workersGone(); i++ {
 		select {
 		case <-ctx.Done():
@@ -47,17 +51,36 @@ func (r *run) injectFaults(ctx context.Context) {
 				live = append(live, active{f, e.target, time.Now()})
 			}
 		}
-		if r.cfg.Progress != nil && time.Since(lastProgress) >= 250*time.Millisecond {
+		if r.cfg.Progress != nil && time.Since(lastProgress) >= every {
 			lastProgress = time.Now()
-			fmt.Fprintf(r.cfg.Progress, "\rdrill: %d/%d jobs done, %d critical sections, %d faults, %d stale writes refused ",
-				r.cfg.Jobs-r.remaining(ctx), r.cfg.Jobs, r.sections.Load(), sum(r.injected), r.refused.Load())
+			r.progress(ctx)
 		}
 	}
 	for _, a := range live {
 		r.heal(ctx, e, a.f, a.worker, a.since)
 	}
 	if r.cfg.Progress != nil {
-		fmt.Fprintln(r.cfg.Progress)
+		r.progress(ctx)
+		if r.cfg.ProgressTerminal {
+			fmt.Fprintln(r.cfg.Progress)
+		}
+	}
+}
+
+// PlainProgressInterval spaces the progress lines written to a file or a
+// pipe: every 5 s shows a log or CI output that the drill is alive in a few
+// dozen lines at most, where a terminal's 250 ms redraw would write hundreds.
+const PlainProgressInterval = 5 * time.Second
+
+// progress writes one progress report: redrawn over the last one on a
+// terminal (the trailing space covers a longer line), a whole line otherwise.
+func (r *run) progress(ctx context.Context) {
+	line := fmt.Sprintf("drill: %d/%d jobs done, %d critical sections, %d faults, %d stale writes refused",
+		r.cfg.Jobs-r.remaining(ctx), r.cfg.Jobs, r.sections.Load(), sum(r.injected), r.refused.Load())
+	if r.cfg.ProgressTerminal {
+		fmt.Fprintf(r.cfg.Progress, "\r%s ", line)
+	} else {
+		fmt.Fprintln(r.cfg.Progress, line)
 	}
 }
 

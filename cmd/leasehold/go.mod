@@ -17,6 +17,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/zap v1.27.0
+	golang.org/x/term v0.47.0
 )
 
 require (

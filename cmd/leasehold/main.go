@@ -3,8 +3,9 @@
 // and sizes lock TTLs against a takeover SLO (ttl). Run "leasehold --help".
 //
 // Exit codes: 0 done, 1 the command failed (a store unreachable or
-// answering an error, an SLO that cannot be met), 2 the command line was
-// wrong. Errors are one line on stderr, prefixed "leasehold: ".
+// answering an error, an SLO that cannot be met, a drill's safety
+// violation), 2 the command line was wrong, 3 a drill that missed only its
+// takeover SLO. Errors are one line on stderr, prefixed "leasehold: ".
 package main
 
 import (

@@ -156,7 +156,7 @@ func TestPasswordsWithRealServers(t *testing.T) {
 		{"drill", "--processes", "2", "--postgres", pgKV, "--jobs-postgres", pgURL, "--time-scale", "1/200", "--jobs", "6", "--json"},
 	} {
 		r := run(t, args...)
-		if r.code != 0 && r.code != 1 { // 1: a timing violation; the drill's own tests judge those
+		if r.code != 0 && r.code != 3 { // 3: the takeover SLO missed; the drill's own tests judge timing
 			t.Fatalf("leasehold %q: exit %d, stderr:\n%s", args, r.code, r.stderr)
 		}
 		if !strings.Contains(r.stdout, pg.Addr()) && !strings.Contains(r.stdout, rs.Addr()) {

@@ -41,6 +41,9 @@ type Report struct {
 	UnsafeRelease     bool              `json:"unsafe_release"`
 	NoFencing         bool              `json:"no_fencing"`
 	Violations        []check.Violation `json:"violations"`
+	// Cleanup says what became of the keys the drill created in a real
+	// store: removed, or what is left and how to remove it. Empty in memory.
+	Cleanup string `json:"cleanup,omitempty"`
 
 	// Linearizable is the linearizability check's result:
 	// check.LinearizableOK, LinearizableIllegal or LinearizableUnknown (a
@@ -67,6 +70,41 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 }
 // Safe reports whether every safety check passed: no violation but, at
 // most, the takeover-time check, which depends on the machine's scheduling.
 func (r *Report) Safe() bool { return check.Safe(r.Violations) }
+
+// Exit codes of a drill, by its verdict: see Report.ExitCode.
+const (
+	ExitSafe      = 0 // every check held
+	ExitUnsafe    = 1 // a safety violation, or a check that could not pass
+	ExitSLOMissed = 3 // safe, but the takeover p99 missed its SLO
+	verdictSafe   = "safe"
+	verdictSLO    = "safe; takeover SLO missed"
+	verdictUnsafe = "UNSAFE"
+)
+
+// ExitCode is the drill's exit code: ExitUnsafe for any safety violation
+// (the takeover time aside), else ExitSLOMissed when the takeover SLO was
+// missed, else ExitSafe.
+func (r *Report) ExitCode() int {
+	switch {
+	case !r.Safe():
+		return ExitUnsafe
+	case !r.OK():
+		return ExitSLOMissed
+	}
+	return ExitSafe
+}
+
+// Verdict says in words what ExitCode says in a number: "safe", "safe;
+// takeover SLO missed" or "UNSAFE".
+func (r *Report) Verdict() string {
+	switch r.ExitCode() {
+	case ExitUnsafe:
+		return verdictUnsafe
+	case ExitSLOMissed:
+		return verdictSLO
+	}
+	return verdictSafe
+}
 
 // Fill completes r from the history h and the checks' result res: operations
 // by outcome, faults' hits, takeovers, linearizability and violations.
@@ -131,6 +169,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(tw, ")")
 	fmt.Fprintf(tw, "linearizable\t%s (%d ops, checked in %d ms)\n", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds())
 	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
+	if r.Cleanup != "" {
+		fmt.Fprintf(tw, "cleanup\t%s\n", r.Cleanup)
+	}
+	fmt.Fprintf(tw, "verdict\t%s (exit %d)\n", r.Verdict(), r.ExitCode())
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -151,11 +193,16 @@ func (r *Report) WriteText(w io.Writer) error {
 	return nil
 }
 
-// WriteJSON writes the report as indented JSON, without its history.
+// WriteJSON writes the report as indented JSON, without its history, with
+// its verdict and exit code.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return enc.Encode(struct {
+		*Report
+		Verdict  string `json:"verdict"`
+		ExitCode int    `json:"exit_code"`
+	}{r, r.Verdict(), r.ExitCode()})
 }
 
 func sum(m map[string]int) (n int) {

@@ -72,3 +72,61 @@ func TestWriteJSON(t *testing.T) {
 		}
 	}
 }
+
+// The verdict tells safety from the takeover time: any safety violation is
+// exit 1 whatever else failed, the takeover SLO alone exit 3, none exit 0.
+func TestVerdict(t *testing.T) {
+	slo := check.Violation{Check: check.Takeover, Detail: "p99 over"}
+	stale := check.Violation{Check: check.StaleWrite, Detail: "stale"}
+	unknown := check.Violation{Check: check.LinearizeUnknown, Detail: "timeout"}
+	for _, c := range []struct {
+		vs      []check.Violation
+		code    int
+		verdict string
+	}{
+		{nil, report.ExitSafe, "safe (exit 0)"},
+		{[]check.Violation{slo}, report.ExitSLOMissed, "safe; takeover SLO missed (exit 3)"},
+		{[]check.Violation{slo, stale}, report.ExitUnsafe, "UNSAFE (exit 1)"},
+		{[]check.Violation{unknown}, report.ExitUnsafe, "UNSAFE (exit 1)"},
+	} {
+		rep := &report.Report{Violations: c.vs}
+		var text, js strings.Builder
+		if err := rep.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.WriteJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Verdict  string `json:"verdict"`
+			ExitCode int    `json:"exit_code"`
+		}
+		if err := json.Unmarshal([]byte(js.String()), &got); err != nil {
+			t.Fatal(err)
+		}
+		if rep.ExitCode() != c.code || got.ExitCode != c.code || verdictLine(text.String()) != c.verdict || got.Verdict != rep.Verdict() {
+			t.Errorf("%v: exit %d (JSON %d, %q), want %d; summary:\n%s", c.vs, rep.ExitCode(), got.ExitCode, got.Verdict, c.code, text.String())
+		}
+	}
+}
+
+// The takeover SLO is TTL + one renewal interval unless given.
+func TestTakeoverSLO(t *testing.T) {
+	h := illegalHistory()
+	if got := check.Run(check.Input{History: h, TTL: 3 * time.Second}).Takeovers.SLO; got != 4*time.Second {
+		t.Errorf("default SLO %v, want 4s", got)
+	}
+	if got := check.Run(check.Input{History: h, TTL: 3 * time.Second, TakeoverSLO: time.Millisecond}).Takeovers.SLO; got != time.Millisecond {
+		t.Errorf("SLO %v, want 1ms", got)
+	}
+}
+
+// verdictLine is the summary's verdict, without its label.
+func verdictLine(summary string) string {
+	for line := range strings.Lines(summary) {
+		if rest, ok := strings.CutPrefix(line, "verdict "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,6 +27,7 @@ func (a *app) drillCommand() *cobra.Command {
 		jsonOut   bool
 		jobsPG    string
 		htmlPath  string
+		quiet     bool
 	)
 	const jobsTable = "drill_jobs"
 	cmd := &cobra.Command{
@@ -34,7 +37,8 @@ func (a *app) drillCommand() *cobra.Command {
 fenced storage while faults are injected (a worker paused past its TTL, renewal
 failures, a killed holder, store latency), records every operation, and checks:
 no stale write accepted, no release or renewal by a superseded owner, no job
-terminal twice, takeover within TTL + one renewal interval, every job done.
+terminal twice, a linearizable history, every job done, and takeover within
+--takeover-slo (default TTL + one renewal interval).
 
 It runs on an in-process memory store unless a store is given with --redis,
 --etcd or --postgres for the locks; the jobs' fenced storage is in-process
@@ -46,7 +50,17 @@ drill must then report violations, which proves it can fail. --report writes
 the report as one self-contained HTML page as well: a timeline of the leases
 per worker, the faults and the refused writes.
 
-Exit code 0: no violation; 1: violations (or the drill could not run).`,
+Progress goes to stderr: redrawn in place on a terminal, a plain line every
+5 s otherwise, none with --quiet or --json. On a real store the drill then
+releases the leases it still holds and deletes its fence keys where the
+store allows it; the summary's cleanup line says what is left and how to
+remove it.
+
+Exit code 0: every check held; 1: a safety violation (stale write accepted,
+wrong-owner release, a job terminal twice, a non-linearizable history, a job
+never finished), or the drill could not run; 3: the takeover SLO missed while
+every safety check held; 2: a wrong command line. The summary's verdict line
+says which.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
 			scale, err := parseScale(timeScale)
@@ -56,6 +70,9 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 			cfg.TimeScale = scale
 			if err := checkDrillFlags(cfg); err != nil {
 				return err
+			}
+			if flagSet(cmd.Flags(), "takeover-slo") && cfg.TakeoverSLO <= 0 {
+				return usagef("--takeover-slo must be positive, not %v", cfg.TakeoverSLO)
 			}
 			var html *os.File
 			if htmlPath != "" {
@@ -71,6 +88,7 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 					}
 				}()
 			}
+			var store *backend // a real store, to clean up after the drill
 			if anyStoreFlag(cmd) {
 				b, err := a.openBackend(cmd.Context(), cmd)
 				if err != nil {
@@ -78,6 +96,7 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				}
 				defer b.close()
 				cfg.Store, cfg.StoreName = b.store, b.String()
+				store = b
 			}
 			if flagSet(cmd.Flags(), "jobs-postgres") {
 				pool, err := openJobsPool(cmd, jobsPG, a.global.timeout)
@@ -101,12 +120,19 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 				args := append([]string{"drill-worker", "--jobs-postgres", jobsPG, "--jobs-table", jobsTable}, storeArgs(cmd)...)
 				cfg.StartWorker = func() *exec.Cmd { return exec.Command(exe, args...) }
 			}
-			if !jsonOut {
-				cfg.Progress = a.stderr
+			if !jsonOut && !quiet {
+				cfg.Progress, cfg.ProgressTerminal = a.stderr, isTerminal(a.stderr)
 			}
 			rep, err := drill.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
+			}
+			if store != nil {
+				rep.Cleanup = a.cleanupDrill(cmd.Context(), store, cfg.Jobs)
+			}
+			if jobsPG != "" {
+				// Kept as the evidence behind the report; the next drill drops them.
+				rep.Cleanup = strings.TrimPrefix(rep.Cleanup+"; ", "; ") + fmt.Sprintf("the job tables %s and %s_writes stay in --jobs-postgres until the next drill", jobsTable, jobsTable)
 			}
 			write := rep.WriteText
 			if jsonOut {
@@ -123,8 +149,12 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 					return fmt.Errorf("--report: %w", err)
 				}
 			}
-			if !rep.OK() {
-				return fmt.Errorf("drill found %d violations", len(rep.Violations))
+			switch rep.ExitCode() {
+			case report.ExitUnsafe:
+				return fmt.Errorf("drill found %d violations: unsafe", len(rep.Violations))
+			case report.ExitSLOMissed:
+				return exitCodeError{ExitSLOMissed, fmt.Errorf("drill: takeover p99 %v missed the SLO of %v; every safety check held",
+					rep.TakeoverP99.Round(time.Millisecond), rep.TakeoverSLO)}
 			}
 			return nil
 		}),
@@ -139,8 +169,30 @@ Exit code 0: no violation; 1: violations (or the drill could not run).`,
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (no progress line)")
 	f.StringVar(&jobsPG, "jobs-postgres", "", "keep the jobs fenced in this PostgreSQL (URL or DSN) instead of in-process")
 	f.IntVar(&cfg.Processes, "processes", 0, fmt.Sprintf("run the workers as this many separate OS processes, 2 to %d (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers", MaxProcesses))
+	f.DurationVar(&cfg.TakeoverSLO, "takeover-slo", 0, "bound on the takeover p99, missed: exit 3 (default TTL + one renewal interval, 800ms at 1/100: a stopped holder's lease ends, and a waiter takes over within one renewal interval)")
+	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	f.StringVar(&htmlPath, "report", "", "also write the report as a self-contained HTML page to this file, violations or not")
 	return cmd
+}
+
+// ExitSLOMissed is drill's exit code when the takeover SLO was missed and
+// every safety check held (report.ExitSLOMissed).
+const ExitSLOMissed = report.ExitSLOMissed
+
+// exitCodeError ends the command with its own exit code after its message.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e exitCodeError) Error() string { return e.err.Error() }
+func (e exitCodeError) Unwrap() error { return e.err }
+
+// isTerminal reports whether w is a terminal, where progress is redrawn
+// in place; a file or pipe gets plain lines.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // storeArgs are the store flags given on cmd's command line, for a worker

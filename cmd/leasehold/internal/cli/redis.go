@@ -163,6 +163,9 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 	}
 	b.store = st
 	b.close = func() { st.Close(); client.Close() }
+	b.deleteKeys = func(ctx context.Context, keys ...string) error {
+		return client.Del(ctx, keys...).Err()
+	}
 	return b, nil
 }
 

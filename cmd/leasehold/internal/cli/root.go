@@ -87,8 +87,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	code := ExitFailure
+	var ce exitCodeError
 	var ue usageError
-	if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
+	if errors.As(err, &ce) {
+		code = ce.code
+	} else if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
 		code = ExitUsage
 	}
 	msg := hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), append(storeEnvValues(), args...))

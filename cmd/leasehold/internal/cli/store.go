@@ -28,6 +28,10 @@ type backend struct {
 	store   driver.Store
 	close   func()
 
+	// deleteKeys, when set, deletes store keys that no lease operation
+	// removes (a Redis fence counter): drill's cleanup uses it.
+	deleteKeys func(ctx context.Context, keys ...string) error
+
 	// probe, when set, is asked why the store did not answer in time: a
 	// client that hides its connection errors behind the deadline (etcd's
 	// gRPC waits for a connection until then) says what failed this way.
