@@ -19,7 +19,7 @@ import (
 )
 
 // runEnv runs the binary with args and the LEASEHOLD_* variables of env
-// (the test process's own are removed).
+// (the test process's own are removed); a run is given a minute at most.
 func runEnv(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

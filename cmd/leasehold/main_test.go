@@ -1,10 +1,7 @@
 package main_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,26 +50,11 @@ type result struct {
 	elapsed        time.Duration
 }
 
-// run runs the binary with args; a run is given a minute at most.
+// run runs the binary with args, without the test process's LEASEHOLD_*
+// variables; a run is given a minute at most.
 func run(t *testing.T, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("leasehold %q: %v", args, err)
-	}
-	return r
+	return runEnv(t, nil, args...)
 }
 
 // ok runs the binary and fails the test unless it exits 0 with nothing on
