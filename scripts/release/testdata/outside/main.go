@@ -55,7 +55,7 @@ func main() {
 
 	lock("memstore", memstore.New(), nil)
 
-	rdb := redis.NewClient(&redis.Options{Addr: env("LEASEHOLD_REDIS_ADDR"), ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: env("LEASEHOLD_REDIS_ADDR")}) // a client as an application makes it
 	defer rdb.Close()
 	rs, err := redisstore.New(rdb)
 	check("redisstore.New", err)
