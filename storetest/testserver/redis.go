@@ -148,32 +148,46 @@ func (s *RedisServer) start() error {
 	}, time.Now().Add(readyTimeout))
 }
 
-// ping returns nil if our process answers an inline PING on the port. It
-// also checks the pid, because another test's redis-server may have won the
-// race for the port; ours then exits and is retried.
+// ping returns nil if our process answers PING on the port (see askOwn).
 func (s *RedisServer) ping(context.Context) error {
-	conn, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+	_, done, err := askOwn(s.Addr(), s.pid)
+	if err == nil {
+		done()
+	}
+	return err
+}
+
+// askOwn dials a Redis or Sentinel process at addr and checks it answers PING
+// and is ours, pid: another test's server may have won the race for the port,
+// and ours then exits and is retried. ask sends more commands; done closes.
+func askOwn(addr string, pid int) (ask func(args ...string) (any, error), done func(), err error) {
+	conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
 	r := bufio.NewReader(conn)
-	if line, err := readLine(r); err != nil || line != "+PONG" {
-		return fmt.Errorf("PING: %q, %v", line, err)
+	ask = func(args ...string) (any, error) {
+		if err := writeCommand(conn, args); err != nil {
+			return nil, err
+		}
+		reply, err := readReply(r)
+		if e, ok := reply.(redisError); ok {
+			return nil, e
+		}
+		return reply, err
 	}
-	if err := writeCommand(conn, []string{"INFO", "server"}); err != nil {
-		return err
+	if reply, err := ask("PING"); err != nil || reply != "PONG" {
+		conn.Close()
+		return nil, nil, fmt.Errorf("PING: %v, %v", reply, err)
 	}
-	reply, err := readReply(r)
+	reply, err := ask("INFO", "server")
 	info, _ := reply.(string)
-	if pid := infoField(info, "process_id"); err != nil || pid != strconv.Itoa(s.pid) {
-		return fmt.Errorf("INFO server: process_id %q, want %d (%v)", pid, s.pid, err)
+	if got := infoField(info, "process_id"); err != nil || got != strconv.Itoa(pid) {
+		conn.Close()
+		return nil, nil, fmt.Errorf("INFO server: process_id %q, want %d (%v)", got, pid, err)
 	}
-	return nil
+	return ask, func() { conn.Close() }, nil
 }
 
 // Addr returns the server's address, "127.0.0.1:PORT".

@@ -1,7 +1,6 @@
 package testserver
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -100,32 +99,12 @@ func (s *RedisSentinel) start() error {
 // ready returns nil once our process answers PING on the port and reports
 // the primary under its name, connected (flags exactly "master").
 func (s *RedisSentinel) ready(context.Context) error {
-	conn, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+	ask, done, err := askOwn(s.Addr(), s.pid)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(time.Second))
-	r := bufio.NewReader(conn)
-	ask := func(args ...string) (any, error) {
-		if err := writeCommand(conn, args); err != nil {
-			return nil, err
-		}
-		reply, err := readReply(r)
-		if e, ok := reply.(redisError); ok {
-			return nil, e
-		}
-		return reply, err
-	}
-	if reply, err := ask("PING"); err != nil || reply != "PONG" {
-		return fmt.Errorf("PING: %v, %v", reply, err)
-	}
-	reply, err := ask("INFO", "server")
-	info, _ := reply.(string)
-	if pid := infoField(info, "process_id"); err != nil || pid != strconv.Itoa(s.pid) {
-		return fmt.Errorf("INFO server: process_id %q, want %d (%v)", pid, s.pid, err)
-	}
-	reply, err = ask("SENTINEL", "MASTER", s.name)
+	defer done()
+	reply, err := ask("SENTINEL", "MASTER", s.name)
 	if err != nil {
 		return fmt.Errorf("SENTINEL MASTER %s: %w", s.name, err)
 	}
