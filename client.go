@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime/debug"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
@@ -47,6 +50,7 @@ type Client struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
+	identity       string     // the holder identity every token carries
 	waiters        waitQueues // Acquire's waiters per key, when wake-ups are on
 	local          localTurns // Hold's turns per key
 	renew          renewer    // renews every KeepAlive of the Client
@@ -113,6 +117,34 @@ func WithBackoff(min, max time.Duration) Option {
 	}
 }
 
+// WithIdentity sets the holder identity stored with every lease the Client
+// takes (in its token), which the CLI's inspect and ls show. Default:
+// "hostname:pid", which tells an operator where to look.
+func WithIdentity(id string) Option {
+	return func(c *Client) {
+		var ae *ArgumentError
+		if errors.As(driver.ValidateIdentity(id), &ae) {
+			c.setErr(&ArgumentError{Arg: "WithIdentity", Reason: ae.Reason})
+			return
+		}
+		c.identity = id
+	}
+}
+
+// hostPID returns "hostname:pid", the identity of a Client made without
+// WithIdentity; the host name is cut to fit driver.MaxIdentityLen.
+func hostPID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	pid := ":" + strconv.Itoa(os.Getpid())
+	for driver.ValidateIdentity(host+pid) != nil && host != "" {
+		host = host[:len(host)-1]
+	}
+	return host + pid
+}
+
 // WithoutWakeups makes waiters poll on their backoff alone, unqueued, to
 // measure what the store's wake-ups buy. Production code has no reason to.
 func WithoutWakeups() Option {
@@ -132,6 +164,7 @@ func New(store driver.Store, opts ...Option) *Client {
 		minBackoff:     defaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
 		cleanupTimeout: defaultCleanupTimeout,
+		identity:       defaultIdentity(),
 		renew:          renewer{window: defaultBatchWindow, size: defaultBatchSize},
 	}
 	c.notifier, _ = store.(driver.ReleaseNotifier)
@@ -241,7 +274,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
-	l, err := c.try(ctx, key, NewToken(), ttl)
+	l, err := c.try(ctx, key, c.newToken(), ttl)
 	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrInvalidArgument) {
 		return l, err
 	}
@@ -295,7 +328,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
-	token := NewToken()
+	token := c.newToken()
 	if c.notifier == nil {
 		// Without wake-ups every waiter polls: polls are how a release is seen.
 		return c.poll(ctx, key, token, ttl, maxBackoff)
@@ -499,6 +532,12 @@ func validateKeyTTL(key string, ttl time.Duration) error {
 // NewToken returns a fresh owner token: 130 random bits from crypto/rand,
 // as 26 base32 characters.
 func NewToken() string { return crand.Text() }
+
+// newToken is a fresh token carrying c's identity.
+func (c *Client) newToken() string { return driver.HolderToken(NewToken(), c.identity) }
+
+// defaultIdentity is hostPID, computed once per process.
+var defaultIdentity = sync.OnceValue(hostPID)
 
 // nilStore stands in for a nil Store, so misuse is an error, not a panic.
 type nilStore struct{}

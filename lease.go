@@ -263,10 +263,11 @@ func (l *Lease) notOwned(ctx context.Context, op string) {
 		lk.logAttrs()...)
 }
 
-// LogValue logs a Lease as its key and fence, never its token.
+// LogValue logs a Lease as its key, fence and holder identity, never its
+// token.
 func (l *Lease) LogValue() slog.Value {
 	if l == nil {
 		return slog.StringValue("<nil lease>")
 	}
-	return slog.GroupValue(slog.String("key", l.key), slog.Int64("fence", l.fence))
+	return slog.GroupValue(slog.String("key", l.key), slog.Int64("fence", l.fence), slog.String("holder", driver.TokenHolder(l.token)))
 }

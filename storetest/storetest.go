@@ -404,7 +404,10 @@ func testHostileInput(t *testing.T, s driver.Store) {
 		base + "/../" + base, "Leasehold:" + base, "leasehold" + base,
 		base + strings.Repeat("k", driver.MaxKeyLen-len(base)),
 	}
-	tokens := []string{printable.String(), strings.Repeat("~", driver.MaxTokenLen), "nan", "-1", "1e300", "0"}
+	tokens := []string{
+		printable.String(), strings.Repeat("~", driver.MaxTokenLen), "nan", "-1", "1e300", "0",
+		driver.HolderToken(token(), "host é:1/%~ {x}"), driver.HolderToken(token(), strings.Repeat("%", 64)),
+	}
 	owners := make(map[string]string, len(keys))
 	fences := make(map[string]int64, len(keys))
 	for i, k := range keys {
@@ -413,8 +416,12 @@ func testHostileInput(t *testing.T, s driver.Store) {
 		owners[k] = tok
 	}
 	for _, k := range keys {
-		if info := wantHeldBy(t, s, k, owners[k]); info.Fence != fences[k] {
+		info := wantHeldBy(t, s, k, owners[k])
+		if info.Fence != fences[k] {
 			t.Fatalf("Inspect(%q).Fence = %d, want %d", k, info.Fence, fences[k])
+		}
+		if want := driver.TokenHolder(owners[k]); info.Holder() != want {
+			t.Fatalf("Inspect(%q).Holder() = %q, want %q", k, info.Holder(), want)
 		}
 	}
 	for _, k := range keys {

@@ -60,7 +60,7 @@ func TestStoreFromEnvironment(t *testing.T) {
 	r := runEnv(t, map[string]string{"LEASEHOLD_REDIS_URL": url}, "inspect", "-o", "json", l.Key())
 	var got lockJSON
 	decode(t, r.stdout, &got)
-	if r.code != 0 || !got.Held || got.Owner != l.Token() {
+	if r.code != 0 || !got.Held || got.Token != short(l.Token()) {
 		t.Errorf("inspect with LEASEHOLD_REDIS_URL: exit %d, %+v, stderr %q", r.code, got, r.stderr)
 	}
 	// The flag wins over every variable.
@@ -200,7 +200,7 @@ func TestRedisAddressForms(t *testing.T) {
 		l := acquire(t, c, "runs:B", time.Minute)
 		var got lockJSON
 		decode(t, ok(t, "inspect", "--redis", strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/0"), "-o", "json", l.Key()), &got)
-		if !got.Held || got.Owner != l.Token() {
+		if !got.Held || got.Token != short(l.Token()) {
 			t.Errorf("inspect --redis host:port = %+v", got)
 		}
 		failsWith(t, 2, []string{"--redis: invalid URL"}, "inspect", "--redis", "127.0.0.1:port", "k")
@@ -212,7 +212,7 @@ func TestRedisAddressForms(t *testing.T) {
 		u := "redis+sentinel://" + f.Sentinel.Addr() + "/0?master_name=" + f.MasterName()
 		var got lockJSON
 		decode(t, ok(t, "inspect", "--redis", u, "-o", "json", l.Key()), &got)
-		if !got.Held || got.Owner != l.Token() || !strings.Contains(got.Store, "sentinel "+f.Sentinel.Addr()) {
+		if !got.Held || got.Token != short(l.Token()) || !strings.Contains(got.Store, "sentinel "+f.Sentinel.Addr()) {
 			t.Errorf("inspect --redis %s = %+v", u, got)
 		}
 		var all []lockJSON
@@ -299,7 +299,7 @@ func TestReadOnlyACLUser(t *testing.T) {
 
 	var got lockJSON
 	decode(t, ok(t, "inspect", "--redis", ro, "-o", "json", l.Key()), &got)
-	if !got.Held || got.Owner != l.Token() || got.Fence != l.Fence() {
+	if !got.Held || got.Token != short(l.Token()) || got.Fence != l.Fence() {
 		t.Errorf("inspect as a read-only user = %+v, want held by %s, fence %d", got, l.Token(), l.Fence())
 	}
 	var all []lockJSON

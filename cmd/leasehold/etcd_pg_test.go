@@ -28,7 +28,7 @@ func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, r
 		var got lockJSON
 		decode(t, ok(t, args("inspect", "--json", l.Key())...), &got)
 		ns := leasehold.DefaultNamespace(l.Key())
-		if got.Key != l.Key() || !got.Held || got.Owner != l.Token() || got.Fence != l.Fence() ||
+		if got.Key != l.Key() || !got.Held || got.Token != short(l.Token()) || got.Fence != l.Fence() ||
 			got.Namespace != ns || got.TTLSeconds <= 0 || got.TTLSeconds > 60 {
 			t.Errorf("inspect --json %s = %+v, want held by %s with fence %d, namespace %s", l.Key(), got, l.Token(), l.Fence(), ns)
 		}
@@ -38,7 +38,7 @@ func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, r
 	if free.Held || free.Fence != released.Fence() {
 		t.Errorf("inspect --json of a released key = %+v, want free with fence %d", free, released.Fence())
 	}
-	if f := fields(t, ok(t, args("inspect", held[0].Key())...)); f["state"] != "held" || f["owner"] != held[0].Token() {
+	if f := fields(t, ok(t, args("inspect", held[0].Key())...)); f["state"] != "held" || f["token"] != short(held[0].Token()) || f["holder"] != testHolder {
 		t.Errorf("inspect %s: %v", held[0].Key(), f)
 	}
 
@@ -55,8 +55,8 @@ func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, r
 	var keys []string
 	for i, g := range got {
 		keys = append(keys, g.Key)
-		if g.Owner != held[i].Token() || g.Fence != held[i].Fence() || g.TTLSeconds <= 0 {
-			t.Errorf("ls --json [%d] = %+v, want owner %s fence %d", i, g, held[i].Token(), held[i].Fence())
+		if g.Token != short(held[i].Token()) || g.Fence != held[i].Fence() || g.TTLSeconds <= 0 {
+			t.Errorf("ls --json [%d] = %+v, want token %s fence %d", i, g, short(held[i].Token()), held[i].Fence())
 		}
 	}
 	if !slices.Equal(keys, want) {

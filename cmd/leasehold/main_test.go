@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,13 +99,23 @@ func checkOneLine(t *testing.T, stderr string, args []string) {
 type lockJSON struct {
 	Key        string  `json:"key"`
 	Held       bool    `json:"held"`
-	Owner      string  `json:"owner"`
+	Holder     string  `json:"holder"`
+	Token      string  `json:"token"`
 	TTLSeconds float64 `json:"ttl_seconds"`
 	Fence      int64   `json:"fence"`
 	Namespace  string  `json:"namespace"`
 	Class      string  `json:"class"`
 	Store      string  `json:"store"`
 }
+
+// testHolder is the holder identity of the leases this test process takes.
+var testHolder = func() string {
+	host, _ := os.Hostname()
+	return host + ":" + strconv.Itoa(os.Getpid())
+}()
+
+// short is a token as inspect and ls show it without --show-token.
+func short(tok string) string { return tok[:10] + "…" }
 
 // decode unmarshals out (which must be JSON) into v.
 func decode(t *testing.T, out string, v any) {
@@ -132,7 +143,7 @@ func fields(t *testing.T, out string) map[string]string {
 func tableKeys(t *testing.T, out string) []string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "KEY NAMESPACE CLASS TTL FENCE OWNER" {
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "KEY NAMESPACE CLASS TTL FENCE HOLDER TOKEN" {
 		t.Fatalf("ls header is %q\n%s", lines[0], out)
 	}
 	var keys []string

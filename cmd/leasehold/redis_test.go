@@ -68,7 +68,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 	t.Run("inspect text", func(t *testing.T) {
 		f := fields(t, ok(t, "inspect", "--redis", url, run1.Key()))
 		want := map[string]string{
-			"key": run1.Key(), "state": "held", "owner": run1.Token(), "fence": strconv.FormatInt(run1.Fence(), 10),
+			"key": run1.Key(), "state": "held", "token": short(run1.Token()), "holder": testHolder, "fence": strconv.FormatInt(run1.Fence(), 10),
 			"namespace": "runs", "class": "per-item", "store": "redis " + strings.TrimPrefix(url, "redis://"),
 		}
 		for k, v := range want {
@@ -92,7 +92,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 		} {
 			var got lockJSON
 			decode(t, ok(t, "inspect", "--json", "--redis", url, tc.l.Key()), &got)
-			if got.Key != tc.l.Key() || !got.Held || got.Owner != tc.l.Token() || got.Fence != tc.l.Fence() ||
+			if got.Key != tc.l.Key() || !got.Held || got.Token != short(tc.l.Token()) || got.Holder != testHolder || got.Fence != tc.l.Fence() ||
 				got.Namespace != tc.namespace || got.Class != tc.class || got.TTLSeconds <= 0 || got.TTLSeconds > 60 {
 				t.Errorf("inspect --json %s = %+v, want held by %s with fence %d, namespace %s, class %s, TTL in (0, 60]",
 					tc.l.Key(), got, tc.l.Token(), tc.l.Fence(), tc.namespace, tc.class)
@@ -103,11 +103,11 @@ func TestRedisInspectAndLs(t *testing.T) {
 	t.Run("inspect a released key", func(t *testing.T) {
 		var got lockJSON
 		decode(t, ok(t, "inspect", "--json", "--redis", url, job.Key()), &got)
-		if got.Held || got.Owner != "" || got.TTLSeconds != 0 || got.Fence != job.Fence() || got.Class != "per-item" || got.Namespace != "jobs" {
+		if got.Held || got.Token != "" || got.Holder != "" || got.TTLSeconds != 0 || got.Fence != job.Fence() || got.Class != "per-item" || got.Namespace != "jobs" {
 			t.Errorf("inspect --json of a released key = %+v, want free with the last fence %d", got, job.Fence())
 		}
 		f := fields(t, ok(t, "inspect", "--redis", url, job.Key()))
-		if f["state"] != "free" || f["owner"] != "-" || f["fence"] != strconv.FormatInt(job.Fence(), 10) {
+		if f["state"] != "free" || f["token"] != "-" || f["holder"] != "-" || f["fence"] != strconv.FormatInt(job.Fence(), 10) {
 			t.Errorf("inspect of a released key: %v", f)
 		}
 	})
@@ -130,7 +130,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 		}
 		for _, l := range held {
 			if !strings.Contains(out, l.Token()[:10]+"…") || strings.Contains(out, l.Token()) {
-				t.Errorf("ls table should show %s's owner as its first 10 characters:\n%s", l.Key(), out)
+				t.Errorf("ls table should show %s's token as its first 10 characters:\n%s", l.Key(), out)
 			}
 			if !strings.Contains(out, strconv.FormatInt(l.Fence(), 10)) {
 				t.Errorf("ls table lacks %s's fence %d:\n%s", l.Key(), l.Fence(), out)
@@ -146,7 +146,7 @@ func TestRedisInspectAndLs(t *testing.T) {
 		}
 		for i, l := range held {
 			g := got[i]
-			if g.Key != l.Key() || !g.Held || g.Owner != l.Token() || g.Fence != l.Fence() || g.TTLSeconds <= 0 {
+			if g.Key != l.Key() || !g.Held || g.Token != short(l.Token()) || g.Fence != l.Fence() || g.TTLSeconds <= 0 {
 				t.Errorf("ls --json [%d] = %+v, want %s held by %s, fence %d", i, g, l.Key(), l.Token(), l.Fence())
 			}
 		}

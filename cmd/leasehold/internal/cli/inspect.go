@@ -11,14 +11,20 @@ import (
 
 // inspectCommand is "leasehold inspect KEY".
 func (a *app) inspectCommand() *cobra.Command {
-	var out *outputFlags
+	var (
+		out       *outputFlags
+		showToken bool
+	)
 	cmd := &cobra.Command{
 		Use:   "inspect KEY",
-		Short: "Show the live lease on KEY: owner, remaining TTL, fence, namespace, class",
+		Short: "Show the live lease on KEY: holder, remaining TTL, fence, namespace, class",
 		Long: `inspect shows the lease on KEY as the store sees it now (the store's Inspect):
 
   state      held, or free (never taken, released or expired)
-  owner      the owner's token (free: -)
+  holder     the owner's identity, leasehold.WithIdentity (default hostname:pid;
+             free: -; a token without one: ?)
+  token      the owner's token, its first 10 characters (--show-token: whole;
+             it is a credential that can release the lock)
   ttl        the lease's remaining time (etcd: whole seconds, rounded up)
   fence      the last fence issued for KEY, held or not (0: never acquired)
   namespace  leasehold.DefaultNamespace(KEY), the metrics' namespace label:
@@ -51,7 +57,7 @@ same fields, ttl_seconds a number of seconds.`,
 			if err != nil {
 				return err
 			}
-			v := newLockView(info, b)
+			v := newLockView(info, b, showToken)
 			if asJSON {
 				return writeJSON(a.stdout, v)
 			}
@@ -59,14 +65,15 @@ same fields, ttl_seconds a number of seconds.`,
 		}),
 	}
 	out = addOutputFlags(cmd, "one object")
+	cmd.Flags().BoolVar(&showToken, "show-token", false, "print the owner's whole token, a credential (default: its first 10 characters)")
 	return cmd
 }
 
 // printInspect prints v as aligned "name value" lines.
 func printInspect(a *app, v lockView) error {
-	state, owner, ttl := "free", "-", "-"
+	state, ttl := "free", "-"
 	if v.Held {
-		state, owner, ttl = "held", printable(v.Owner), v.ttl().String()
+		state, ttl = "held", v.ttl().String()
 		if v.Fence == 0 {
 			// Every acquire issues a fence; a value without one was
 			// written by something else (on Redis, an application key).
@@ -81,7 +88,8 @@ func printInspect(a *app, v lockView) error {
 	for _, row := range [][2]string{
 		{"key", printable(v.Key)},
 		{"state", state},
-		{"owner", owner},
+		{"holder", holderCell(v)},
+		{"token", tokenCell(v)},
 		{"ttl", ttl},
 		{"fence", fence},
 		{"namespace", v.Namespace},

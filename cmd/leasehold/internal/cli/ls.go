@@ -37,18 +37,20 @@ const (
 // lsCommand is "leasehold ls PATTERN".
 func (a *app) lsCommand() *cobra.Command {
 	var (
-		out      *outputFlags
-		limit    int
-		pageSize int
+		out       *outputFlags
+		limit     int
+		pageSize  int
+		showToken bool
 	)
 	cmd := &cobra.Command{
 		Use:   "ls PATTERN",
 		Short: "List the held locks whose key matches PATTERN: the lock inventory as it is now",
 		Long: `ls lists the locks held now whose key matches PATTERN, sorted by key, with the
-columns of inspect: KEY, NAMESPACE, CLASS, TTL, FENCE, OWNER. Free keys (released,
-expired, never taken) are not listed, even when a fence remains: inspect shows those.
-The table shows the first 10 characters of each owner token; --json prints an array
-of objects with the whole token and the fields of inspect --json.
+columns of inspect: KEY, NAMESPACE, CLASS, TTL, FENCE, HOLDER, TOKEN. Free keys
+(released, expired, never taken) are not listed, even when a fence remains: inspect
+shows those. HOLDER is the owner's identity (leasehold.WithIdentity, by default
+hostname:pid); TOKEN the first 10 characters of its token (--show-token: whole).
+-o json prints an array of objects with the fields of inspect -o json.
 
 PATTERN means the same on every store, and must match the whole key (on etcd, the
 key without the store's prefix):
@@ -88,7 +90,7 @@ order. Every store call is bounded by --timeout.`,
 				return err
 			}
 			defer b.close()
-			views, truncated, err := listLocks(cmd.Context(), b, pattern, limit, pageSize)
+			views, truncated, err := listLocks(cmd.Context(), b, pattern, limit, pageSize, showToken)
 			if err != nil {
 				return err
 			}
@@ -109,13 +111,14 @@ order. Every store call is bounded by --timeout.`,
 	out = addOutputFlags(cmd, "an array of objects, [] when none match")
 	f.IntVar(&limit, "limit", DefaultLimit, fmt.Sprintf("stop after this many held locks (1 to %d); 1000 is more than a screen and keeps memory and store reads bounded on any keyspace", MaxLimit))
 	f.IntVar(&pageSize, "page-size", DefaultPageSize, fmt.Sprintf("keys read per store call, the limit of each List call (1 to %d); 200 keeps each call a sub-millisecond pause for the store", MaxPageSize))
+	f.BoolVar(&showToken, "show-token", false, "print the owners' whole tokens, credentials (default: their first 10 characters)")
 	return cmd
 }
 
 // listLocks calls b's List page after page until the listing ends or limit
 // distinct locks are kept; truncated says that more matched. A key listed
 // twice (Redis may) is kept once.
-func listLocks(ctx context.Context, b *backend, pattern string, limit, pageSize int) (views []lockView, truncated bool, err error) {
+func listLocks(ctx context.Context, b *backend, pattern string, limit, pageSize int, showToken bool) (views []lockView, truncated bool, err error) {
 	seen := make(map[string]bool)
 	after := ""
 	for {
@@ -131,7 +134,7 @@ func listLocks(ctx context.Context, b *backend, pattern string, limit, pageSize 
 				return views, true, nil
 			}
 			seen[info.Key] = true
-			views = append(views, newLockView(info, b))
+			views = append(views, newLockView(info, b, showToken))
 		}
 		switch next {
 		case "":
@@ -152,9 +155,9 @@ func printTable(a *app, pattern string, views []lockView) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tNAMESPACE\tCLASS\tTTL\tFENCE\tOWNER")
+	fmt.Fprintln(tw, "KEY\tNAMESPACE\tCLASS\tTTL\tFENCE\tHOLDER\tTOKEN")
 	for _, v := range views {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", printable(v.Key), v.Namespace, v.Class, v.ttl(), v.Fence, shortOwner(v.Owner))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(v.Key), v.Namespace, v.Class, v.ttl(), v.Fence, holderCell(v), tokenCell(v))
 	}
 	return tw.Flush()
 }

@@ -116,7 +116,7 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `leasehold is the operator tool of the leasehold lock library.
 
   drill            the game day: faults injected, and checkers that prove no stale write got through
-  inspect KEY      the live lease on KEY: owner, remaining TTL, fence, namespace, class
+  inspect KEY      the live lease on KEY: holder, remaining TTL, fence, namespace, class
   ls PATTERN       every held lock matching PATTERN: the lock inventory as it is now
   ttl              the TTL a lock path needs, checked against a takeover SLO
 

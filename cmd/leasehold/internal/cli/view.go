@@ -45,8 +45,12 @@ func ClassOf(namespace string) string {
 type lockView struct {
 	Key  string `json:"key"`
 	Held bool   `json:"held"`
-	// Owner is the owner's whole token; empty when the key is free.
-	Owner string `json:"owner"`
+	// Holder is the owner's identity (leasehold.WithIdentity, by default
+	// hostname:pid); empty when the key is free or its token carries none.
+	Holder string `json:"holder"`
+	// Token is the owner's token, cut to its first tokenWidth characters
+	// and "…" unless --show-token; empty when the key is free.
+	Token string `json:"token"`
 	// TTLSeconds is the remaining lease time; 0 when free.
 	TTLSeconds float64 `json:"ttl_seconds"`
 	// Fence is the last fence issued for the key (held or not); 0 if never.
@@ -57,15 +61,18 @@ type lockView struct {
 	Store string `json:"store"`
 }
 
-// newLockView describes info, read from b.
-func newLockView(info driver.Info, b *backend) lockView {
+// newLockView describes info, read from b; the token whole only if showToken.
+func newLockView(info driver.Info, b *backend, showToken bool) lockView {
 	ns := leasehold.DefaultNamespace(info.Key)
 	v := lockView{
 		Key: info.Key, Held: info.Held, Fence: info.Fence,
 		Namespace: ns, Class: ClassOf(ns), Store: b.kind + " " + b.where,
 	}
 	if info.Held {
-		v.Owner, v.TTLSeconds = info.Token, seconds(info.TTL.Round(time.Millisecond))
+		v.Holder, v.Token, v.TTLSeconds = info.Holder(), info.Token, seconds(info.TTL.Round(time.Millisecond))
+		if !showToken {
+			v.Token = shortToken(v.Token)
+		}
 	}
 	return v
 }
@@ -79,10 +86,10 @@ func (v lockView) ttl() time.Duration {
 // whole milliseconds (29.952, not 29.951999999999998).
 func seconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1e6 }
 
-// ownerWidth is how much of an owner token a table shows. The Client's
-// tokens are 26 characters; 10 tell two owners apart at a glance and keep
-// the table within a terminal. --json shows the whole token.
-const ownerWidth = 10
+// tokenWidth is how much of an owner token is shown without --show-token.
+// The token is a credential (it can release the lock); its first 10
+// characters tell two owners apart at a glance and cannot be used.
+const tokenWidth = 10
 
 // printable makes s safe for one table cell: control characters, which
 // could redraw an operator's terminal, and blanks, which would shift the
@@ -94,14 +101,33 @@ func printable(s string) string {
 	return s
 }
 
-// shortOwner is the owner column of ls: the token's first ownerWidth
-// characters and an ellipsis when it is longer.
-func shortOwner(tok string) string {
-	tok = printable(tok)
-	if r := []rune(tok); len(r) > ownerWidth {
-		return string(r[:ownerWidth]) + "…"
+// shortToken is the token's first tokenWidth characters and an ellipsis when
+// it is longer.
+func shortToken(tok string) string {
+	if r := []rune(tok); len(r) > tokenWidth {
+		return string(r[:tokenWidth]) + "…"
 	}
 	return tok
+}
+
+// holderCell is the holder column: "-" when free, "?" when the token
+// carries no identity.
+func holderCell(v lockView) string {
+	switch {
+	case !v.Held:
+		return "-"
+	case v.Holder == "":
+		return "?"
+	}
+	return printable(v.Holder)
+}
+
+// tokenCell is the token column: "-" when free.
+func tokenCell(v lockView) string {
+	if !v.Held {
+		return "-"
+	}
+	return printable(v.Token)
 }
 
 // writeJSON writes v as indented JSON and a newline.
