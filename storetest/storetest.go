@@ -50,6 +50,10 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		{"ListHeldLocks", testListHeldLocks},
 		{"ListPatterns", testListPatterns},
 		{"ListBadArguments", testListBadArguments},
+		{"ForceRelease", testForceRelease},
+		{"ForceReleaseFreeKey", testForceReleaseFree},
+		{"ForceReleaseBadInput", testForceReleaseBadInput},
+		{"AuditOrder", testAuditOrder},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,7 +36,12 @@ type Store struct {
 	fences   map[string]int64
 	watchers map[string]map[chan struct{}]struct{}
 	acquires int
+	audit    []driver.AuditRecord // oldest first, at most maxAudit
 }
+
+// maxAudit is how many forced-release records a Store keeps, the newest:
+// one Audit call's worth, a bounded memory for a process that lives long.
+const maxAudit = driver.MaxAuditLimit
 
 type entry struct {
 	token   string
@@ -48,6 +53,7 @@ var (
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.BatchRenewer    = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
+	_ driver.ForceReleaser   = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -127,13 +133,63 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return leasehold.ErrNotOwned
 	}
 	delete(s.locks, key)
+	s.wake(key)
+	return nil
+}
+
+// wake tells key's watchers it was released. s.mu must be held.
+func (s *Store) wake(key string) {
 	for ch := range s.watchers[key] {
 		select {
 		case ch <- struct{}{}:
 		default: // a wake-up is already pending
 		}
 	}
-	return nil
+}
+
+// ForceRelease implements driver.ForceReleaser. The Store keeps the newest
+// 10 000 records, in memory.
+func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (driver.AuditRecord, error) {
+	if err := driver.ValidateForceRelease(key, reason, by); err != nil {
+		return driver.AuditRecord{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return driver.AuditRecord{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	e, ok := s.held(key, now)
+	if !ok {
+		return driver.AuditRecord{}, leasehold.ErrNotOwned
+	}
+	delete(s.locks, key)
+	rec := driver.NewAuditRecord(now, key, e.token, s.fences[key], reason, by)
+	if len(s.audit) == maxAudit {
+		s.audit = slices.Delete(s.audit, 0, 1)
+	}
+	s.audit = append(s.audit, rec)
+	s.wake(key)
+	return rec, nil
+}
+
+// Audit implements driver.ForceReleaser.
+func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.AuditRecord, error) {
+	if err := driver.ValidateAudit(key, limit); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recs := []driver.AuditRecord{}
+	for i := len(s.audit) - 1; i >= 0 && len(recs) < limit; i-- {
+		if key == "" || s.audit[i].Key == key {
+			recs = append(recs, s.audit[i])
+		}
+	}
+	return recs, nil
 }
 
 // Renew implements driver.Store.

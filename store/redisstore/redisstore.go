@@ -52,6 +52,7 @@ var (
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.BatchRenewer    = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
+	_ driver.ForceReleaser   = (*Store)(nil)
 )
 
 // Store is a driver.Store on Redis. It is safe for concurrent use.

@@ -1,0 +1,25 @@
+-- ForceRelease: delete the lock KEYS[1] whoever holds it and, in the same
+-- step, append a record to its audit stream KEYS[3] (capped at ARGV[4]
+-- entries), then wake waiters on channel ARGV[5]. KEYS[2] is the fence
+-- counter. ARGV: key, reason, by, cap, channel.
+-- Returns false when KEYS[1] is not held, else {token prefix, encoded
+-- holder, fence, time in microseconds}.
+local tok = redis.call('GET', KEYS[1])
+if not tok then
+  return false
+end
+local fence = redis.call('GET', KEYS[2]) or '0'
+redis.call('DEL', KEYS[1])
+local sep = string.find(tok, '~', 1, true)
+local holder = ''
+if sep then
+  holder = string.sub(tok, sep + 1)
+end
+local prefix = string.sub(tok, 1, 10)
+local t = redis.call('TIME')
+local us = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('XADD', KEYS[3], 'MAXLEN', ARGV[4], '*',
+  'time_us', us, 'key', ARGV[1], 'holder', holder, 'token', prefix,
+  'fence', fence, 'reason', ARGV[2], 'by', ARGV[3])
+redis.pcall('PUBLISH', ARGV[5], '')
+return {prefix, holder, fence, us}
