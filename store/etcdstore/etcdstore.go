@@ -26,6 +26,7 @@ var (
 	_ driver.Store           = (*Store)(nil)
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
+	_ driver.ForceReleaser   = (*Store)(nil)
 )
 
 // Option configures a Store. The zero set of options is valid.

@@ -32,6 +32,7 @@ var (
 	_ driver.Store           = (*Store)(nil)
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
+	_ driver.ForceReleaser   = (*Store)(nil)
 )
 
 // Option configures New.
@@ -66,6 +67,12 @@ type Store struct {
 	channel string
 
 	migrateSQL, acquireSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
+
+	// audit is the forced-release records' table, table + "_audit", and its
+	// statements; auditErr says why there is none (a name too long).
+	audit                                                                     string
+	auditErr                                                                  error
+	migrateAuditSQL, migrateAuditIndexSQL, forceSelectSQL, forceSQL, auditSQL string
 
 	listener *listener
 }
@@ -117,6 +124,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		renewSQL:   fmt.Sprintf(renewSQL, t),
 		inspectSQL: fmt.Sprintf(inspectSQL, t),
 		listSQL:    fmt.Sprintf(listSQL, t),
+	}
+	auditParts := slices.Clone(parts)
+	auditParts[len(parts)-1] += "_audit"
+	s.audit = strings.Join(auditParts, ".")
+	if s.auditErr = checkIdent("table", s.audit, auditParts[len(parts)-1]); s.auditErr == nil {
+		a := pgx.Identifier(auditParts).Sanitize()
+		s.migrateAuditSQL = fmt.Sprintf(migrateAuditSQL, t, a)
+		s.migrateAuditIndexSQL = fmt.Sprintf(migrateAuditIndexSQL, t, a, pgx.Identifier{auditParts[len(parts)-1] + "_key_at"}.Sanitize())
+		s.forceSelectSQL = fmt.Sprintf(forceSelectSQL, t, a)
+		s.forceSQL = fmt.Sprintf(forceSQL, t, a)
+		s.auditSQL = fmt.Sprintf(auditSQL, t, a)
 	}
 	s.listener = newListener(pool, c.channel)
 	return s, nil
@@ -199,7 +217,9 @@ func interval(ttl time.Duration) pgtype.Interval {
 }
 
 // Migrate creates the lease table if it does not exist: key text PRIMARY
-// KEY, token text, fence bigint NOT NULL, expires_at timestamptz. It is
+// KEY, token text, fence bigint NOT NULL, expires_at timestamptz; and the
+// forced releases' table, the lease table's name + "_audit" (see
+// ForceRelease), with an index on (key, at). It is
 // safe to call from many processes at once (they queue on a transaction
 // advisory lock) and on every start-up. It never alters an existing table.
 func (s *Store) Migrate(ctx context.Context) error {
@@ -210,7 +230,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "leasehold:migrate:"+s.table); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, s.migrateSQL)
+		if _, err := tx.Exec(ctx, s.migrateSQL); err != nil {
+			return err
+		}
+		if s.auditErr != nil {
+			return nil // ForceRelease and Audit say why
+		}
+		if _, err := tx.Exec(ctx, s.migrateAuditSQL); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.migrateAuditIndexSQL)
 		return err
 	})
 	if err != nil {

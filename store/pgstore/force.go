@@ -1,0 +1,111 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+)
+
+// The forced releases' statements: %[1]s is the lease table, %[2]s the
+// audit table, %[3]s the audit index's name.
+const (
+	migrateAuditSQL = `CREATE TABLE IF NOT EXISTS %[2]s (
+	id        bigserial PRIMARY KEY,
+	at        timestamptz NOT NULL DEFAULT now(),
+	key       text NOT NULL,
+	holder    text NOT NULL,
+	token     text NOT NULL,
+	fence     bigint NOT NULL,
+	reason    text NOT NULL,
+	forced_by text NOT NULL
+)`
+	migrateAuditIndexSQL = `CREATE INDEX IF NOT EXISTS %[3]s ON %[2]s (key, at)`
+
+	// forceSelectSQL locks the held row, so the lease it reads is the one
+	// forceSQL clears.
+	forceSelectSQL = `SELECT token, fence FROM %[1]s
+ WHERE key = $1 AND token IS NOT NULL AND expires_at > now() FOR UPDATE`
+
+	// forceSQL clears the owner as releaseSQL does, records it, and queues
+	// the waiters' notification, delivered at commit.
+	forceSQL = `WITH cleared AS (
+	UPDATE %[1]s SET token = NULL, expires_at = NULL WHERE key = $1 RETURNING key
+), logged AS (
+	INSERT INTO %[2]s (key, holder, token, fence, reason, forced_by)
+	SELECT key, $2, $3, $4, $5, $6 FROM cleared
+	RETURNING at
+)
+SELECT at, pg_notify($7, $1) FROM logged`
+
+	auditSQL = `SELECT at, key, holder, token, fence, reason, forced_by FROM %[2]s
+ WHERE $1 = '' OR key = $1
+ ORDER BY at DESC, id DESC
+ LIMIT $2`
+)
+
+// ForceRelease implements driver.ForceReleaser in one transaction of two
+// statements, on the database's clock. Records are rows of the audit table
+// (see Migrate), kept until deleted.
+func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (driver.AuditRecord, error) {
+	if err := driver.ValidateForceRelease(key, reason, by); err != nil {
+		return driver.AuditRecord{}, err
+	}
+	if s.auditErr != nil {
+		return driver.AuditRecord{}, fmt.Errorf("pgstore: force release %q: no audit table: %w", key, s.auditErr)
+	}
+	var rec driver.AuditRecord
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			token string
+			fence int64
+		)
+		if err := tx.QueryRow(ctx, s.forceSelectSQL, key).Scan(&token, &fence); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return leasehold.ErrNotOwned
+			}
+			return err
+		}
+		rec = driver.NewAuditRecord(time.Time{}, key, token, fence, reason, by)
+		return tx.QueryRow(ctx, s.forceSQL, key, rec.Holder, rec.Token, rec.Fence, reason, by, s.channel).Scan(&rec.Time, nil)
+	})
+	switch {
+	case errors.Is(err, leasehold.ErrNotOwned):
+		return driver.AuditRecord{}, err
+	case err != nil:
+		return driver.AuditRecord{}, fmt.Errorf("pgstore: force release %q: %w", key, err)
+	}
+	return rec, nil
+}
+
+// Audit implements driver.ForceReleaser in one statement, newest first by
+// the database's clock.
+func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.AuditRecord, error) {
+	if err := driver.ValidateAudit(key, limit); err != nil {
+		return nil, err
+	}
+	if s.auditErr != nil {
+		return nil, fmt.Errorf("pgstore: audit: no audit table: %w", s.auditErr)
+	}
+	rows, err := s.pool.Query(ctx, s.auditSQL, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: audit: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.AuditRecord, error) {
+		var a driver.AuditRecord
+		err := r.Scan(&a.Time, &a.Key, &a.Holder, &a.Token, &a.Fence, &a.Reason, &a.By)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: audit: %w", err)
+	}
+	if recs == nil {
+		recs = []driver.AuditRecord{}
+	}
+	return recs, nil
+}
