@@ -212,7 +212,7 @@ func (k *KeepAlive) settle(st *renewState, err error, sent, done time.Time) (end
 	if errors.Is(err, ErrNotOwned) {
 		l.notOwned(k.ctx, "renew")
 		if fence {
-			k.abandon(fmt.Errorf("%w: the store says the lease is no longer ours", ErrAbandoned))
+			k.abandon(fmt.Errorf("%w: the store says the lease is no longer ours (%w)", ErrAbandoned, err))
 		} else {
 			k.expired(max(done.Sub(st.expiredBy()), 0), "the store says the lease is no longer ours")
 		}
