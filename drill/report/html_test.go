@@ -383,9 +383,15 @@ func TestWriteHTMLLayout(t *testing.T) {
 	if bar := nextSVG(es, i); bar.name != "svg" || bar.attrs["x"] != "0.25%" || bar.attrs["width"] != "12.25%" {
 		t.Errorf("job 1's bar is <%s x=%q width=%q>, want <svg x=0.25%% width=12.25%%>", bar.name, bar.attrs["x"], bar.attrs["width"])
 	}
+	if bar := nextSVG(es, i); bar.has("nolabel") {
+		t.Error("job 1's bar, 147 px wide at 1200, hides its 9-character label")
+	}
 	for k, e := range es {
 		if !e.has("hold") {
 			continue
+		}
+		if e.attrs["class"] != "hold" {
+			t.Errorf(`a bar's class is %q: want "hold", which tools look for`, e.attrs["class"])
 		}
 		bar := nextSVG(es, k)
 		x, errX := strconv.ParseFloat(strings.TrimSuffix(bar.attrs["x"], "%"), 64)
