@@ -176,28 +176,49 @@ type Takeovers struct {
 }
 
 // MeasureTakeovers times each paused or killed holder's fault to the next
-// owner's acquire of its key; a holder fenced by renewal failures is left out
-// (its event is stamped when it notices, which can be after the takeover).
+// owner's acquire of its key: see ListTakeovers.
 func MeasureTakeovers(h history.History, slo time.Duration) Takeovers {
 	t := Takeovers{SLO: slo}
+	for _, tk := range ListTakeovers(h) {
+		if tk.DuringOutage {
+			t.Excluded++
+		} else {
+			t.Times = append(t.Times, tk.Took())
+		}
+	}
+	slices.Sort(t.Times)
+	t.P50, t.P99 = percentile(t.Times, 0.5), percentile(t.Times, 0.99)
+	return t
+}
+
+// TakeoverSpan is one key taken over: a holder's fault, and the next owner's
+// acquire of the key.
+type TakeoverSpan struct {
+	Event        history.Event // the pause or kill that hit the old owner
+	Acquire      history.Op    // the new owner's acquire
+	DuringOutage bool          // it overlapped a partition: not counted
+}
+
+// Took is the takeover time: from the fault's hit to the acquire's return.
+func (t TakeoverSpan) Took() time.Duration { return t.Acquire.Return.Sub(t.Event.At) }
+
+// ListTakeovers finds, for each paused or killed holder, the next owner's
+// acquire of its key; a holder fenced by renewal failures is left out (its
+// event is stamped when it notices, which can be after the takeover).
+func ListTakeovers(h history.History) []TakeoverSpan {
+	var out []TakeoverSpan
 	for _, e := range h.Events {
 		if e.Fault != (faults.PauseWorker{}).Name() && e.Fault != (faults.KillWorker{}).Name() {
 			continue
 		}
 		for _, o := range h.Ops {
 			if o.Kind == history.OpAcquire && o.OK && o.Key == e.Key && o.Fence > e.Fence {
-				if overlaps(e.At, o.Return, h.Outages) {
-					t.Excluded++
-				} else {
-					t.Times = append(t.Times, o.Return.Sub(e.At))
-				}
+				out = append(out, TakeoverSpan{Event: e, Acquire: o, DuringOutage: overlaps(e.At, o.Return, h.Outages)})
 				break
 			}
 		}
 	}
-	slices.Sort(t.Times)
-	t.P50, t.P99 = percentile(t.Times, 0.5), percentile(t.Times, 0.99)
-	return t
+	return out
 }
 
 func overlaps(from, to time.Time, ws []history.Window) bool {

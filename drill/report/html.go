@@ -29,11 +29,13 @@ var reportTemplate = template.Must(template.New("report").Parse(reportHTML))
 // one lane per worker (a killed worker's replacement gets a lane of its
 // own), a bar per lease held, labelled with its job and fence and coloured
 // by job, markers where a fault hit a worker and where the storage refused
-// a stale write, and shaded bands for store-wide faults and partitions.
-// When the linearizability check failed, porcupine's visualization is
-// embedded in an iframe. The page loads nothing: no script, style or font
-// from elsewhere, and it renders without JavaScript (a small inline script
-// only adds highlighting of one job's leases on hover).
+// a stale write, a bracket over each takeover slower than the SLO, and a
+// "store" row above the lanes for store-wide faults and partitions. The
+// timeline fits the window's width; when the linearizability check failed,
+// porcupine's visualization is embedded in an iframe. The page loads
+// nothing from elsewhere and renders without JavaScript; its small inline
+// script adds zoom, a job filter (also from the URL: report.html#job=jobs:3)
+// and highlighting of one job's leases on hover.
 func (r *Report) WriteHTML(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	if err := reportTemplate.Execute(bw, r.htmlPage()); err != nil {
@@ -49,20 +51,30 @@ func (p px) String() string { return strconv.FormatFloat(float64(p), 'f', -1, 64
 
 func round(v float64) px { return px(math.Round(v*10) / 10) }
 
+// pct is an x coordinate or a width in percent of the timeline's width: the
+// time axis stretches with the window and the zoom, text and lanes do not.
+type pct float64
+
+func (p pct) String() string { return strconv.FormatFloat(float64(p), 'f', -1, 64) + "%" }
+
+func percent(v float64) pct { return pct(math.Round(v*1e4) / 1e4) }
+
 // Timeline geometry, in pixels.
 const (
-	gutter     = 64.0   // left of the plot: the lanes' labels
-	axisHeight = 24.0   // above and below the lanes: the time axis
-	laneHeight = 22.0   // one worker
-	barTop     = 4.0    // a lease's bar within its lane
-	barHeight  = 13.0   //
-	ttlWidth   = 48.0   // the width of one TTL, when the plot allows
-	minPlot    = 1200.0 // the plot's width bounds
-	maxPlot    = 16000.0
-	charWidth  = 6.0 // a label's character, at most, at 10 px: a bar carries its label only if it fits
-	tickStep   = 100.0
-	maxDetails = 10 // violations listed per check
-	maxSwatch  = 24 // jobs named in the legend at most
+	labelWidth  = 44.0   // the lanes' labels, left of the scrolling plot
+	axisHeight  = 24.0   // above and below the lanes: the time axis
+	storeHeight = 16.0   // the store row, between the top axis and the lanes
+	stripTop    = 3.0    // a store-wide fault's strip within the store row
+	stripHeight = 10.0   //
+	laneHeight  = 22.0   // one worker
+	barTop      = 4.0    // a lease's bar within its lane
+	barHeight   = 13.0   //
+	refPlot     = 1200.0 // the plot's width assumed without JavaScript, in px
+	maxZoom     = 16     // the script's zoom goes up to 16 times the fitted width
+	charWidth   = 6.0    // a label's character, at most, at 10 px: a bar shows its label only if it fits
+	tickStep    = 100.0  // px between ticks, at least
+	maxDetails  = 10     // violations listed per check
+	maxSwatch   = 24     // jobs named in the legend at most
 )
 
 type htmlPage struct {
@@ -73,6 +85,9 @@ type htmlPage struct {
 	Timeline      timeline
 	Keys          []swatch
 	KeysOmitted   int
+	Jobs          []string // every job with a lease, for the filter
+	TTL           string
+	TakeoverSLO   string // empty when unknown
 	Visualization string
 }
 
@@ -91,26 +106,36 @@ type violationGroup struct {
 type swatch struct{ Key, Fill string }
 
 type timeline struct {
-	Width, Height px
+	Height        px
+	LabelWidth    px
+	StoreTop      px // the store row
+	StripY        px // its strips, within the row
+	StripH        px
 	LanesTop      px
 	LanesHeight   px
 	AxisTop       px // the labels above the lanes
 	AxisBottom    px // the labels below them
 	Ticks         []tick
-	Bands         []band // store-wide faults and partitions, across every lane
+	Steps         string // the tick levels' steps in ms, coarse to fine, for the script
+	TotalMs       string
+	TTLMs         string
+	Bands         []band // store-wide faults and partitions, in the store row
 	Lanes         []lane
+	Takeovers     []takeoverMark
 	DurationLabel string
-	PixelsPerTTL  string
 	EmptyTimeline bool
 }
 
+// tick is a time on the axis; Class names the levels (l0 coarsest) it
+// belongs to: the script shows one level, by the plot's width.
 type tick struct {
-	X     px
+	X     pct
 	Label string
+	Class string
 }
 
 type band struct {
-	X, W         px
+	X, W         pct
 	Class, Fault string
 	Title        string
 }
@@ -118,9 +143,8 @@ type band struct {
 type lane struct {
 	Worker        int
 	Y, LabelY     px
-	LifeX, LifeX2 px // the worker's life: its first call to its last return
+	LifeX, LifeX2 pct // the worker's life: its first call to its last return
 	LifeY         px
-	LifeW         bool
 	Holds         []hold
 	Marks         []mark
 	Spans         []band // faults aimed at this worker, as a strip under its bars
@@ -128,20 +152,31 @@ type lane struct {
 }
 
 type hold struct {
-	Key, Fill    string
-	X, W         px
-	Y, H         px
-	After        bool // the worker carried on after its lease had expired
-	AX, AW       px   // that stretch
-	Label        string
-	LX, LY       px
-	Title, Class string
+	Key, Fill string
+	X, W      pct
+	After     bool // the worker carried on after its lease had expired
+	AX, AW    pct  // that stretch
+	Label     string
+	NoLabel   bool // the label does not fit the bar at refPlot
+	Title     string
 }
 
 type mark struct {
-	X, Y         px
+	X            pct
+	Y            px
 	Class, Fault string
+	Key          string // the job, for the filter
 	Title        string
+}
+
+// takeoverMark brackets a takeover over the SLO in the new owner's lane,
+// with a dashed link up or down to the old owner's lane.
+type takeoverMark struct {
+	Key           string
+	X, W          pct
+	Y             px // the new owner's lane
+	LinkY, LinkY2 px
+	Title         string
 }
 
 // leaseID names one lease: a worker holds one lease per key and fence.
@@ -171,6 +206,10 @@ func (r *Report) htmlPage() htmlPage {
 		Timeline:   r.timeline(),
 	}
 	p.ViolationsN = len(r.Violations)
+	p.TTL = r.TTL.String()
+	if r.TakeoverSLO > 0 {
+		p.TakeoverSLO = r.TakeoverSLO.Round(time.Millisecond).String()
+	}
 	keys := make(map[string]bool)
 	for _, o := range r.History.Ops {
 		if o.Kind == history.OpAcquire && o.OK {
@@ -178,6 +217,9 @@ func (r *Report) htmlPage() htmlPage {
 		}
 	}
 	sorted := slices.SortedFunc(maps.Keys(keys), compareKeys)
+	for _, k := range sorted {
+		p.Jobs = append(p.Jobs, shortKey(k))
+	}
 	if len(sorted) > maxSwatch {
 		p.KeysOmitted = len(sorted) - maxSwatch
 		sorted = sorted[:maxSwatch]
@@ -224,6 +266,16 @@ func (r *Report) summaryRows() []summaryRow {
 		summaryRow{Label: "writes accepted", Value: strconv.Itoa(r.WritesAccepted)},
 		summaryRow{Label: "stale writes refused", Value: strconv.Itoa(r.StaleRefused)},
 		summaryRow{Label: "takeover p50 / p99", Value: takeover + ")", Bad: r.TakeoverP99 > r.TakeoverSLO},
+	)
+	if r.TakeoverSLO > 0 {
+		missed := len(r.missedTakeovers())
+		v := fmt.Sprintf("%d of %d", missed, r.Takeovers)
+		if missed > 0 {
+			v += ", marked on the timeline"
+		}
+		rows = append(rows, summaryRow{Label: "takeovers over the SLO", Value: v, Sub: true, Bad: missed > 0})
+	}
+	rows = append(rows,
 		summaryRow{Label: "linearizable", Value: fmt.Sprintf("%s (%d ops, checked in %d ms)", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds()),
 			Bad: r.Linearizable != check.LinearizableOK},
 		summaryRow{Label: "violations", Value: strconv.Itoa(len(r.Violations)), Bad: len(r.Violations) > 0},
@@ -255,8 +307,23 @@ func groupViolations(vs []check.Violation) []violationGroup {
 	return out
 }
 
-// timeline lays the history out: x is the time since the drill started,
-// one lane per worker, sorted by worker id.
+// missedTakeovers are the takeovers counted against the SLO that took
+// longer than it, as the check measures them.
+func (r *Report) missedTakeovers() []check.TakeoverSpan {
+	var out []check.TakeoverSpan
+	if r.TakeoverSLO <= 0 {
+		return nil
+	}
+	for _, tk := range check.ListTakeovers(r.History) {
+		if !tk.DuringOutage && tk.Took() > r.TakeoverSLO {
+			out = append(out, tk)
+		}
+	}
+	return out
+}
+
+// timeline lays the history out: x is the time since the drill started, in
+// percent of the plot's width; one lane per worker, sorted by worker id.
 func (r *Report) timeline() timeline {
 	h := r.History
 	start := h.Started
@@ -280,14 +347,9 @@ func (r *Report) timeline() timeline {
 	}
 	total := max(end.Sub(start), time.Millisecond)
 	ms := float64(total) / float64(time.Millisecond)
-	plot := minPlot
-	if r.TTL > 0 {
-		plot = ms * ttlWidth / (float64(r.TTL) / float64(time.Millisecond))
-	}
-	plot = min(max(plot, minPlot), maxPlot)
-	perMs := plot / ms
-	x := func(t time.Time) float64 {
-		return gutter + float64(t.Sub(start))/float64(time.Millisecond)*perMs
+	x := func(t time.Time) float64 { return float64(t.Sub(start)) / float64(total) * 100 }
+	width := func(from, to time.Time, minPx float64) pct {
+		return percent(max(x(to)-x(from), minPx/refPlot*100))
 	}
 	at := func(t time.Time) string { return fmtMs(t.Sub(start)) }
 
@@ -335,28 +397,24 @@ func (r *Report) timeline() timeline {
 			until = from
 		}
 		hd := hold{
-			Key:  shortKey(ls.key),
-			Fill: keyColor(ls.key),
-			X:    round(x(from)),
-			W:    round(max(x(until)-x(from), 1)),
-			Y:    barTop, H: barHeight,
-			Class: "hold",
+			Key:   shortKey(ls.key),
+			Fill:  keyColor(ls.key),
+			X:     percent(x(from)),
+			W:     width(from, until, 1),
+			Label: fmt.Sprintf("%s f%d", shortKey(ls.key), ls.fence),
 			Title: fmt.Sprintf("worker %d · %s · fence %d\nheld %s – %s (%s)", ls.worker, ls.key, ls.fence, at(from), at(until), how),
 		}
 		if ls.lastCall.After(until) {
-			hd.After, hd.AX, hd.AW = true, round(x(until)), round(max(x(ls.lastReturn)-x(until), 1))
+			hd.After, hd.AX, hd.AW = true, percent(x(until)), width(until, ls.lastReturn, 1)
 			hd.Title += fmt.Sprintf("\nthe worker carried on without the lease until %s", at(ls.lastReturn))
 		}
-		if label := fmt.Sprintf("%s f%d", hd.Key, ls.fence); float64(len(label))*charWidth+6 <= float64(hd.W) {
-			hd.Label = label
-			hd.LX, hd.LY = round(float64(hd.X)+3), barTop+barHeight-3
-		}
+		hd.NoLabel = float64(len(hd.Label))*charWidth+6 > float64(hd.W)/100*refPlot
 		l := laneOf(ls.worker)
 		l.Holds = append(l.Holds, hd)
 	}
 	for _, e := range h.Events {
 		l := laneOf(e.Worker)
-		l.Marks = append(l.Marks, mark{X: round(x(e.At)), Y: 0, Class: "fault hit", Fault: e.Fault,
+		l.Marks = append(l.Marks, mark{X: percent(x(e.At)), Y: 0, Class: "fault hit", Fault: e.Fault, Key: shortKey(e.Key),
 			Title: fmt.Sprintf("%s hit worker %d at %s\n%s, fence %d", e.Fault, e.Worker, at(e.At), e.Key, e.Fence)})
 	}
 	for _, m := range staleMarks(h.Ops) {
@@ -369,11 +427,11 @@ func (r *Report) timeline() timeline {
 		if m.op.State != "" && m.op.Kind == history.OpWrite {
 			what += " " + m.op.State
 		}
-		l.Marks = append(l.Marks, mark{X: round(x(m.op.Return)), Y: barTop + barHeight/2, Class: class,
+		l.Marks = append(l.Marks, mark{X: percent(x(m.op.Return)), Y: barTop + barHeight/2, Class: class, Key: shortKey(m.op.Key),
 			Title: fmt.Sprintf("worker %d's %s of %s with fence %d %s at %s", m.op.Worker, what, m.op.Key, m.op.Fence, verb, at(m.op.Return))})
 	}
 	for _, f := range h.Faults {
-		b := band{X: round(x(f.From)), W: round(max(x(f.To)-x(f.From), 1)), Fault: f.Name}
+		b := band{X: percent(x(f.From)), W: width(f.From, f.To, 2), Fault: f.Name}
 		if f.Worker < 0 {
 			if f.Name == (faults.Partition{}).Name() && len(h.Outages) > 0 {
 				continue // drawn from the outages
@@ -389,35 +447,78 @@ func (r *Report) timeline() timeline {
 		l.Spans = append(l.Spans, b)
 	}
 	for _, o := range h.Outages {
-		t.Bands = append(t.Bands, band{X: round(x(o.From)), W: round(max(x(o.To)-x(o.From), 1)),
+		t.Bands = append(t.Bands, band{X: percent(x(o.From)), W: width(o.From, o.To, 2),
 			Class: "fault band outage", Fault: (faults.Partition{}).Name(),
 			Title: fmt.Sprintf("partition: no worker reaches the store, %s – %s", at(o.From), at(o.To))})
 	}
 
 	ids := slices.Sorted(maps.Keys(workers))
+	t.LabelWidth = labelWidth
 	t.AxisTop = axisHeight - 8
-	t.LanesTop = axisHeight
+	t.StoreTop = axisHeight
+	t.StripY, t.StripH = stripTop, stripHeight
+	t.LanesTop = axisHeight + storeHeight
+	laneY := make(map[int]float64)
 	for i, id := range ids {
 		l := workers[id]
-		y := axisHeight + float64(i)*laneHeight
+		y := float64(t.LanesTop) + float64(i)*laneHeight
+		laneY[id] = y
 		l.Y, l.LabelY = round(y), barTop+barHeight-2
 		s := life[id]
-		l.LifeX, l.LifeX2, l.LifeY = round(x(s[0])), round(max(x(s[1]), x(s[0])+1)), barTop+barHeight/2
+		l.LifeX, l.LifeX2, l.LifeY = percent(x(s[0])), percent(max(x(s[1]), x(s[0])+0.05)), barTop+barHeight/2
 		l.Title = fmt.Sprintf("worker %d: %d leases, alive %s – %s", id, len(l.Holds), at(s[0]), at(s[1]))
 		t.Lanes = append(t.Lanes, *l)
 	}
-	t.LanesHeight = round(float64(len(ids)) * laneHeight)
-	t.AxisBottom = round(axisHeight + float64(t.LanesHeight) + 16)
-	t.Height = round(2*axisHeight + float64(t.LanesHeight))
-	t.Width = round(gutter + plot + 16)
-	t.EmptyTimeline = len(ids) == 0
-	step := niceStep(tickStep / perMs)
-	for v := 0.0; v <= ms; v += step {
-		t.Ticks = append(t.Ticks, tick{X: round(gutter + v*perMs), Label: strconv.FormatFloat(v, 'f', -1, 64)})
+	for _, tk := range r.missedTakeovers() {
+		e, o := tk.Event, tk.Acquire
+		yNew, okNew := laneY[o.Worker]
+		yOld, okOld := laneY[e.Worker]
+		if !okNew || !okOld {
+			continue
+		}
+		m := takeoverMark{Key: shortKey(o.Key), X: percent(x(e.At)), W: width(e.At, o.Return, 2),
+			Y: round(yNew + 1), LinkY: round(yOld + laneHeight/2), LinkY2: round(yNew + laneHeight/2),
+			Title: fmt.Sprintf("takeover of %s over the SLO: %s (SLO %s)\n%s hit worker %d (fence %d) at %s; worker %d acquired fence %d at %s",
+				o.Key, fmtMs(tk.Took()), fmtMs(r.TakeoverSLO), e.Fault, e.Worker, e.Fence, at(e.At), o.Worker, o.Fence, at(o.Return))}
+		t.Takeovers = append(t.Takeovers, m)
 	}
+	t.LanesHeight = round(float64(len(ids)) * laneHeight)
+	t.AxisBottom = round(float64(t.LanesTop) + float64(t.LanesHeight) + 16)
+	t.Height = round(float64(t.LanesTop) + float64(t.LanesHeight) + axisHeight)
+	t.EmptyTimeline = len(ids) == 0
+	t.Ticks, t.Steps = ticks(ms)
+	t.TotalMs = strconv.FormatFloat(ms, 'f', -1, 64)
+	t.TTLMs = strconv.FormatFloat(float64(r.TTL)/float64(time.Millisecond), 'f', -1, 64)
 	t.DurationLabel = fmtMs(total)
-	t.PixelsPerTTL = strconv.FormatFloat(float64(r.TTL)/float64(time.Millisecond)*perMs, 'f', 0, 64)
 	return t
+}
+
+// ticks lays out the axis over ms milliseconds: one level of ticks per zoom
+// (1, 2, 4, … maxZoom times refPlot), each at least tickStep px apart there.
+func ticks(ms float64) ([]tick, string) {
+	var steps []int64
+	for z := 1; z <= maxZoom; z *= 2 {
+		s := int64(math.Round(niceStep(tickStep * ms / (refPlot * float64(z)))))
+		if len(steps) == 0 || s < steps[len(steps)-1] {
+			steps = append(steps, s)
+		}
+	}
+	var out []tick
+	finest := steps[len(steps)-1]
+	for v := int64(0); float64(v) <= ms; v += finest {
+		var class []string
+		for i, s := range steps {
+			if v%s == 0 {
+				class = append(class, "l"+strconv.Itoa(i))
+			}
+		}
+		out = append(out, tick{X: percent(float64(v) / ms * 100), Label: strconv.FormatInt(v, 10), Class: strings.Join(class, " ")})
+	}
+	text := make([]string, len(steps))
+	for i, s := range steps {
+		text[i] = strconv.FormatInt(s, 10)
+	}
+	return out, strings.Join(text, ",")
 }
 
 // leases collects the leases the history shows, in acquisition order.

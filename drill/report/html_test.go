@@ -196,10 +196,9 @@ func TestWriteHTMLDrill(t *testing.T) {
 	}
 }
 
-// A hand-made history: where each bar starts and ends, which lease was
-// lost, how faults and stale writes are drawn, the violations listed and
-// porcupine's page embedded, all escaped.
-func TestWriteHTMLHistory(t *testing.T) {
+// handMade is a hand-made history: three jobs on four workers, a pause,
+// a takeover after 91 ms (over its 80 ms SLO), a kill, store-wide faults.
+func handMade() *report.Report {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	const (
@@ -207,9 +206,10 @@ func TestWriteHTMLHistory(t *testing.T) {
 		job2 = "drill:jobs:2"
 		job3 = "drill:jobs:3"
 	)
-	rep := &report.Report{
+	return &report.Report{
 		Store: "memory", Storage: "memory", Workers: 3, Jobs: 3, TTL: 100 * time.Millisecond, Duration: 400 * time.Millisecond,
 		CriticalSections: 4, Ops: map[string]int{"acquire ok": 4}, Faults: map[string]int{"pause-past-ttl": 1},
+		Takeovers: 1, TakeoverSLO: 80 * time.Millisecond, // worker 1 paused at 20 ms, worker 2 took over at 111 ms
 		Violations: []check.Violation{
 			{Check: check.StaleWrite, Detail: `job 2: <script>alert("x")</script>`},
 			{Check: check.StaleWrite, Detail: "second"},
@@ -246,6 +246,13 @@ func TestWriteHTMLHistory(t *testing.T) {
 			},
 		},
 	}
+}
+
+// A hand-made history: where each bar starts and ends, which lease was
+// lost, how faults and stale writes are drawn, the violations listed and
+// porcupine's page embedded, all escaped.
+func TestWriteHTMLHistory(t *testing.T) {
+	rep := handMade()
 	var b bytes.Buffer
 	if err := rep.WriteHTML(&b); err != nil {
 		t.Fatal(err)
@@ -267,17 +274,21 @@ func TestWriteHTMLHistory(t *testing.T) {
 		{[]string{"fault", "span"}, 1},
 		{[]string{"fault", "band"}, 2}, // store latency, and the partition once (from the outage)
 		{[]string{"outage"}, 1},
+		{[]string{"takeover", "missed"}, 1}, // worker 2 taking job 2 over after 91 ms
 	} {
 		if got := count(es, c.class...); got != c.want {
 			t.Errorf("%d elements of class %q, want %d", got, c.class, c.want)
 		}
 	}
 	for _, want := range []string{
-		"held 1 ms – 50 ms (released)",                                              // worker 3: to the release's call
-		"held 2 ms – 100 ms (holder paused past the TTL; expired)",                  // worker 1: a TTL after its acquire's call
-		"the worker carried on without the lease until 203 ms",                      // and then acted on
-		"held 301 ms – 400 ms (holder killed; expired)",                             // worker 0: cut at the drill's end
-		"worker 1&#39;s write done of drill:jobs:2 with fence 1 refused",            // the stale write
+		"held 1 ms – 50 ms (released)",                                   // worker 3: to the release's call
+		"held 2 ms – 100 ms (holder paused past the TTL; expired)",       // worker 1: a TTL after its acquire's call
+		"the worker carried on without the lease until 203 ms",           // and then acted on
+		"held 301 ms – 400 ms (holder killed; expired)",                  // worker 0: cut at the drill's end
+		"worker 1&#39;s write done of drill:jobs:2 with fence 1 refused", // the stale write
+		"takeover of drill:jobs:2 over the SLO: 91 ms (SLO 80 ms)",       // the missed takeover's tooltip
+		"pause-past-ttl hit worker 1 (fence 1) at 20 ms; worker 2 acquired fence 2 at 111 ms",
+		`<tr class="sub" class="bad"><td>takeovers over the SLO</td><td>1 of 1, marked on the timeline</td>`,
 		"job 2: &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;",                    // a violation, escaped
 		`srcdoc="&lt;html&gt;&lt;body&gt;&lt;script&gt;let s = &#34;porcupine&#34;`, // porcupine, escaped into srcdoc
 	} {
@@ -293,4 +304,169 @@ func TestWriteHTMLHistory(t *testing.T) {
 	if !strings.Contains(v, check.StaleWrite+"</strong>: 2") || !strings.Contains(v, check.Takeover+"</strong>: 1") {
 		t.Errorf("violations section does not count by check:\n%s", v)
 	}
+}
+
+// A takeover is marked when it took longer than the SLO and overlapped no
+// partition: a bracket in the new owner's lane, from the fault's hit to the
+// acquire, and the summary counts it.
+func TestWriteHTMLTakeoverSLO(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		slo     time.Duration
+		outage  bool // a partition from 50 to 60 ms, during the takeover
+		missed  int
+		summary string
+	}{
+		{"over", 80 * time.Millisecond, false, 1, "1 of 1, marked on the timeline"},
+		{"equal", 91 * time.Millisecond, false, 0, "0 of 1<"},
+		{"under", 200 * time.Millisecond, false, 0, "0 of 1<"},
+		{"during a partition", 80 * time.Millisecond, true, 0, "0 of 1<"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := handMade()
+			rep.TakeoverSLO = c.slo
+			if c.outage {
+				t0 := rep.History.Started
+				rep.History.Outages = append(rep.History.Outages, history.Window{From: t0.Add(50 * time.Millisecond), To: t0.Add(60 * time.Millisecond)})
+			}
+			var b bytes.Buffer
+			if err := rep.WriteHTML(&b); err != nil {
+				t.Fatal(err)
+			}
+			page := b.String()
+			es := elements(page)
+			if got := count(es, "takeover", "missed"); got != c.missed {
+				t.Errorf("%d missed takeovers marked, want %d", got, c.missed)
+			}
+			if !strings.Contains(page, "<td>takeovers over the SLO</td><td>"+c.summary) {
+				t.Errorf("the summary lacks takeovers over the SLO: %q", c.summary)
+			}
+			if c.missed == 0 {
+				return
+			}
+			// The bracket: in worker 2's lane (the third: 24 px of axis, 16 of
+			// store row, 2 lanes of 22 px, 1 px down), from 20 ms to 111 ms of 400.
+			i := slices.IndexFunc(es, func(e element) bool { return e.has("takeover") })
+			if g := es[i]; g.attrs["data-key"] != "jobs:2" {
+				t.Errorf("the takeover's data-key is %q, want jobs:2", g.attrs["data-key"])
+			}
+			if br := nextSVG(es, i); br.attrs["x"] != "5%" || br.attrs["width"] != "22.75%" || br.attrs["y"] != "85" {
+				t.Errorf("the bracket is at x %s, y %s, %s wide; want 5%%, 85, 22.75%%", br.attrs["x"], br.attrs["y"], br.attrs["width"])
+			}
+		})
+	}
+}
+
+// The timeline stretches with the window: x in percent of its width, 100%
+// wide; store-wide faults are strips in the store row, not shaded lanes;
+// the axis has one tick level per zoom; the job filter lists every job.
+func TestWriteHTMLLayout(t *testing.T) {
+	rep := handMade()
+	var b bytes.Buffer
+	if err := rep.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	es := elements(page)
+	svg, _ := byID(es, "timeline")
+	if svg.attrs["width"] != "100%" {
+		t.Errorf("#timeline is %q wide, want 100%%", svg.attrs["width"])
+	}
+	if c, ok := byID(es, "controls"); !ok {
+		t.Error("no #controls")
+	} else if _, hidden := c.attrs["hidden"]; !hidden {
+		t.Error("#controls shows without JavaScript, where they do nothing")
+	}
+
+	// Worker 3's lease of job 1, held from 1 to 50 ms of 400.
+	i := slices.IndexFunc(es, func(e element) bool { return e.has("hold") && e.attrs["data-key"] == "jobs:1" })
+	if bar := nextSVG(es, i); bar.name != "svg" || bar.attrs["x"] != "0.25%" || bar.attrs["width"] != "12.25%" {
+		t.Errorf("job 1's bar is <%s x=%q width=%q>, want <svg x=0.25%% width=12.25%%>", bar.name, bar.attrs["x"], bar.attrs["width"])
+	}
+	if bar := nextSVG(es, i); bar.has("nolabel") {
+		t.Error("job 1's bar, 147 px wide at 1200, hides its 9-character label")
+	}
+	for k, e := range es {
+		if !e.has("hold") {
+			continue
+		}
+		if e.attrs["class"] != "hold" {
+			t.Errorf(`a bar's class is %q: want "hold", which tools look for`, e.attrs["class"])
+		}
+		bar := nextSVG(es, k)
+		x, errX := strconv.ParseFloat(strings.TrimSuffix(bar.attrs["x"], "%"), 64)
+		w, errW := strconv.ParseFloat(strings.TrimSuffix(bar.attrs["width"], "%"), 64)
+		if errX != nil || errW != nil || x < 0 || w <= 0 || x+w > 100.001 {
+			t.Errorf("a bar at x %q, %q wide: want percentages within the plot", bar.attrs["x"], bar.attrs["width"])
+		}
+	}
+
+	// The store row holds the two bands, 10 px high; the lanes start below it.
+	store := page[strings.Index(page, `<g class="store"`):]
+	store = store[:strings.Index(store, "</g>")]
+	if n := strings.Count(store, `class="fault band`); n != 2 {
+		t.Errorf("the store row has %d bands, want 2:\n%s", n, store)
+	}
+	for _, e := range es {
+		if e.has("band") && (e.attrs["height"] != "10" || e.attrs["y"] != "3") {
+			t.Errorf("a band at y %q, %q high: want a strip at 3, 10 high", e.attrs["y"], e.attrs["height"])
+		}
+		if e.has("lane") && e.attrs["transform"] == "translate(0,24)" {
+			t.Error("a lane at the store row's place")
+		}
+	}
+
+	// Each tick belongs to the levels whose step divides its time.
+	var steps []int
+	for _, f := range strings.Split(svg.attrs["data-steps"], ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || len(steps) > 0 && n >= steps[len(steps)-1] {
+			t.Fatalf("data-steps %q: want decreasing integers", svg.attrs["data-steps"])
+		}
+		steps = append(steps, n)
+	}
+	ticks := regexp.MustCompile(`<g class="tick ([^"]*)"><line[^>]*></line><text[^>]*>(\d+)</text>`).FindAllStringSubmatch(page, -1)
+	if len(ticks) < 5 {
+		t.Fatalf("%d ticks", len(ticks))
+	}
+	for _, m := range ticks {
+		v, _ := strconv.Atoi(m[2])
+		for l, s := range steps {
+			if want := v%s == 0; slices.Contains(strings.Fields(m[1]), "l"+strconv.Itoa(l)) != want {
+				t.Errorf("tick %d ms has classes %q; step %d ms is level l%d", v, m[1], s, l)
+			}
+		}
+	}
+
+	// The filter: all jobs, then each job; every bar and marker names its job.
+	var options []string
+	for _, m := range regexp.MustCompile(`<option value="([^"]*)"`).FindAllStringSubmatch(page, -1) {
+		options = append(options, m[1])
+	}
+	if want := []string{"", "jobs:1", "jobs:2", "jobs:3"}; !slices.Equal(options, want) {
+		t.Errorf("job filter options %q, want %q", options, want)
+	}
+	if !strings.Contains(page, `<option value="" selected>all jobs</option>`) {
+		t.Error(`"all jobs" is not the filter's default`)
+	}
+	keyed := 0
+	for _, e := range es {
+		if e.has("hold") || e.has("hit") || e.has("stale") || e.has("takeover") {
+			keyed++
+			if !slices.Contains(options[1:], e.attrs["data-key"]) {
+				t.Errorf("a %q with data-key %q: no such job", e.attrs["class"], e.attrs["data-key"])
+			}
+		}
+	}
+	if keyed != 4+2+1+1 { // bars, hits, the stale write, the takeover
+		t.Errorf("%d elements with a job, want 8", keyed)
+	}
+}
+
+// nextSVG is the first <svg> after es[i]: a bar's or a bracket's.
+func nextSVG(es []element, i int) element {
+	if j := slices.IndexFunc(es[i+1:], func(e element) bool { return e.name == "svg" }); j >= 0 {
+		return es[i+1+j]
+	}
+	return element{}
 }
