@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
@@ -114,8 +115,8 @@ func TestDrillCleanupInstructions(t *testing.T) {
 		if r.code != 0 || m == nil {
 			t.Fatalf("drill --etcd: exit %d, cleanup %q; stderr:\n%s", r.code, rep.Cleanup, r.stderr)
 		}
-		if got := drillKeys(t, ec); len(got) != 10 || !strings.HasPrefix(got[0], m[1]) {
-			t.Fatalf("after the drill, want its 10 fence keys under %q, got %q", m[1], got)
+		if got := drillKeys(t, ec); len(got) != 11 || !strings.HasPrefix(got[0], m[1]) {
+			t.Fatalf("after the drill, want its 10 job fence keys and its run lock's under %q, got %q", m[1], got)
 		}
 		if _, err := ec.Delete(ctx, m[1], clientv3.WithPrefix()); err != nil {
 			t.Fatal(err)
@@ -195,5 +196,24 @@ func TestDrillProgressOnATerminal(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "\rdrill: ") || !strings.Contains(string(out), "drill: 5/5 jobs done") {
 		t.Errorf("progress on a terminal is not redrawn in place: %q", out)
+	}
+}
+
+// A second drill on a store where one runs is refused at once, naming the
+// first one's holder, and takes no job lock.
+func TestDrillRefusesASecondDrill(t *testing.T) {
+	t.Parallel()
+	url, rc, client := startRedis(t)
+	first := leasehold.New(client.Store(), leasehold.WithIdentity("first-drill:41"))
+	defer first.Close()
+	l := acquire(t, first, "drill:run", time.Minute)
+	failsWith(t, 1, []string{"another drill is running", "first-drill:41"},
+		"drill", "--redis", url, "--jobs", "5", "--quiet")
+	keys, err := rc.Keys(context.Background(), "drill:jobs:*").Result()
+	if err != nil || len(keys) != 0 {
+		t.Fatalf("the refused drill took job locks: %q, %v", keys, err)
+	}
+	if info, _ := client.Store().Inspect(context.Background(), "drill:run"); !info.Held || info.Token != l.Token() {
+		t.Fatalf("the refused drill touched the first one's run lock: %+v", info)
 	}
 }

@@ -54,7 +54,9 @@ Progress goes to stderr: redrawn in place on a terminal, a plain line every
 5 s otherwise, none with --quiet or --json. On a real store the drill then
 releases the leases it still holds and deletes its fence keys where the
 store allows it; the summary's cleanup line says what is left and how to
-remove it.
+remove it. While it runs it holds the lock drill:run on that store, so a
+second drill on the same store is refused (exit 1), naming the first one's
+holder: two drills would take each other's job locks.
 
 Exit code 0: every check held; 1: a safety violation (stale write accepted,
 wrong-owner release, a job terminal twice, a non-linearizable history, a job
@@ -95,6 +97,11 @@ says which.`,
 					return err
 				}
 				defer b.close()
+				unlock, err := a.lockDrillRun(cmd.Context(), b)
+				if err != nil {
+					return err
+				}
+				defer unlock()
 				cfg.Store, cfg.StoreName = b.store, b.String()
 				store = b
 			}

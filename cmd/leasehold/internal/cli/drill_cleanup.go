@@ -54,18 +54,18 @@ func (a *app) cleanupDrill(ctx context.Context, b *backend, jobs int) string {
 // leftover says which of the drill's keys stay in b, and the command that
 // removes them.
 func (a *app) leftover(b *backend) string {
-	pattern := drill.KeyPrefix + "*"
+	pattern := drillKeysPrefix + "*"
 	switch b.kind {
 	case "redis":
 		// FenceKey puts a slot tag between the prefix and the key.
 		fences := "leasehold:fence:{*}:" + pattern
 		return fmt.Sprintf("left: the fence keys %s; remove them with: redis-cli --scan --pattern '%s' | xargs -r redis-cli del", fences, fences)
 	case "etcd":
-		prefix := a.global.etcdPrefix + "fence/" + drill.KeyPrefix
+		prefix := a.global.etcdPrefix + "fence/" + drillKeysPrefix
 		return fmt.Sprintf("left: the fence keys %s* (etcd keeps a fence after the lock is gone); remove them with: etcdctl del --prefix '%s'", prefix, prefix)
 	case "postgres":
 		table := a.global.pgTable
-		like := strings.ReplaceAll(drill.KeyPrefix, "'", "''") + "%"
+		like := strings.ReplaceAll(drillKeysPrefix, "'", "''") + "%"
 		return fmt.Sprintf("left: the rows of %s whose key is LIKE '%s' (each keeps its fence); remove them with: psql \"$DSN\" -c \"DELETE FROM %s WHERE key LIKE '%s'\"", table, like, table, like)
 	}
 	return "the drill's keys " + pattern + " may be left"
