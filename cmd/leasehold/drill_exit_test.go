@@ -217,3 +217,14 @@ func TestDrillRefusesASecondDrill(t *testing.T) {
 		t.Fatalf("the refused drill touched the first one's run lock: %+v", info)
 	}
 }
+
+// A drill on a PostgreSQL without pgstore's table fails at once, saying so,
+// instead of retrying every acquire until its timeout.
+func TestDrillPostgresWithoutTable(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartPostgres(t)
+	start := time.Now()
+	failsWith(t, 1, []string{"drill:run", `"leasehold_leases" does not exist`, "Migrate"},
+		"drill", "--postgres", srv.DSN(), "--jobs", "5", "--quiet")
+	t.Logf("refused after %v", time.Since(start).Round(time.Millisecond))
+}

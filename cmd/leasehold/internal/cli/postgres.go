@@ -131,12 +131,31 @@ func (s *pgTableHint) List(ctx context.Context, pattern, after string, limit int
 	return infos, next, tableHint(err, s.table)
 }
 
+// Acquire is pgstore's, with tableHint on its error (drill and lock take
+// leases).
+func (s *pgTableHint) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	fence, err := s.Store.Acquire(ctx, key, token, ttl)
+	return fence, tableHint(err, s.table)
+}
+
+// ForceRelease is pgstore's, with tableHint on its error.
+func (s *pgTableHint) ForceRelease(ctx context.Context, key, reason, by string) (driver.AuditRecord, error) {
+	rec, err := s.Store.ForceRelease(ctx, key, reason, by)
+	return rec, tableHint(err, s.table+"_audit")
+}
+
+// Audit is pgstore's, with tableHint on its error.
+func (s *pgTableHint) Audit(ctx context.Context, key string, limit int) ([]driver.AuditRecord, error) {
+	recs, err := s.Store.Audit(ctx, key, limit)
+	return recs, tableHint(err, s.table+"_audit")
+}
+
 // tableHint turns PostgreSQL's "relation does not exist" into the likely
 // cause.
 func tableHint(err error, table string) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" {
-		return fmt.Errorf("table %q does not exist (another --pg-table, or pgstore's Migrate never ran on this database): %w", table, err)
+		return fmt.Errorf("table %q does not exist (another --pg-table, or pgstore's Migrate, which makes the lease table and its _audit table, never ran on this database): %w", table, err)
 	}
 	return err
 }
