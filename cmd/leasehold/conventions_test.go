@@ -147,6 +147,14 @@ func TestOutputJSON(t *testing.T) {
 	if v.Version == "" || !strings.HasPrefix(v.GoVersion, "go1.") || len(v.Modules) == 0 || strings.Contains(out, "null") {
 		t.Errorf("version -o json = %s", out)
 	}
+	var rep struct {
+		Jobs     int `json:"jobs"`
+		Critical int `json:"critical_sections"`
+	}
+	decode(t, ok(t, "drill", "-o", "json", "--jobs", "3", "--time-scale", "1/400", "--takeover-slo", "1m"), &rep)
+	if rep.Critical < 3 {
+		t.Errorf("drill -o json = %+v, want at least 3 critical sections", rep)
+	}
 	if table := ok(t, "inspect", "--redis", url, "-o", "table", l.Key()); !strings.Contains(table, "state") {
 		t.Errorf("inspect -o table printed %q", table)
 	}
@@ -156,6 +164,8 @@ func TestOutputJSON(t *testing.T) {
 		{"ls", "--redis", url, "-o", "", "*"},
 		{"ttl", "-o", "wide", "--exec-p99", "1s", "--jitter", "0s", "--guard", "0s"},
 		{"version", "-o", "JSON"},
+		{"drill", "-o", "xml"},
+		{"audit", "--redis", url, "-o", "csv"},
 	} {
 		failsWith(t, 2, []string{"-o/--output", "want table or json"}, args...)
 	}

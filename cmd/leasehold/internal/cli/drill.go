@@ -24,7 +24,7 @@ func (a *app) drillCommand() *cobra.Command {
 	var (
 		cfg       drill.Config
 		timeScale string
-		jsonOut   bool
+		out       *outputFlags
 		jobsPG    string
 		htmlPath  string
 		quiet     bool
@@ -65,6 +65,10 @@ every safety check held; 2: a wrong command line. The summary's verdict line
 says which.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
+			jsonOut, err := out.isJSON(cmd)
+			if err != nil {
+				return err
+			}
 			scale, err := parseScale(timeScale)
 			if err != nil {
 				return usageError{err}
@@ -173,7 +177,7 @@ says which.`,
 	f.BoolVar(&cfg.UnsafeRelease, "unsafe-release", false, "negative control: releases delete the key whoever holds it; the drill must report violations")
 	f.BoolVar(&cfg.NoFencing, "no-fencing", false, "negative control: the job storage accepts any fence; the drill must report violations")
 	f.DurationVar(&cfg.Timeout, "drill-timeout", 2*time.Minute, fmt.Sprintf("bound on the whole drill (at most %v)", MaxDrillTimeout))
-	f.BoolVar(&jsonOut, "json", false, "print the report as JSON (no progress line)")
+	out = addOutputFlags(cmd, "the report, one object; no progress line")
 	f.StringVar(&jobsPG, "jobs-postgres", "", "keep the jobs fenced in this PostgreSQL (URL or DSN) instead of in-process")
 	f.IntVar(&cfg.Processes, "processes", 0, fmt.Sprintf("run the workers as this many separate OS processes, 2 to %d (real SIGSTOP and SIGKILL); needs a store flag and --jobs-postgres; replaces --workers", MaxProcesses))
 	f.DurationVar(&cfg.TakeoverSLO, "takeover-slo", 0, "bound on the takeover p99, missed: exit 3 (default TTL + one renewal interval, 800ms at 1/100: a stopped holder's lease ends, and a waiter takes over within one renewal interval)")
