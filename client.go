@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +53,8 @@ type Client struct {
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
 	identity       string     // the holder identity every token carries
+	storeName      string     // the store's package, for StoreCallEvent
+	watchStore     bool       // an Observer has OnStoreCall: time every store call
 	waiters        waitQueues // Acquire's waiters per key, when wake-ups are on
 	local          localTurns // Hold's turns per key
 	renew          renewer    // renews every KeepAlive of the Client
@@ -168,14 +172,47 @@ func New(store driver.Store, opts ...Option) *Client {
 		renew:          renewer{window: defaultBatchWindow, size: defaultBatchSize},
 	}
 	c.notifier, _ = store.(driver.ReleaseNotifier)
+	c.storeName = storeName(store)
 	for _, o := range opts {
 		o(c)
+	}
+	for _, o := range c.observers {
+		c.watchStore = c.watchStore || o.OnStoreCall != nil
 	}
 	c.renew.init(c)
 	// Callbacks run on the renewal goroutine too: a panic must not kill it.
 	c.log = slog.New(safeHandler{c.log.Handler()})
 	c.namespace = new(namespaceSet).bound(safeNamespace(c.namespace, c.log))
 	return c
+}
+
+// storeCall makes one store call with f and reports it (OnStoreCall).
+func (c *Client) storeCall(ctx context.Context, op string, items int, f func() error) error {
+	if !c.watchStore {
+		return f()
+	}
+	start := time.Now()
+	err := f()
+	observe(c, ctx, StoreCallEvent{Op: op, Store: c.storeName, Items: items, Took: time.Since(start), Err: err},
+		func(o *Observer) func(context.Context, StoreCallEvent) { return o.OnStoreCall })
+	return err
+}
+
+// storeName is the package of store's type: "redisstore" for a
+// *redisstore.Store.
+func storeName(store driver.Store) string {
+	t := reflect.TypeOf(store)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	p := t.PkgPath()
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		p = p[i+1:]
+	}
+	if p == "" {
+		return "unknown"
+	}
+	return p
 }
 
 // observe hands ev to each Observer's handler that pick chooses; a panic
@@ -266,7 +303,7 @@ func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
-	c.reportAcquire(ctx, key, l, err, Busy, time.Since(start))
+	c.reportAcquire(ctx, key, ttl, l, err, false, time.Since(start))
 	return l, err
 }
 
@@ -299,19 +336,23 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 // acquireBackoff is Acquire with its backoff capped at maxBackoff.
 func (c *Client) acquireBackoff(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	start := time.Now()
+	observe(c, ctx, c.lock(key, 0), func(o *Observer) func(context.Context, Lock) { return o.OnAcquireStart })
 	l, err := c.acquire(ctx, key, ttl, maxBackoff)
-	c.reportAcquire(ctx, key, l, err, TimedOut, time.Since(start))
+	c.reportAcquire(ctx, key, ttl, l, err, true, time.Since(start))
 	return l, err
 }
 
-// reportAcquire reports how an acquire ended; busy is the result for a held key.
-func (c *Client) reportAcquire(ctx context.Context, key string, l *Lease, err error, busy AcquireResult, wait time.Duration) {
-	ev := AcquireEvent{Lock: c.lock(key, 0), Result: Acquired, Wait: wait}
+// reportAcquire reports how an acquire ended; blocking for Acquire, whose
+// held key means it timed out.
+func (c *Client) reportAcquire(ctx context.Context, key string, ttl time.Duration, l *Lease, err error, blocking bool, wait time.Duration) {
+	ev := AcquireEvent{Lock: c.lock(key, 0), Result: Acquired, Wait: wait, TTL: ttl, Blocking: blocking}
 	switch {
 	case err == nil:
 		ev.Fence = l.fence
+	case errors.Is(err, ErrNotAcquired) && blocking:
+		ev.Result = TimedOut
 	case errors.Is(err, ErrNotAcquired):
-		ev.Result = busy
+		ev.Result = Busy
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		ev.Result = TimedOut
 	default:
@@ -459,7 +500,11 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 		return nil, err
 	}
 	sent := time.Now()
-	fence, err := c.store.Acquire(ctx, key, token, ttl)
+	var fence int64
+	err := c.storeCall(ctx, "acquire", 1, func() (err error) {
+		fence, err = c.store.Acquire(ctx, key, token, ttl)
+		return err
+	})
 	switch {
 	case err == nil && fence > 0:
 		return newLease(c, key, token, fence, ttl, sent, time.Now()), nil

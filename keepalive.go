@@ -200,6 +200,8 @@ func (k *KeepAlive) settle(st *renewState, err error, sent, done time.Time) (end
 	if err == nil {
 		st.succeeded(sent, done)
 		k.lease.renewed(k, sent, done)
+		observe(k.lease.client, k.ctx, RenewEvent{Lock: k.lease.lock(), TTL: st.ttl},
+			func(o *Observer) func(context.Context, RenewEvent) { return o.OnRenew })
 		return false
 	}
 	l := k.lease

@@ -125,13 +125,15 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("leasehold: %q is renewed by its KeepAlive; stop it before renewing by hand", l.key)
 	}
 	sent := time.Now()
-	err := l.client.store.Renew(ctx, l.key, l.token, ttl)
+	err := l.client.storeCall(ctx, "renew", 1, func() error { return l.client.store.Renew(ctx, l.key, l.token, ttl) })
 	if err == nil {
 		// A KeepAlive started later counts its deadline from this renewal.
 		done := time.Now()
 		l.mu.Lock()
 		l.sent, l.acquired, l.ttl = sent, done, ttl
 		l.mu.Unlock()
+		observe(l.client, ctx, RenewEvent{Lock: l.lock(), TTL: ttl},
+			func(o *Observer) func(context.Context, RenewEvent) { return o.OnRenew })
 	}
 	l.finish()
 	if errors.Is(err, ErrNotOwned) && !released { // after our own release it is no wrong owner
@@ -204,7 +206,7 @@ func releaseContext(ctx context.Context, timeout time.Duration) (context.Context
 func (c *Client) releaseRetrying(ctx context.Context, key, token string) (err error, unsure bool) {
 	wait := releaseRetryMin
 	for {
-		err = c.store.Release(ctx, key, token)
+		err = c.storeCall(ctx, "release", 1, func() error { return c.store.Release(ctx, key, token) })
 		if !unknownOutcome(err) {
 			return err, unsure
 		}

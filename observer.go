@@ -10,8 +10,13 @@ import (
 // for metrics and traces. Every field is optional. The funcs run inline, some
 // on the renewal goroutine: they must be quick and safe for concurrent use.
 type Observer struct {
+	// OnAcquireStart precedes every Acquire call (Hold's too), which may
+	// wait; its OnAcquire, with Blocking set, follows. Fence is 0.
+	OnAcquireStart func(context.Context, Lock)
 	// OnAcquire follows every TryAcquire and Acquire call.
 	OnAcquire func(context.Context, AcquireEvent)
+	// OnRenew follows every renewal the store accepted.
+	OnRenew func(context.Context, RenewEvent)
 	// OnRelease follows the end of an ownership: a release or an abandonment.
 	OnRelease func(context.Context, ReleaseEvent)
 	// OnRenewFailure follows a renewal that failed without the store saying
@@ -26,6 +31,8 @@ type Observer struct {
 	OnLeaseExpired func(context.Context, LeaseExpiredEvent)
 	// OnReleaseFailure follows a release the store could not answer.
 	OnReleaseFailure func(context.Context, ReleaseFailureEvent)
+	// OnStoreCall follows every call the Client makes to its store.
+	OnStoreCall func(context.Context, StoreCallEvent)
 }
 
 // Lock names every event carries.
@@ -54,8 +61,25 @@ const (
 // AcquireEvent describes one TryAcquire or Acquire call.
 type AcquireEvent struct {
 	Lock
-	Result AcquireResult
-	Wait   time.Duration // from the call to its result
+	Result   AcquireResult
+	Wait     time.Duration // from the call to its result
+	TTL      time.Duration // the TTL asked for
+	Blocking bool          // an Acquire, which OnAcquireStart announced
+}
+
+// RenewEvent describes a renewal the store accepted.
+type RenewEvent struct {
+	Lock
+	TTL time.Duration // the lease's new remaining time, from the renewal's send
+}
+
+// StoreCallEvent describes one call to the store.
+type StoreCallEvent struct {
+	Op    string // "acquire", "release", "renew" or "renew_batch"
+	Store string // the store's package: "redisstore", "memstore", …
+	Items int    // leases in the call: 1, or a batch's size
+	Took  time.Duration
+	Err   error // the store's answer: nil, ErrNotAcquired, ErrNotOwned or a failure
 }
 
 // ReleaseEvent describes the end of an ownership.

@@ -102,6 +102,9 @@ func (panickingObserver) OnNotOwned(leasehold.NotOwnedEvent)             { panic
 func (panickingObserver) OnAbandon(leasehold.AbandonEvent)               { panic("OnAbandon") }
 func (panickingObserver) OnLeaseExpired(leasehold.LeaseExpiredEvent)     { panic("OnLeaseExpired") }
 func (panickingObserver) OnReleaseFailure(leasehold.ReleaseFailureEvent) { panic("OnReleaseFailure") }
+func (panickingObserver) OnAcquireStart(leasehold.Lock)                  { panic("OnAcquireStart") }
+func (panickingObserver) OnRenew(leasehold.RenewEvent)                   { panic("OnRenew") }
+func (panickingObserver) OnStoreCall(leasehold.StoreCallEvent)           { panic("OnStoreCall") }
 
 // panickingHandler is a log handler that panics on every record.
 type panickingHandler struct{}

@@ -3,6 +3,7 @@ package leasehold
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -338,6 +339,17 @@ func (r *renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
 	return c, rest
 }
 
+// batchErr is a batch's error for OnStoreCall: the first item's failure
+// other than ErrNotOwned (a lease gone is an answer), else nil.
+func batchErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, ErrNotOwned) {
+			return err
+		}
+	}
+	return nil
+}
+
 // call makes one store call, bounded by its leases' smallest renewal timeout;
 // their deadlines are kept by run, so one lease cannot cut a batch short.
 func (r *renewer) call(c *renewCall) {
@@ -345,7 +357,10 @@ func (r *renewer) call(c *renewCall) {
 	defer cancel()
 	c.sent = time.Now()
 	if r.batch != nil {
-		c.errs = r.batch.RenewBatch(ctx, c.items)
+		_ = r.client.storeCall(ctx, "renew_batch", len(c.items), func() error {
+			c.errs = r.batch.RenewBatch(ctx, c.items)
+			return batchErr(c.errs)
+		})
 		if len(c.errs) != len(c.items) {
 			err := fmt.Errorf("leasehold: the store's RenewBatch returned %d results for %d items", len(c.errs), len(c.items))
 			c.errs = make([]error, len(c.items))
@@ -356,7 +371,7 @@ func (r *renewer) call(c *renewCall) {
 	} else {
 		c.errs = make([]error, len(c.items))
 		for i, it := range c.items {
-			c.errs[i] = r.client.store.Renew(ctx, it.Key, it.Token, it.TTL)
+			c.errs[i] = r.client.storeCall(ctx, "renew", 1, func() error { return r.client.store.Renew(ctx, it.Key, it.Token, it.TTL) })
 		}
 	}
 	c.done = time.Now()
