@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // Limits of a forced release's record.
@@ -64,18 +62,8 @@ func ValidateForceRelease(key, reason, by string) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	switch {
-	case reason == "":
-		return &ArgumentError{Arg: "reason", Reason: "empty: say why the lock is broken"}
-	case len(reason) > MaxReasonLen:
-		return &ArgumentError{Arg: "reason", Reason: fmt.Sprintf("%d bytes, longer than %d", len(reason), MaxReasonLen)}
-	case !utf8.ValidString(reason):
-		return &ArgumentError{Arg: "reason", Reason: "not valid UTF-8"}
-	}
-	for i, r := range reason {
-		if unicode.IsControl(r) {
-			return &ArgumentError{Arg: "reason", Reason: fmt.Sprintf("control character %U at byte %d", r, i)}
-		}
+	if err := checkLine("reason", reason, MaxReasonLen); err != nil {
+		return err
 	}
 	if err := ValidateIdentity(by); err != nil {
 		return &ArgumentError{Arg: "by", Reason: err.(*ArgumentError).Reason}

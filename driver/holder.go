@@ -3,8 +3,6 @@ package driver
 import (
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
 
 // A Client's token carries its holder's identity, so that every backend
@@ -27,18 +25,8 @@ const maxEncodedIdentity = MaxTokenLen - 64
 // ValidateIdentity checks a holder identity: 1 to MaxIdentityLen bytes of
 // UTF-8 without control characters, whose token still fits MaxTokenLen.
 func ValidateIdentity(id string) error {
-	switch {
-	case id == "":
-		return &ArgumentError{Arg: "identity", Reason: "empty"}
-	case len(id) > MaxIdentityLen:
-		return &ArgumentError{Arg: "identity", Reason: fmt.Sprintf("%d bytes, longer than %d", len(id), MaxIdentityLen)}
-	case !utf8.ValidString(id):
-		return &ArgumentError{Arg: "identity", Reason: "not valid UTF-8"}
-	}
-	for i, r := range id {
-		if unicode.IsControl(r) {
-			return &ArgumentError{Arg: "identity", Reason: fmt.Sprintf("control character %U at byte %d", r, i)}
-		}
+	if err := checkLine("identity", id, MaxIdentityLen); err != nil {
+		return err
 	}
 	if n := encodedLen(id); n > maxEncodedIdentity {
 		return &ArgumentError{Arg: "identity", Reason: fmt.Sprintf("%d bytes once encoded in the token, longer than %d", n, maxEncodedIdentity)}

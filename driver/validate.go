@@ -39,19 +39,29 @@ const (
 // UTF-8, free of control characters (which break log lines, the CLI's tables
 // and Redis inline commands) and not starting with ReservedPrefix.
 func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return &ArgumentError{Arg: "key", Reason: "empty"}
-	case len(key) > MaxKeyLen:
-		return &ArgumentError{Arg: "key", Reason: fmt.Sprintf("%d bytes, longer than %d", len(key), MaxKeyLen)}
-	case !utf8.ValidString(key):
-		return &ArgumentError{Arg: "key", Reason: "not valid UTF-8"}
-	case strings.HasPrefix(key, ReservedPrefix):
+	if err := checkLine("key", key, MaxKeyLen); err != nil {
+		return err
+	}
+	if strings.HasPrefix(key, ReservedPrefix) {
 		return &ArgumentError{Arg: "key", Reason: fmt.Sprintf("starts with %q, which leasehold reserves for its own keys", ReservedPrefix)}
 	}
-	for i, r := range key {
+	return nil
+}
+
+// checkLine checks s, the argument arg, as one line of text: 1 to max bytes
+// of UTF-8 without control characters.
+func checkLine(arg, s string, max int) error {
+	switch {
+	case s == "":
+		return &ArgumentError{Arg: arg, Reason: "empty"}
+	case len(s) > max:
+		return &ArgumentError{Arg: arg, Reason: fmt.Sprintf("%d bytes, longer than %d", len(s), max)}
+	case !utf8.ValidString(s):
+		return &ArgumentError{Arg: arg, Reason: "not valid UTF-8"}
+	}
+	for i, r := range s {
 		if unicode.IsControl(r) {
-			return &ArgumentError{Arg: "key", Reason: fmt.Sprintf("control character %U at byte %d", r, i)}
+			return &ArgumentError{Arg: arg, Reason: fmt.Sprintf("control character %U at byte %d", r, i)}
 		}
 	}
 	return nil

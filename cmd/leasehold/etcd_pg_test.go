@@ -78,19 +78,7 @@ func checkInventory(t *testing.T, storeArgs []string, held []*leasehold.Lease, r
 
 func TestEtcdInspectAndLs(t *testing.T) {
 	ctx := context.Background()
-	srv := testserver.StartEtcd(t)
-	ec, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := etcdstore.New(ec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = st.Close()
-		_ = ec.Close()
-	})
+	srv, ec, st := startEtcdStore(t)
 	c := leasehold.New(st)
 	leader := acquire(t, c, "leader:main", time.Minute)
 	run1 := acquire(t, c, "runs:E1", time.Minute)
@@ -132,6 +120,27 @@ func TestPostgresInspectAndLs(t *testing.T) {
 
 	failsWith(t, 1, []string{"postgres", `table "nope" does not exist`},
 		"ls", "--postgres", srv.DSN(), "--pg-table", "nope", "*:*")
+}
+
+// startEtcdStore starts an etcd with a client and an etcdstore on it, all
+// closed with the test.
+func startEtcdStore(t *testing.T) (*testserver.EtcdServer, *clientv3.Client, *etcdstore.Store) {
+	t.Helper()
+	srv := testserver.StartEtcd(t)
+	ec, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := etcdstore.New(ec)
+	if err != nil {
+		_ = ec.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = st.Close()
+		_ = ec.Close()
+	})
+	return srv, ec, st
 }
 
 // migratedStore is a pgstore on dsn with its table made, closed with the test.

@@ -9,12 +9,8 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
-	"github.com/leasehold/leasehold/store/etcdstore"
 	"github.com/leasehold/leasehold/store/redisstore/redisfence"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
@@ -157,19 +153,7 @@ func TestRedisForceRelease(t *testing.T) {
 }
 
 func TestEtcdForceRelease(t *testing.T) {
-	srv := testserver.StartEtcd(t)
-	ec, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := etcdstore.New(ec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = st.Close()
-		_ = ec.Close()
-	})
+	srv, _, st := startEtcdStore(t)
 	old, next := forceReleaseCase(t, []string{"--etcd", strings.Join(srv.Endpoints(), ",")}, leasehold.New(st))
 	checkMemFence(t, old, next)
 }

@@ -57,13 +57,19 @@ func whoAmI() string {
 	return id
 }
 
-// forceReleaser returns b's store's driver.ForceReleaser.
-func (b *backend) forceReleaser() (driver.ForceReleaser, error) {
+// openForceReleaser opens cmd's store, which must be a driver.ForceReleaser;
+// the caller closes the backend.
+func (a *app) openForceReleaser(cmd *cobra.Command) (*backend, driver.ForceReleaser, error) {
+	b, err := a.openBackend(cmd.Context(), cmd)
+	if err != nil {
+		return nil, nil, err
+	}
 	f, ok := b.store.(driver.ForceReleaser)
 	if !ok {
-		return nil, fmt.Errorf("%s cannot force a release (its store has no driver.ForceReleaser)", b)
+		b.close()
+		return nil, nil, fmt.Errorf("%s cannot force a release (its store has no driver.ForceReleaser)", b)
 	}
-	return f, nil
+	return b, f, nil
 }
 
 // flagArgError names the flag of a store's *ArgumentError about reason or by.
@@ -126,15 +132,11 @@ applications' pgstore Migrate). A KEY not held is exit code 1, nothing written.
 			if err := driver.ValidateForceRelease(key, reason, by); err != nil {
 				return flagArgError(err)
 			}
-			b, err := a.openBackend(cmd.Context(), cmd)
+			b, f, err := a.openForceReleaser(cmd)
 			if err != nil {
 				return err
 			}
 			defer b.close()
-			f, err := b.forceReleaser()
-			if err != nil {
-				return err
-			}
 			var v auditView
 			if dryRun {
 				info, err := b.inspect(cmd.Context(), key)
@@ -221,15 +223,11 @@ FENCE (the removed lease's), BY, REASON. -o json prints an array of objects
 			if err := firstError(driver.ValidateAudit(key, 1), checkInt("--limit", limit, 1, driver.MaxAuditLimit)); err != nil {
 				return err
 			}
-			b, err := a.openBackend(cmd.Context(), cmd)
+			b, f, err := a.openForceReleaser(cmd)
 			if err != nil {
 				return err
 			}
 			defer b.close()
-			f, err := b.forceReleaser()
-			if err != nil {
-				return err
-			}
 			var recs []driver.AuditRecord
 			if err := b.call(cmd.Context(), func(ctx context.Context) error {
 				var err error
