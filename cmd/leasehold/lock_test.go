@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,6 +138,17 @@ func readLines(t *testing.T, path string, n int) []string {
 
 // gone reports whether no process has pid.
 func gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }
+
+// dead reports whether pid is gone or a zombie (an orphan not yet reaped).
+func dead(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return gone(pid)
+	}
+	// pid (comm) STATE …; comm may hold blanks and parentheses.
+	rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
+	return strings.HasPrefix(strings.TrimSpace(rest), "Z")
+}
 
 // envCmd is a CMD that writes its pid and lock variables to file, one a
 // line, and then becomes sleep 60.
@@ -317,7 +329,7 @@ func TestLockRedis(t *testing.T) {
 		decode(t, lines[0], &acq)
 		decode(t, lines[1], &rel)
 		if r.code != 5 || acq["event"] != "acquired" || acq["fence"].(float64) <= float64(l.Fence()) || acq["waited_seconds"].(float64) <= 0 ||
-			acq["ttl_seconds"] != 30.0 || rel["event"] != "released" || rel["key"] != l.Key() {
+			acq["ttl_seconds"] != 30.0 || rel["event"] != "released" || rel["key"] != l.Key() || rel["exit_code"] != 5.0 {
 			t.Errorf("lock --wait after a release: exit %d, events %v, %v", r.code, acq, rel)
 		}
 	})
@@ -368,6 +380,22 @@ func TestLockRedis(t *testing.T) {
 		if got := inspectKey(t, storeArgs, key); got.Held || got.Fence != held.Fence {
 			t.Errorf("after SIGTERM: %+v, want released", got)
 		}
+	})
+
+	t.Run("leasehold killed: CMD killed too", func(t *testing.T) {
+		if runtime.GOOS != "linux" {
+			t.Skip("Pdeathsig is Linux's")
+		}
+		key := "runs:K1"
+		file := filepath.Join(dir, "K1.env")
+		b := startBg(t, lockArgs(storeArgs, nil, key, envCmd(file)...)...)
+		waitHeld(t, storeArgs, key)
+		cmdPid, _ := strconv.Atoi(readLines(t, file, 4)[0])
+		if err := b.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-b.done
+		eventually(t, 10*time.Second, "CMD killed with leasehold", func() bool { return dead(cmdPid) })
 	})
 
 	t.Run("CMD not runnable", func(t *testing.T) {

@@ -238,31 +238,45 @@ func (r *lockRun) acquire(ctx context.Context, client *leasehold.Client, b *back
 	if !errors.As(err, &he) {
 		he = &leasehold.HeldError{}
 	}
-	holder, remaining := "another owner", he.Remaining
-	if ierr == nil && info.Held {
-		if h := info.Holder(); h != "" {
-			holder = h
-		}
+	remaining := he.Remaining
+	if ierr != nil || !info.Held {
+		// Freed since, or unreadable: only what the refusal said.
+		info = driver.Info{}
+	} else {
 		remaining = info.TTL
+	}
+	remaining = remaining.Round(time.Millisecond)
+	if r.asJSON {
+		r.emit("not_acquired", info.Fence, info.Holder(), "remaining_seconds", seconds(remaining),
+			"waited_seconds", seconds(waited), "wait_seconds", seconds(r.f.wait))
+		return nil, exitStatus(ExitNotLocked)
+	}
+	who := "another owner"
+	if h := info.Holder(); h != "" {
+		who = printable(h)
+	}
+	var about []string
+	if info.Fence > 0 {
+		about = append(about, "fence "+strconv.FormatInt(info.Fence, 10))
+	}
+	if remaining > 0 {
+		about = append(about, "its lease ends in "+remaining.String()+" unless renewed")
+	}
+	if len(about) > 0 {
+		who += " (" + strings.Join(about, ", ") + ")"
 	}
 	how := "one attempt, --wait 0"
 	if r.f.wait > 0 {
 		how = "waited " + waited.Round(time.Millisecond).String() + ", --wait " + r.f.wait.String()
 	}
-	if r.asJSON {
-		r.emit("not_acquired", info.Fence, holder, "remaining_seconds", seconds(remaining.Round(time.Millisecond)),
-			"waited_seconds", seconds(waited), "wait_seconds", seconds(r.f.wait))
-		return nil, exitStatus(ExitNotLocked)
-	}
-	return nil, exitCodeError{ExitNotLocked, fmt.Errorf("lock: %s is held by %s (fence %d, its lease ends in %v unless renewed): not acquired (%s)",
-		printable(r.key), printable(holder), info.Fence, remaining.Round(time.Millisecond), how)}
+	return nil, exitCodeError{ExitNotLocked, fmt.Errorf("lock: %s is held by %s: not acquired (%s)", printable(r.key), who, how)}
 }
 
 // hold runs argv under lease, renewed, until it ends, the lock is lost or
 // leasehold is asked to stop (ctx); storeCtx bounds the release.
 func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leasehold.Lease, start time.Time, path string, argv []string) error {
 	fence, holder := lease.Fence(), driver.TokenHolder(lease.Token())
-	release := func() {
+	release := func(exitCode int) {
 		rctx, cancel := context.WithTimeout(storeCtx, b.timeout)
 		defer cancel()
 		if err := lease.Release(rctx); err != nil {
@@ -273,12 +287,17 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 			}
 			return
 		}
-		r.emit("released", fence, holder, "held_seconds", seconds(time.Since(start)))
+		r.emit("released", fence, holder, "held_seconds", seconds(time.Since(start)), "exit_code", exitCode)
 	}
 	ka, err := lease.KeepAlive(storeCtx)
 	if err != nil {
-		release()
+		release(ExitNotLocked)
 		return notLocked(err)
+	}
+	if ctx.Err() != nil {
+		ka.Stop()
+		release(ExitNotLocked)
+		return notLocked(fmt.Errorf("lock: interrupted before CMD ran"))
 	}
 
 	c := exec.Command(path, argv[1:]...)
@@ -288,8 +307,9 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 	c.SysProcAttr = ownGroup()
 	if err := c.Start(); err != nil {
 		ka.Stop()
-		release()
-		return execError(argv[0], err)
+		xerr := execError(argv[0], err)
+		release(xerr.code)
+		return xerr
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
@@ -346,15 +366,16 @@ wait:
 		return exitStatus(ExitLockLost)
 	}
 	ka.Stop()
-	release()
 	code := 0
 	if werr != nil {
 		var ee *exec.ExitError
 		if !errors.As(werr, &ee) {
+			release(ExitFailure)
 			return exitCodeError{ExitFailure, fmt.Errorf("lock: waiting for CMD: %w", werr)}
 		}
 		code = statusCode(ee.ProcessState)
 	}
+	release(code)
 	if code != 0 {
 		return exitStatus(code)
 	}
@@ -370,7 +391,7 @@ func statusCode(ps *os.ProcessState) int {
 }
 
 // execError is 127 when name was not found, else 126.
-func execError(name string, err error) error {
+func execError(name string, err error) exitCodeError {
 	code := ExitCannotExec
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 		code = ExitNotFound
