@@ -483,3 +483,23 @@ func TestLockPostgres(t *testing.T) {
 		}
 	})
 }
+
+// TestLockFlagBounds: just past a bound, exit 2 naming the flag; at it,
+// accepted, so the run fails later (a closed port: exit 125).
+func TestLockFlagBounds(t *testing.T) {
+	closed := []string{"--redis", "redis://" + closedAddr(t) + "/0"}
+	for flag, bounds := range map[string]map[string]bool{
+		"--ttl":   {"0s": false, "999us": false, "1ms": true, "24h": true, "24h0m0.000000001s": false},
+		"--wait":  {"-1ns": false, "0s": true, "24h": true, "24h0m0.000000001s": false},
+		"--grace": {"-1ns": false, "0s": true, "10m": true, "10m0.000000001s": false},
+	} {
+		for value, ok := range bounds {
+			args := lockArgs(closed, []string{flag, value}, "k", "true")
+			r := run(t, args...)
+			checkOneLine(t, r.stderr, args)
+			if want := map[bool]int{true: 125, false: 2}[ok]; r.code != want || (!ok && !strings.Contains(r.stderr, flag)) {
+				t.Errorf("leasehold %q: exit %d, stderr %q; want %d", args, r.code, r.stderr, want)
+			}
+		}
+	}
+}

@@ -75,7 +75,7 @@ type lockFlags struct {
 func (a *app) lockCommand() *cobra.Command {
 	f := &lockFlags{}
 	cmd := &cobra.Command{
-		Use:   "lock KEY [--ttl D] [--wait D] [--grace D] [--identity S] -- CMD [ARGS…]",
+		Use:   "lock KEY [--ttl D] [--wait D] [--grace D] [--identity S] [-o table|json] -- CMD [ARGS…]",
 		Short: "Run CMD while holding the lock KEY: flock(1) for a cluster",
 		Long: `lock takes KEY on the store, runs CMD while the lease is renewed (every
 ttl/3, fence policy), and releases KEY when CMD ends.
@@ -105,13 +105,14 @@ one line on stderr. -o json makes its messages (acquired, not_acquired, lost,
 released, release_failed) one JSON object per line on stderr.`,
 		Example: `  leasehold lock --redis redis://127.0.0.1:6379/0 jobs:nightly -- ./nightly.sh
   leasehold lock --wait 5m --ttl 1m backup:db -- pg_dump -f /backup/db.sql db`,
-		Args: lockArgs,
+		Args:                  lockArgs,
+		DisableFlagsInUseLine: true,
 		RunE: a.run(func(cmd *cobra.Command, args []string) error {
 			return a.lock(cmd, f, args[0], args[1:])
 		}),
 	}
 	fl := cmd.Flags()
-	fl.DurationVar(&f.ttl, "ttl", DefaultLockTTL, "lease TTL, renewed every ttl/3: a crashed lock frees KEY within it (30s)")
+	fl.DurationVar(&f.ttl, "ttl", DefaultLockTTL, "lease TTL (1ms to 24h), renewed every ttl/3: a crashed lock frees KEY within it; 30s renews every 10s")
 	fl.DurationVar(&f.wait, "wait", DefaultLockWait, "how long to wait for a busy KEY (at most 24h); 0: one attempt, like flock -n, so a script does not hang on a stuck lock")
 	fl.DurationVar(&f.grace, "grace", DefaultLockGrace, "between SIGTERM and SIGKILL when CMD is stopped (at most 10m); 10s, the short end of the usual stop grace of init systems and Kubernetes")
 	fl.StringVar(&f.identity, "identity", "", "holder identity stored with the lease (default hostname:pid of this leasehold process)")
