@@ -234,7 +234,7 @@ func checkLockBasics(t *testing.T, storeArgs []string, del func(t *testing.T, ke
 		holder := startBg(t, lockArgs(storeArgs, []string{"--identity", "holder-1"}, key, envCmd(file)...)...)
 		held := waitHeld(t, storeArgs, key)
 		r := run(t, lockArgs(storeArgs, nil, key, "touch", marker)...)
-		if r.code != 125 || r.elapsed > 5*time.Second {
+		if r.code != 125 || r.elapsed > 2*time.Second {
 			t.Errorf("lock --wait 0 on a busy key: exit %d after %v, want 125 at once (stderr %q)", r.code, r.elapsed, r.stderr)
 		}
 		checkOneLine(t, r.stderr, []string{"lock"})
@@ -339,8 +339,8 @@ func TestLockRedis(t *testing.T) {
 		key := "runs:G1"
 		termed, pidFile := filepath.Join(dir, "G1.term"), filepath.Join(dir, "G1.pid")
 		// The shell notes SIGTERM and goes on; only SIGKILL ends it.
-		script := `trap ': > "$0"' TERM; echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while :; do sleep 0.05; done`
-		b := startBg(t, lockArgs(storeArgs, []string{"--ttl", "3s", "--grace", grace.String()}, key, "sh", "-c", script, termed, pidFile)...)
+		script := `trap ': > "$0"' TERM; exec 2>/dev/null; echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while :; do sleep 0.05; done`
+		b := startBg(t, lockArgs(storeArgs, []string{"--ttl", "3s", "--grace", grace.String(), "-o", "json"}, key, "sh", "-c", script, termed, pidFile)...)
 		waitHeld(t, storeArgs, key)
 		cmdPid, _ := strconv.Atoi(readLines(t, pidFile, 1)[0])
 		if err := rc.Del(context.Background(), key).Err(); err != nil {
@@ -360,6 +360,18 @@ func TestLockRedis(t *testing.T) {
 		}
 		if !gone(cmdPid) {
 			t.Errorf("CMD (pid %d) survived SIGKILL", cmdPid)
+		}
+		// -o json: acquired, then lost, one object a line.
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("lock -o json: stderr %q, want acquired and lost", r.stderr)
+		}
+		var acq, lost map[string]any
+		decode(t, lines[0], &acq)
+		decode(t, lines[1], &lost)
+		if acq["event"] != "acquired" || lost["event"] != "lost" || lost["key"] != key || lost["fence"] != acq["fence"] ||
+			lost["grace_seconds"] != grace.Seconds() || !strings.Contains(lost["reason"].(string), "no longer ours") {
+			t.Errorf("lock -o json events: %v, %v", acq, lost)
 		}
 	})
 

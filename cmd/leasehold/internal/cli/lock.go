@@ -191,12 +191,11 @@ func (a *app) lock(cmd *cobra.Command, f *lockFlags, key string, argv []string) 
 	client := leasehold.New(b.store, opts...)
 	defer client.Close()
 
-	start := time.Now()
 	lease, err := r.acquire(ctx, client, b)
 	if err != nil {
 		return err
 	}
-	return r.hold(ctx, storeCtx, b, lease, start, path, argv)
+	return r.hold(ctx, storeCtx, b, lease, path, argv)
 }
 
 // acquire takes the key: one attempt (--wait 0) bounded by --timeout, or
@@ -275,7 +274,8 @@ func (r *lockRun) acquire(ctx context.Context, client *leasehold.Client, b *back
 
 // hold runs argv under lease, renewed, until it ends, the lock is lost or
 // leasehold is asked to stop (ctx); storeCtx bounds the release.
-func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leasehold.Lease, start time.Time, path string, argv []string) error {
+func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leasehold.Lease, path string, argv []string) error {
+	start := time.Now()
 	fence, holder := lease.Fence(), driver.TokenHolder(lease.Token())
 	release := func(exitCode int) {
 		rctx, cancel := context.WithTimeout(storeCtx, b.timeout)
@@ -327,13 +327,18 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 			kill = time.AfterFunc(r.f.grace, func() { signalGroup(c.Process, syscall.SIGKILL) })
 		}
 	}
-	reportLost := func() {
+	// reportLost says the lock was lost, and what happens to CMD.
+	reportLost := func(ended bool) {
 		wasLost = true
 		reason := strings.TrimPrefix(oneLine(ka.Err().Error()), "leasehold: ")
 		r.emit("lost", fence, holder, "reason", reason, "held_seconds", seconds(time.Since(start)), "grace_seconds", seconds(r.f.grace))
+		then := fmt.Sprintf("stopping CMD (SIGTERM, SIGKILL after --grace %v)", r.f.grace)
+		if ended {
+			then = "CMD had just ended"
+		}
 		if !r.asJSON {
-			fmt.Fprintf(r.a.stderr, "leasehold: lock: lost %s (fence %d) after %v: %s; stopping CMD (SIGTERM, SIGKILL after --grace %v)\n",
-				printable(r.key), fence, time.Since(start).Round(time.Millisecond), reason, r.f.grace)
+			fmt.Fprintf(r.a.stderr, "leasehold: lock: lost %s (fence %d) after %v: %s; %s\n",
+				printable(r.key), fence, time.Since(start).Round(time.Millisecond), reason, then)
 		}
 	}
 	var werr error
@@ -344,7 +349,7 @@ wait:
 			break wait
 		case <-lost:
 			lost = nil
-			reportLost()
+			reportLost(false)
 			stop()
 		case <-sig:
 			sig = nil
@@ -358,7 +363,7 @@ wait:
 	if !wasLost {
 		select {
 		case <-ka.Lost():
-			reportLost()
+			reportLost(true)
 		default:
 		}
 	}
