@@ -425,6 +425,33 @@ func TestLockRedis(t *testing.T) {
 	})
 }
 
+// TestLockStoreDown: a store that goes away while CMD runs: renewal fails
+// until the local deadline (ttl − ttl/10 after the last renewal), the lease
+// is given up, CMD stopped, exit 124.
+func TestLockStoreDown(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	storeArgs := []string{"--redis", "redis://" + srv.Addr() + "/0", "--timeout", "1s"}
+	const ttl = 3 * time.Second
+	file := filepath.Join(t.TempDir(), "env")
+	b := startBg(t, lockArgs(storeArgs, []string{"--ttl", ttl.String()}, "runs:D1", envCmd(file)...)...)
+	waitHeld(t, storeArgs, "runs:D1")
+	cmdPid, _ := strconv.Atoi(readLines(t, file, 4)[0])
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	r := b.wait(t, 20*time.Second)
+	took := time.Since(down)
+	t.Logf("store down to lock's exit: %v (ttl %v, local deadline %v after the last renewal)", took, ttl, ttl-ttl/10)
+	if r.code != 124 || took > ttl+2*time.Second || !strings.Contains(r.stderr, "lost runs:D1") || !strings.Contains(r.stderr, "abandoned") {
+		t.Errorf("lock whose store went down: exit %d after %v, stderr %q; want 124 within ttl + 2s", r.code, took, r.stderr)
+	}
+	checkOneLine(t, r.stderr, []string{"lock"})
+	if !gone(cmdPid) {
+		t.Errorf("CMD (pid %d) still runs after the lock was given up", cmdPid)
+	}
+}
+
 // TestLockUsageErrors: a wrong lock command line exits 2, contacts no store
 // (the store is a closed port: contacting it would exit 125) and runs
 // nothing.
