@@ -86,6 +86,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		return int(es) // reported already, or lock's CMD's own status
+	}
 	code := ExitFailure
 	var ce exitCodeError
 	var ue usageError
@@ -117,14 +121,15 @@ func (a *app) rootCommand() *cobra.Command {
 
   drill            the game day: faults injected, and checkers that prove no stale write got through
   inspect KEY      the live lease on KEY: holder, remaining TTL, fence, namespace, class
+  lock KEY -- CMD  run CMD while holding KEY, flock(1) for a cluster (exit 124: lock lost)
   ls PATTERN       every held lock matching PATTERN: the lock inventory as it is now
   release KEY      break a stuck lock whoever holds it (--force --reason), recorded in the store
   audit [KEY]      the forced releases recorded in the store, newest first
   ttl              the TTL a lock path needs, checked against a takeover SLO
 
 Pick the store with exactly one of --redis, --etcd or --postgres (inspect, ls,
-release and audit need one; ttl does not; drill runs in-process without one). Without a store
-flag, they take one of $LEASEHOLD_REDIS_URL, $LEASEHOLD_ETCD_ENDPOINTS
+lock, release and audit need one; ttl does not; drill runs in-process without one).
+Without a store flag, they take one of $LEASEHOLD_REDIS_URL, $LEASEHOLD_ETCD_ENDPOINTS
 or $LEASEHOLD_POSTGRES_DSN. -o json prints JSON (durations in seconds, lists as
 []). Shell completion: leasehold completion bash|zsh|fish. Errors are one line on stderr; exit code 0 means
 done, 1 that the command failed (store unreachable, SLO impossible, …),
@@ -152,7 +157,7 @@ done, 1 that the command failed (store unreachable, SLO impossible, …),
 	pf.StringVar(&g.pgTable, "pg-table", pgstore.DefaultTable, "with --postgres: the lease table the applications' pgstore uses (its WithTable; the default is pgstore.DefaultTable)")
 	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
-	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lsCommand(), a.releaseCommand(), a.auditCommand(), a.ttlCommand(), a.versionCommand())
+	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lockCommand(), a.lsCommand(), a.releaseCommand(), a.auditCommand(), a.ttlCommand(), a.versionCommand())
 	// cobra adds "completion" here; a shell it has no script for is a
 	// usage error, not its help.
 	root.InitDefaultCompletionCmd()

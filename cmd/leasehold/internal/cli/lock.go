@@ -1,0 +1,448 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+)
+
+// Exit codes of lock beyond CMD's own, after timeout(1)'s convention.
+const (
+	// ExitLockLost: the lock was lost while CMD ran, and CMD was stopped.
+	ExitLockLost = 124
+	// ExitNotLocked: the lock was not acquired (busy after --wait, or the
+	// store failed) and CMD did not run.
+	ExitNotLocked = 125
+	// ExitCannotExec: CMD was found but could not be executed.
+	ExitCannotExec = 126
+	// ExitNotFound: CMD was not found.
+	ExitNotFound = 127
+)
+
+// Defaults and bounds of lock's flags.
+const (
+	// DefaultLockTTL: renewed every ttl/3 = 10 s, so a crashed (SIGKILLed)
+	// leasehold lock frees the key within 30 s, and a store that is down for
+	// up to ~27 s (the local deadline) does not stop CMD.
+	DefaultLockTTL = 30 * time.Second
+
+	// DefaultLockWait is one attempt, like flock -n: a script should not
+	// hang on a stuck lock unless it asks to wait.
+	DefaultLockWait = time.Duration(0)
+
+	// MaxLockWait bounds --wait: a day is past any sane queue for a lock.
+	MaxLockWait = 24 * time.Hour
+
+	// DefaultLockGrace is between SIGTERM and SIGKILL: the usual stop grace
+	// of init systems and Kubernetes is 10–30 s; after a loss CMD runs
+	// unlocked, so the short end.
+	DefaultLockGrace = 10 * time.Second
+
+	// MaxLockGrace bounds --grace: after a loss CMD runs without the lock
+	// for up to this long.
+	MaxLockGrace = 10 * time.Minute
+)
+
+// exitStatus ends the command with its code and no message of its own: it
+// was reported already, or it is CMD's own status.
+type exitStatus int
+
+func (e exitStatus) Error() string { return "exit status " + strconv.Itoa(int(e)) }
+
+// lockFlags are lock's own flags.
+type lockFlags struct {
+	ttl, wait, grace time.Duration
+	identity         string
+	out              *outputFlags
+}
+
+// lockCommand is "leasehold lock KEY -- CMD [ARGS…]".
+func (a *app) lockCommand() *cobra.Command {
+	f := &lockFlags{}
+	cmd := &cobra.Command{
+		Use:   "lock KEY [--ttl D] [--wait D] [--grace D] [--identity S] [-o table|json] -- CMD [ARGS…]",
+		Short: "Run CMD while holding the lock KEY: flock(1) for a cluster",
+		Long: `lock takes KEY on the store, runs CMD while the lease is renewed (every
+ttl/3, fence policy), and releases KEY when CMD ends.
+
+CMD runs in its own process group with stdin, stdout and stderr passed
+through, and LEASEHOLD_KEY, LEASEHOLD_FENCE (send it with every write the lock
+protects) and LEASEHOLD_HOLDER (the holder identity) in its environment.
+
+When the lock is lost (the store refuses a renewal: the key was deleted or
+released by someone else; or renewal failed until the local deadline), lock
+says so on stderr, sends SIGTERM to CMD's process group, SIGKILL after
+--grace, and exits 124. On SIGINT or SIGTERM, lock sends SIGTERM to CMD
+(SIGKILL after --grace), releases KEY once CMD has ended, and exits with CMD's
+status.
+
+Exit codes (as timeout(1)):
+  CMD's     CMD ended while the lock was held (128+N: killed by signal N)
+  124       the lock was lost, and CMD was stopped
+  125       the lock was not acquired (busy after --wait, or the store
+            failed); CMD did not run
+  126       CMD was found but cannot be executed
+  127       CMD was not found
+  2         the command line was wrong; nothing was sent
+
+stdout belongs to CMD. lock is quiet on success; on failure or loss it prints
+one line on stderr. -o json makes its messages (acquired, not_acquired, lost,
+released, release_failed) one JSON object per line on stderr.`,
+		Example: `  leasehold lock --redis redis://127.0.0.1:6379/0 jobs:nightly -- ./nightly.sh
+  leasehold lock --wait 5m --ttl 1m backup:db -- pg_dump -f /backup/db.sql db`,
+		Args:                  lockArgs,
+		DisableFlagsInUseLine: true,
+		RunE: a.run(func(cmd *cobra.Command, args []string) error {
+			return a.lock(cmd, f, args[0], args[1:])
+		}),
+	}
+	fl := cmd.Flags()
+	fl.DurationVar(&f.ttl, "ttl", DefaultLockTTL, "lease TTL (1ms to 24h), renewed every ttl/3: a crashed lock frees KEY within it; 30s renews every 10s")
+	fl.DurationVar(&f.wait, "wait", DefaultLockWait, "how long to wait for a busy KEY (at most 24h); 0: one attempt, like flock -n, so a script does not hang on a stuck lock")
+	fl.DurationVar(&f.grace, "grace", DefaultLockGrace, "between SIGTERM and SIGKILL when CMD is stopped (at most 10m); 10s, the short end of the usual stop grace of init systems and Kubernetes")
+	fl.StringVar(&f.identity, "identity", "", "holder identity stored with the lease (default hostname:pid of this leasehold process)")
+	f.out = addOutputFlags(cmd, "messages on stderr, one object per line")
+	return cmd
+}
+
+// lockArgs checks "KEY -- CMD [ARGS…]": exactly KEY before "--", and a CMD.
+func lockArgs(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0 && len(args) == 0:
+		return errors.New("lock needs KEY -- CMD [ARGS…]")
+	case dash < 0:
+		return errors.New("lock needs -- before CMD: leasehold lock KEY -- CMD [ARGS…]")
+	case dash == 0:
+		return errors.New("lock needs KEY before --")
+	case dash > 1:
+		return fmt.Errorf("lock takes one KEY before --; got %d arguments", dash)
+	case len(args) == 1:
+		return errors.New("lock needs CMD after --")
+	}
+	return nil
+}
+
+// lockRun is one run of lock: its settings and what it reports.
+type lockRun struct {
+	a      *app
+	f      *lockFlags
+	asJSON bool
+	key    string
+}
+
+// lock acquires key, runs argv under it, and returns how lock should exit.
+func (a *app) lock(cmd *cobra.Command, f *lockFlags, key string, argv []string) error {
+	asJSON, err := f.out.isJSON(cmd)
+	if err != nil {
+		return err
+	}
+	if err := firstError(
+		driver.ValidateKey(key),
+		checkDuration("--ttl", f.ttl, driver.MinTTL, driver.MaxTTL),
+		checkDuration("--wait", f.wait, 0, MaxLockWait),
+		checkDuration("--grace", f.grace, 0, MaxLockGrace),
+	); err != nil {
+		return err
+	}
+	var opts []leasehold.Option
+	if flagSet(cmd.Flags(), "identity") {
+		var ae *leasehold.ArgumentError
+		if errors.As(driver.ValidateIdentity(f.identity), &ae) {
+			return usagef("invalid --identity: %s", ae.Reason)
+		}
+		opts = append(opts, leasehold.WithIdentity(f.identity))
+	}
+	// CMD is looked up before the store is asked: a typo takes no lock.
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return execError(argv[0], err)
+	}
+
+	r := &lockRun{a: a, f: f, asJSON: asJSON, key: key}
+	ctx := cmd.Context()
+	// The store outlives SIGINT/SIGTERM (ctx): KEY is renewed while CMD
+	// stops, then released.
+	storeCtx, cancelStore := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelStore()
+	b, err := a.openBackend(storeCtx, cmd)
+	if err != nil {
+		return notLocked(err)
+	}
+	defer b.close()
+	// The library's log lines would break lock's one-line messages; what
+	// matters reaches lock as an error, Lost or Err.
+	opts = append(opts, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	client := leasehold.New(b.store, opts...)
+	defer client.Close()
+
+	lease, err := r.acquire(ctx, client, b)
+	if err != nil {
+		return err
+	}
+	return r.hold(ctx, storeCtx, b, lease, path, argv)
+}
+
+// acquire takes the key: one attempt (--wait 0) bounded by --timeout, or
+// Acquire until --wait. A busy key is reported with its holder.
+func (r *lockRun) acquire(ctx context.Context, client *leasehold.Client, b *backend) (*leasehold.Lease, error) {
+	start := time.Now()
+	var (
+		lease *leasehold.Lease
+		err   error
+	)
+	if r.f.wait == 0 {
+		err = b.call(ctx, func(ctx context.Context) error {
+			lease, err = client.TryAcquire(ctx, r.key, r.f.ttl)
+			return err
+		})
+	} else {
+		wctx, cancel := context.WithTimeout(ctx, r.f.wait)
+		lease, err = client.Acquire(wctx, r.key, r.f.ttl)
+		cancel()
+		if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) {
+			err = fmt.Errorf("%s: %w", b, err)
+		}
+	}
+	waited := time.Since(start)
+	switch {
+	case err == nil:
+		r.emit("acquired", lease.Fence(), driver.TokenHolder(lease.Token()),
+			"ttl_seconds", seconds(r.f.ttl), "waited_seconds", seconds(waited))
+		return lease, nil
+	case errors.Is(err, leasehold.ErrInvalidArgument):
+		return nil, err
+	case !errors.Is(err, leasehold.ErrNotAcquired):
+		return nil, notLocked(err)
+	case ctx.Err() != nil:
+		return nil, notLocked(fmt.Errorf("interrupted while waiting for %s", printable(r.key)))
+	}
+	// Busy: who holds it, and for how long its lease runs unless renewed.
+	info, ierr := b.inspect(ctx, r.key)
+	var he *leasehold.HeldError
+	if !errors.As(err, &he) {
+		he = &leasehold.HeldError{}
+	}
+	remaining := he.Remaining
+	if ierr != nil || !info.Held {
+		// Freed since, or unreadable: only what the refusal said.
+		info = driver.Info{}
+	} else {
+		remaining = info.TTL
+	}
+	remaining = remaining.Round(time.Millisecond)
+	if r.asJSON {
+		r.emit("not_acquired", info.Fence, info.Holder(), "remaining_seconds", seconds(remaining),
+			"waited_seconds", seconds(waited), "wait_seconds", seconds(r.f.wait))
+		return nil, exitStatus(ExitNotLocked)
+	}
+	who := "another owner"
+	if h := info.Holder(); h != "" {
+		who = printable(h)
+	}
+	var about []string
+	if info.Fence > 0 {
+		about = append(about, "fence "+strconv.FormatInt(info.Fence, 10))
+	}
+	if remaining > 0 {
+		about = append(about, "its lease ends in "+remaining.String()+" unless renewed")
+	}
+	if len(about) > 0 {
+		who += " (" + strings.Join(about, ", ") + ")"
+	}
+	how := "one attempt, --wait 0"
+	if r.f.wait > 0 {
+		how = "waited " + waited.Round(time.Millisecond).String() + ", --wait " + r.f.wait.String()
+	}
+	return nil, exitCodeError{ExitNotLocked, fmt.Errorf("lock: %s is held by %s: not acquired (%s)", printable(r.key), who, how)}
+}
+
+// hold runs argv under lease, renewed, until it ends, the lock is lost or
+// leasehold is asked to stop (ctx); storeCtx bounds the release.
+func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leasehold.Lease, path string, argv []string) error {
+	start := time.Now()
+	fence, holder := lease.Fence(), driver.TokenHolder(lease.Token())
+	release := func(exitCode int) {
+		rctx, cancel := context.WithTimeout(storeCtx, b.timeout)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil {
+			r.emit("release_failed", fence, holder, "reason", oneLine(err.Error()))
+			if !r.asJSON {
+				fmt.Fprintf(r.a.stderr, "leasehold: lock: could not release %s (fence %d): %s: %v; it frees itself within --ttl %v\n",
+					printable(r.key), fence, b, oneLine(err.Error()), r.f.ttl)
+			}
+			return
+		}
+		r.emit("released", fence, holder, "held_seconds", seconds(time.Since(start)), "exit_code", exitCode)
+	}
+	ka, err := lease.KeepAlive(storeCtx)
+	if err != nil {
+		release(ExitNotLocked)
+		return notLocked(err)
+	}
+	if ctx.Err() != nil {
+		ka.Stop()
+		release(ExitNotLocked)
+		return notLocked(fmt.Errorf("lock: interrupted before CMD ran"))
+	}
+
+	c := exec.Command(path, argv[1:]...)
+	c.Args[0] = argv[0]
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, r.a.stdout, r.a.stderr
+	c.Env = append(os.Environ(), "LEASEHOLD_KEY="+r.key, "LEASEHOLD_FENCE="+strconv.FormatInt(fence, 10), "LEASEHOLD_HOLDER="+holder)
+	c.SysProcAttr = ownGroup()
+	if err := c.Start(); err != nil {
+		ka.Stop()
+		xerr := execError(argv[0], err)
+		release(xerr.code)
+		return xerr
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+
+	var (
+		lost, sig = ka.Lost(), ctx.Done()
+		wasLost   bool
+		kill      *time.Timer
+	)
+	// stop sends SIGTERM to CMD's group now and SIGKILL after --grace.
+	stop := func() {
+		if kill == nil {
+			signalGroup(c.Process, syscall.SIGTERM)
+			kill = time.AfterFunc(r.f.grace, func() { signalGroup(c.Process, syscall.SIGKILL) })
+		}
+	}
+	// reportLost says the lock was lost, and what happens to CMD.
+	reportLost := func(ended bool) {
+		wasLost = true
+		reason := strings.TrimPrefix(oneLine(ka.Err().Error()), "leasehold: ")
+		r.emit("lost", fence, holder, "reason", reason, "held_seconds", seconds(time.Since(start)), "grace_seconds", seconds(r.f.grace))
+		then := fmt.Sprintf("stopping CMD (SIGTERM, SIGKILL after --grace %v)", r.f.grace)
+		if ended {
+			then = "CMD had just ended"
+		}
+		if !r.asJSON {
+			fmt.Fprintf(r.a.stderr, "leasehold: lock: lost %s (fence %d) after %v: %s; %s\n",
+				printable(r.key), fence, time.Since(start).Round(time.Millisecond), reason, then)
+		}
+	}
+	var werr error
+wait:
+	for {
+		select {
+		case werr = <-done:
+			break wait
+		case <-lost:
+			lost = nil
+			reportLost(false)
+			stop()
+		case <-sig:
+			sig = nil
+			stop()
+		}
+	}
+	if kill != nil {
+		kill.Stop()
+	}
+	// CMD's end and a loss at the same moment: CMD did not end under the lock.
+	if !wasLost {
+		select {
+		case <-ka.Lost():
+			reportLost(true)
+		default:
+		}
+	}
+	if wasLost {
+		ka.Stop()
+		return exitStatus(ExitLockLost)
+	}
+	ka.Stop()
+	code := 0
+	if werr != nil {
+		var ee *exec.ExitError
+		if !errors.As(werr, &ee) {
+			release(ExitFailure)
+			return exitCodeError{ExitFailure, fmt.Errorf("lock: waiting for CMD: %w", werr)}
+		}
+		code = statusCode(ee.ProcessState)
+	}
+	release(code)
+	if code != 0 {
+		return exitStatus(code)
+	}
+	return nil
+}
+
+// statusCode is a process's exit code, or 128+N when signal N killed it.
+func statusCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// execError is 127 when name was not found, else 126.
+func execError(name string, err error) exitCodeError {
+	code := ExitCannotExec
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		code = ExitNotFound
+	}
+	// The bare reason: exec's and os's wrappers repeat the name.
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return exitCodeError{code, fmt.Errorf("lock: cannot run CMD %q: %w", name, err)}
+}
+
+// notLocked makes err exit 125, unless it is the command line's fault.
+func notLocked(err error) error {
+	var ue usageError
+	if errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
+		return err
+	}
+	return exitCodeError{ExitNotLocked, err}
+}
+
+// emit writes one JSON event on stderr under -o json: event, key, fence,
+// holder, then the name/value pairs of kv.
+func (r *lockRun) emit(event string, fence int64, holder string, kv ...any) {
+	if !r.asJSON {
+		return
+	}
+	var sb strings.Builder
+	field := func(name string, v any) {
+		j, _ := json.Marshal(v)
+		if sb.Len() > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, "%q:%s", name, j)
+	}
+	field("event", event)
+	field("key", r.key)
+	field("fence", fence)
+	field("holder", holder)
+	for i := 0; i+1 < len(kv); i += 2 {
+		field(kv[i].(string), kv[i+1])
+	}
+	_, _ = io.WriteString(r.a.stderr, "{"+sb.String()+"}\n")
+}
