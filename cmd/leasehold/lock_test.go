@@ -275,6 +275,39 @@ func checkLockBasics(t *testing.T, storeArgs []string, del func(t *testing.T, ke
 			t.Errorf("CMD (pid %d) still runs after the lock was lost", cmdPid)
 		}
 	})
+
+	t.Run("release --force", func(t *testing.T) { checkLockForceReleased(t, storeArgs) })
+}
+
+// checkLockForceReleased: an operator's release --force of a key that lock
+// holds stops CMD within one renewal interval (plus slack), lock exits 124,
+// and the audit names lock's identity.
+func checkLockForceReleased(t *testing.T, storeArgs []string) {
+	t.Helper()
+	const ttl = 3 * time.Second
+	key := "runs:F9"
+	b := startBg(t, lockArgs(storeArgs, []string{"--ttl", ttl.String(), "--identity", "cron-backup:1"}, key, "sleep", "60")...)
+	got := waitHeld(t, storeArgs, key)
+	if got.Holder != "cron-backup:1" {
+		t.Fatalf("inspect -o json of a key lock holds = %+v, want holder cron-backup:1", got)
+	}
+	var rec auditJSON
+	decode(t, ok(t, append(slices.Clone(storeArgs), "release", key, "--force", "--reason", "backup wedged", "-o", "json")...), &rec)
+	forcedAt := time.Now()
+	if rec.Holder != "cron-backup:1" || rec.Fence != got.Fence {
+		t.Fatalf("release --force -o json = %+v, want cron-backup:1's fence %d", rec, got.Fence)
+	}
+	r := b.wait(t, 20*time.Second)
+	took := time.Since(forcedAt)
+	t.Logf("%s: from release --force to lock's exit (sleep stopped): %v (renewal every %v)", storeArgs[0], took.Round(time.Millisecond), ttl/3)
+	if r.code != 124 || took > ttl/3+2*time.Second {
+		t.Errorf("lock after release --force: exit %d after %v, want 124 within ttl/3 + 2s (stderr %q)", r.code, took, r.stderr)
+	}
+	var recs []auditJSON
+	decode(t, ok(t, append(slices.Clone(storeArgs), "audit", key, "-o", "json")...), &recs)
+	if len(recs) != 1 || recs[0].Holder != "cron-backup:1" || recs[0].Reason != "backup wedged" {
+		t.Errorf("audit after the forced release = %+v", recs)
+	}
 }
 
 func TestLockRedis(t *testing.T) {
