@@ -1,11 +1,15 @@
 // Command leasehold is the operator tool of the leasehold lock library: it
-// shows the live locks of a Redis, etcd or PostgreSQL store (inspect, ls)
-// and sizes lock TTLs against a takeover SLO (ttl). Run "leasehold --help".
+// shows the live locks of a Redis, etcd or PostgreSQL store (inspect, ls),
+// breaks a stuck one with an audit record (release --force, audit), runs a
+// command under a lock (lock), sizes lock TTLs against a takeover SLO (ttl)
+// and runs the game day (drill). Run "leasehold --help".
 //
 // Exit codes: 0 done, 1 the command failed (a store unreachable or
 // answering an error, an SLO that cannot be met, a drill's safety
 // violation), 2 the command line was wrong, 3 a drill that missed only its
-// takeover SLO. Errors are one line on stderr, prefixed "leasehold: ".
+// takeover SLO; lock exits with its command's code, 124 when the lock was
+// lost, 125 when it was not acquired. Errors are one line on stderr,
+// prefixed "leasehold: ".
 package main
 
 import (
