@@ -7,7 +7,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -402,5 +407,38 @@ func TestFenceRejected(t *testing.T) {
 	got := points(t, f.collect(t), "leasehold_fence_rejected_total")
 	if got["store=memory"] != 1 || got["store=mine"] != 1 || got["store=other"] != 1 || len(got) != 3 {
 		t.Errorf("fence_rejected = %v", got)
+	}
+}
+
+// The instruments are those the package doc lists, and include every series
+// of package prom, so that dashboards and alerts work on either. prom's
+// source is read from the repository (absent from a module download).
+func TestInstrumentsMatchPromAndDocs(t *testing.T) {
+	names := func(file, pattern string) map[string]bool {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && strings.HasPrefix(file, "..") {
+				t.Skipf("%s: not in a repository checkout", file)
+			}
+			t.Fatal(err)
+		}
+		set := map[string]bool{}
+		for _, m := range regexp.MustCompile(pattern).FindAllStringSubmatch(string(data), -1) {
+			set[m[1]] = true
+		}
+		if len(set) == 0 {
+			t.Fatalf("%s: no metric names", file)
+		}
+		return set
+	}
+	ours := names("metrics.go", `"(leasehold_[a-z_]+)"`)
+	documented := names("doc.go", `(?m)^//\t(leasehold_[a-z_]+) `)
+	if !maps.Equal(ours, documented) {
+		t.Errorf("instruments %v, documented %v", slices.Sorted(maps.Keys(ours)), slices.Sorted(maps.Keys(documented)))
+	}
+	for name := range names("../prom/prom.go", `Name:\s+"(leasehold_[a-z_]+)"`) {
+		if !ours[name] {
+			t.Errorf("prom exports %s, this package does not", name)
+		}
 	}
 }
