@@ -60,8 +60,10 @@
 // # Metrics
 //
 // The instruments have the names, units and labels of package prom's series,
-// so that a dashboard or alert works on either (the OpenTelemetry Prometheus
-// exporter, or the Collector's, keeps these names):
+// so that a dashboard or alert works on either. Exporters that follow the
+// OpenTelemetry–Prometheus compatibility rules add _total and a unit suffix
+// only when missing, and none for an annotation unit ({call}), so the series
+// keep these names:
 //
 //	instrument                                  kind                  unit     labels
 //	leasehold_lock_acquire_total                Int64Counter          {call}   namespace, result
@@ -84,7 +86,9 @@
 // acquired and not yet released, abandoned or expired (each expires TTL after
 // its acquire or last renewal); leasehold_lock_waiters the Acquire calls
 // between OnAcquireStart and their answer; leasehold_lock_ttl_seconds is the
-// TTL of the latest successful acquire.
+// TTL of the latest successful acquire. leasehold_build_info's version is the
+// leasehold module's version in the binary's build information ("unknown"
+// when the binary has none).
 //
 // Every label is bounded as in package prom: namespace is the event's
 // Lock.Namespace (leasehold.DefaultNamespace of the key when empty), the first
