@@ -55,7 +55,8 @@
 // least a minute) after it expires, or earlier when the table is full.
 //
 // WithHashedKeys replaces leasehold.key with leasehold.key_hash, and the key
-// in error texts with its hash, for keys that carry tenant data.
+// in error texts with its hash, for keys that carry tenant data;
+// leasehold.namespace stays, a bounded metric label already.
 //
 // # Metrics
 //

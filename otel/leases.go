@@ -106,11 +106,12 @@ func (lt *leaseTable) acquired(id leaseID, ns *nsLabels, now time.Time, ttl time
 	s.acquiredAt, s.expires, s.ttl = now, now.Add(ttl), ttl
 }
 
-func (lt *leaseTable) renewed(id leaseID, ns *nsLabels, now time.Time, ttl time.Duration) {
+// renewed extends a tracked lease; an unknown one is not made, so that a
+// renewal reported after its release cannot count a lease as held again.
+func (lt *leaseTable) renewed(id leaseID, now time.Time, ttl time.Duration) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	s := lt.get(id, ns, now)
-	if !s.ended {
+	if s := lt.m[id]; s != nil && !s.ended {
 		s.expires, s.ttl = now.Add(ttl), ttl
 	}
 }

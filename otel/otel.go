@@ -234,7 +234,7 @@ func (t *Telemetry) onAcquire(ctx context.Context, e leasehold.AcquireEvent) {
 }
 
 func (t *Telemetry) onRenew(_ context.Context, e leasehold.RenewEvent) {
-	t.leases.renewed(leaseID{e.Key, e.Fence}, t.ns.of(e.Lock), time.Now(), e.TTL)
+	t.leases.renewed(leaseID{e.Key, e.Fence}, time.Now(), e.TTL)
 }
 
 // onRelease records the hold span, from the acquire to now.

@@ -442,3 +442,25 @@ func TestInstrumentsMatchPromAndDocs(t *testing.T) {
 		}
 	}
 }
+
+// Renewals keep a lease counted past its first TTL; it stops counting at
+// its release.
+func TestRenewalsKeepLeaseCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		c := f.client(t, memstore.New())
+		err := c.Hold(t.Context(), "jobs:long", 3*time.Second, func(ctx context.Context, _ *leasehold.Lease) error {
+			time.Sleep(10 * time.Second)
+			if got := points(t, f.collect(t), "leasehold_leases_held")["namespace=jobs"]; got != 1 {
+				t.Errorf("leases_held{jobs} at 10 s of a renewed 3 s lease = %v, want 1", got)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := points(t, f.collect(t), "leasehold_leases_held")["namespace=jobs"]; got != 0 {
+			t.Errorf("leases_held{jobs} after the release = %v, want 0", got)
+		}
+	})
+}
