@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
@@ -463,4 +465,52 @@ func TestRenewalsKeepLeaseCounted(t *testing.T) {
 			t.Errorf("leases_held{jobs} after the release = %v, want 0", got)
 		}
 	})
+}
+
+// Goroutines holding keys at once: every acquire and hold is recorded, under
+// its own caller's span, and no lease is left counted.
+func TestConcurrentHolds(t *testing.T) {
+	f := newFixture(t)
+	c := f.client(t, memstore.New())
+	const workers, each = 8, 25
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				ctx, span := f.root(t.Context())
+				err := c.Hold(ctx, fmt.Sprintf("w%d:%d", w, i%3), time.Minute, func(context.Context, *leasehold.Lease) error { return nil })
+				span.End()
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	parents := map[trace.SpanID]int{}
+	for _, s := range f.named("leasehold.hold") {
+		parents[s.Parent.SpanID()]++
+	}
+	if len(f.named("leasehold.acquire")) != workers*each || len(parents) != workers*each {
+		t.Errorf("%d acquire spans, hold spans under %d callers, want %d each", len(f.named("leasehold.acquire")), len(parents), workers*each)
+	}
+	ms := f.collect(t)
+	var acquired, held float64
+	for lbls, v := range points(t, ms, "leasehold_lock_acquire_total") {
+		if strings.HasSuffix(lbls, "result=acquired") {
+			acquired += v
+		}
+	}
+	for _, v := range points(t, ms, "leasehold_leases_held") {
+		held += v
+	}
+	if acquired != workers*each || held != 0 {
+		t.Errorf("acquired %v, held now %v; want %d and 0", acquired, held, workers*each)
+	}
+	if err := f.tel.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.collect(t)["leasehold_build_info"]; ok {
+		t.Error("build_info still observed after Close")
+	}
 }
