@@ -109,6 +109,7 @@ func TestRenewFailuresOnRedis(t *testing.T) {
 	if !errors.Is(err, leasehold.ErrAbandoned) {
 		t.Fatalf("Hold: %v, want ErrAbandoned", err)
 	}
+	t.Logf("span tree of a Hold on Redis whose renewals fail:\n%s", tree(f.spans.GetSpans()))
 	hold := f.one(t, "leasehold.hold")
 	if got := strings.Join(eventNames(hold), " "); got != "leasehold.renew_failure leasehold.renew_failure leasehold.abandon" {
 		t.Errorf("hold events %q, want two renew failures and the abandonment", got)
