@@ -1,5 +1,5 @@
 # Every Go module in the repository; the heavy clients live in their own.
-MODULES := . store/redisstore store/etcdstore store/pgstore fence/pgfence prom drill cmd/leasehold bench e2e scripts/release
+MODULES := . store/redisstore store/etcdstore store/pgstore fence/pgfence prom otel drill cmd/leasehold bench e2e scripts/release
 GO      ?= go
 
 .PHONY: test deps release-check tidy

@@ -19,6 +19,7 @@ var published = []string{
 	"store/pgstore",
 	"fence/pgfence",
 	"prom",
+	"otel",
 	"drill",
 	"cmd/leasehold",
 }
