@@ -7,6 +7,7 @@ package prom_test
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/prom"
+	"github.com/leasehold/leasehold/store/memstore"
 )
 
 const (
@@ -31,9 +33,10 @@ const (
 	runbookURL     = "https://github.com/leasehold/leasehold/blob/main/docs/runbook.md"
 )
 
-// exported returns the metric families the Observer registers, by name, and
-// the series names a query may use: a counter's name, a histogram's _bucket,
-// _sum and _count.
+// exported returns the metric families the Observer registers after real
+// traffic on a Client (histograms and the TTL gauge appear with their first
+// event), by name, and the series names a query may use: a counter's or
+// gauge's name, a histogram's _bucket, _sum and _count.
 func exported(t *testing.T) (families []string, series map[string]bool) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -41,11 +44,18 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Histograms appear with their first observation.
-	lk := leasehold.Lock{Key: "runs:R1", Namespace: "runs", Fence: 1}
-	obs := o.Observer()
-	obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: lk, Result: leasehold.Acquired})
-	obs.OnRelease(t.Context(), leasehold.ReleaseEvent{Lock: lk, Held: time.Second})
+	c := leasehold.New(memstore.New(), leasehold.WithObserver(o.Observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	defer c.Close()
+	l, err := c.Acquire(t.Context(), "runs:R1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +71,7 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 			series[name] = true
 		}
 	}
-	if len(families) != 9 {
+	if len(families) != 14 {
 		t.Fatalf("the Observer registers %d families: %v; update this test and the docs", len(families), families)
 	}
 	return families, series
