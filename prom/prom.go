@@ -135,7 +135,8 @@ func WithStores(names ...string) Option {
 // Metrics are leasehold's Prometheus metrics, updated by the
 // leasehold.Observer that Observer returns and by FenceRejected. Make them
 // with New. They are safe for concurrent use; each event costs a map lookup
-// and an atomic add (plus a label lookup for the histograms).
+// and an atomic add (plus a label lookup for the histograms and the TTL), and
+// acquire, renew, release and not-owned events a mutex for the held leases.
 type Metrics struct {
 	namespace func(key string) string
 
@@ -164,7 +165,7 @@ type Metrics struct {
 	storeCall *prometheus.HistogramVec
 	// byStoreName maps each store name learned (string) to struct{}.
 	byStoreName   sync.Map
-	storesLearned atomic.Int32 // guarded by mu for writes
+	storesLearned atomic.Int32 // written under mu
 }
 
 type nsCounters struct {
