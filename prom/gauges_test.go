@@ -136,6 +136,9 @@ func TestHeldAndWaitersGoUpAndDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		lb := <-acquired
+		if lb == nil {
+			t.FailNow()
+		}
 		if w := gauge(t, f.reg, "leasehold_lock_waiters", "jobs"); w != 0 {
 			t.Errorf("waiters{jobs} = %v once B has the key, want 0", w)
 		}

@@ -92,7 +92,7 @@ func WaitBuckets() []float64 {
 // etcd write that syncs to disk or to a quorum in 1 to 10 ms, a store in
 // another zone in 10 to 50 ms: steps of ×2–×2.5 keep p99 within a bucket's
 // width there. 100 ms to 10 s are stalls (failover, a full connection pool, a
-// timeout): a store call past 10 s has outlived any lock's TTL anyway.
+// timeout): finer steps there would not change what to do.
 func StoreCallBuckets() []float64 {
 	return []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 }
