@@ -1,6 +1,9 @@
 # Every Go module in the repository; the heavy clients live in their own.
 MODULES := . store/redisstore store/etcdstore store/pgstore fence/pgfence prom otel drill cmd/leasehold bench e2e scripts/release
 GO      ?= go
+# Prometheus rule files, and their promtool unit tests (*_test.yml).
+RULE_TESTS := $(wildcard deploy/prometheus/*_test.yml)
+RULE_FILES := $(filter-out $(RULE_TESTS),$(wildcard deploy/prometheus/*.yml))
 
 .PHONY: test deps release-check tidy
 # test: install the test servers when missing, then vet and race-test every module.
@@ -10,8 +13,8 @@ test: deps
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...); \
 	done
-	promtool check rules deploy/prometheus/alerts.yml
-	promtool test rules deploy/prometheus/alerts_test.yml
+	promtool check rules $(RULE_FILES)
+	promtool test rules $(RULE_TESTS)
 	@$(MAKE) --no-print-directory release-check
 
 # release-check: serve the published modules of the work tree from a file-system

@@ -7,8 +7,11 @@ package prom_test
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,19 +24,22 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/prom"
+	"github.com/leasehold/leasehold/store/memstore"
 )
 
 const (
-	dashboardFile  = "../deploy/grafana/leasehold.json"
-	alertsFile     = "../deploy/prometheus/alerts.yml"
-	alertTestsFile = "../deploy/prometheus/alerts_test.yml"
-	runbookFile    = "../docs/runbook.md"
-	runbookURL     = "https://github.com/leasehold/leasehold/blob/main/docs/runbook.md"
+	dashboardFile   = "../deploy/grafana/leasehold.json"
+	rulesDir        = "../deploy/prometheus"
+	alertTestsFile  = "../deploy/prometheus/alerts_test.yml"
+	provisioningDir = "../deploy/grafana/provisioning"
+	runbookFile     = "../docs/runbook.md"
+	runbookURL      = "https://github.com/leasehold/leasehold/blob/main/docs/runbook.md"
 )
 
-// exported returns the metric families the Observer registers, by name, and
-// the series names a query may use: a counter's name, a histogram's _bucket,
-// _sum and _count.
+// exported returns the metric families the Observer registers after real
+// traffic on a Client (histograms and the TTL gauge appear with their first
+// event), by name, and the series names a query may use: a counter's or
+// gauge's name, a histogram's _bucket, _sum and _count.
 func exported(t *testing.T) (families []string, series map[string]bool) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -41,11 +47,18 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Histograms appear with their first observation.
-	lk := leasehold.Lock{Key: "runs:R1", Namespace: "runs", Fence: 1}
-	obs := o.Observer()
-	obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: lk, Result: leasehold.Acquired})
-	obs.OnRelease(t.Context(), leasehold.ReleaseEvent{Lock: lk, Held: time.Second})
+	c := leasehold.New(memstore.New(), leasehold.WithObserver(o.Observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	defer c.Close()
+	l, err := c.Acquire(t.Context(), "runs:R1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +74,7 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 			series[name] = true
 		}
 	}
-	if len(families) != 9 {
+	if len(families) != 14 {
 		t.Fatalf("the Observer registers %d families: %v; update this test and the docs", len(families), families)
 	}
 	return families, series
@@ -114,8 +127,8 @@ func TestMetricNames(t *testing.T) {
 	}
 }
 
-// checkExpr reports an expression that selects no metric or one the Observer
-// does not export (including any name outside leasehold_*).
+// checkExpr reports an expression that selects no metric or one outside
+// series (the exported ones, and the recording rules where allowed).
 func checkExpr(t *testing.T, where, expr string, series map[string]bool, used map[string]bool) {
 	t.Helper()
 	names := metricNames(expr)
@@ -124,7 +137,7 @@ func checkExpr(t *testing.T, where, expr string, series map[string]bool, used ma
 	}
 	for _, n := range names {
 		if !series[n] {
-			t.Errorf("%s: %q uses %s, which the Observer does not export", where, expr, n)
+			t.Errorf("%s: %q uses %s, which is neither an exported series nor a recording rule allowed here", where, expr, n)
 		}
 		used[n] = true
 	}
@@ -174,109 +187,202 @@ func checkRunbookURL(t *testing.T, where, url string, anchors map[string]bool) {
 	}
 }
 
-// The dashboard's queries use only metrics the Observer exports, every
-// exported metric has a panel, and the dashboard is importable as shared:
-// its datasource is the ${DS_PROMETHEUS} input and it filters by namespace.
+type dsRef struct{ Type, UID string }
+
+type dashTarget struct {
+	Datasource *dsRef
+	RefID      string `json:"refId"`
+	Expr       string
+}
+
+type dashPanel struct {
+	Type, Title string
+	Datasource  *dsRef
+	Targets     []dashTarget
+	Panels      []dashPanel // a collapsed row's
+	Links       []struct{ URL string }
+}
+
+type dashboard struct {
+	Inputs        []json.RawMessage `json:"__inputs"`
+	SchemaVersion int               `json:"schemaVersion"`
+	UID           string
+	Templating    struct {
+		List []struct {
+			Name, Type string
+			Query      any
+			Datasource *dsRef
+			Definition string
+		}
+	}
+	Panels []dashPanel
+}
+
+var (
+	// leaseholdSeries finds each series a query selects, raw or recorded,
+	// with its label matchers.
+	leaseholdSeries = regexp.MustCompile(`\b((?:[a-z_]+:)?leasehold_[a-z_]+(?::[a-z0-9_]+)?)\s*(\{[^}]*\})?`)
+	quantileArg     = regexp.MustCompile(`histogram_quantile\(\s*0\.\d+\s*,`)
+	number          = regexp.MustCompile(`(?:^|[^\w.$])(\d+(?:\.\d+)?)`)
+)
+
+// queryProblems returns what is wrong with a dashboard query: a series
+// selected without the $job and $instance filters, or a hard-coded number (a
+// threshold such as a 60 s TTL, or a range) other than a quantile.
+func queryProblems(expr string) []string {
+	var problems []string
+	for _, m := range leaseholdSeries.FindAllStringSubmatch(expr, -1) {
+		if !strings.Contains(m[2], `job=~"$job"`) || !strings.Contains(m[2], `instance=~"$instance"`) {
+			problems = append(problems, m[1]+m[2]+" is not filtered by $job and $instance")
+		}
+	}
+	rest := variables.ReplaceAllString(quantileArg.ReplaceAllString(expr, " "), " ")
+	if m := number.FindStringSubmatch(rest); m != nil {
+		problems = append(problems, "hard-codes "+m[1])
+	}
+	return problems
+}
+
+func TestQueryProblems(t *testing.T) {
+	sel := `{job=~"$job",instance=~"$instance"}`
+	for expr, want := range map[string]int{
+		`histogram_quantile(0.99, sum by (le) (rate(leasehold_lock_held_seconds_bucket` + sel + `[$__rate_interval])))`: 0,
+		`sum(a:leasehold_x:rate5m` + sel + `) / on (namespace) max(leasehold_lock_ttl_seconds` + sel + `)`:              0,
+		`sum(rate(leasehold_lock_held_seconds_bucket{job=~"$job",instance=~"$instance",le="60"}[$__rate_interval]))`:    1,
+		`sum(rate(leasehold_lock_held_seconds_bucket` + sel + `[5m]))`:                                                  1,
+		`sum(leasehold_leases_held` + sel + `) > 60`:                                                                    1,
+		`60 * sum(rate(leasehold_lock_acquire_total` + sel + `[$__rate_interval]))`:                                     1,
+		`sum(leasehold_leases_held{job=~"$job"})`:                                                                       1,
+		`sum(a:leasehold_x:rate5m) / sum(leasehold_leases_held` + sel + `)`:                                             1,
+	} {
+		if got := queryProblems(expr); len(got) != want {
+			t.Errorf("queryProblems(%s) = %q, want %d problems", expr, got, want)
+		}
+	}
+}
+
+// The dashboard's queries use only metrics the Observer exports and the
+// recording rules, every exported metric has a panel, and the same JSON can
+// be imported or provisioned: no __inputs, every panel and query on the
+// datasource variable, every query filtered by the job and instance
+// variables, and no hard-coded thresholds (hold times are relative to the
+// TTL the namespace reports).
 func TestDashboardMatchesMetrics(t *testing.T) {
 	families, series := exported(t)
+	recorded := readRules(t).recorded
+	known := maps.Clone(series)
+	for name := range recorded {
+		known[name] = true
+	}
 	anchors := runbookAnchors(t)
 	b, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		Inputs []struct {
-			Name     string
-			Type     string
-			PluginID string `json:"pluginId"`
-		} `json:"__inputs"`
-		SchemaVersion int `json:"schemaVersion"`
-		UID           string
-		Templating    struct {
-			List []struct {
-				Name, Type string
-				Datasource struct{ Type, UID string }
-				Definition string
-			}
-		}
-		Panels []json.RawMessage
-	}
+	var dash dashboard
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("%s: %v", dashboardFile, err)
 	}
 	if dash.SchemaVersion < 36 {
 		t.Errorf("schemaVersion %d, want ≥ 36", dash.SchemaVersion)
 	}
-	if len(dash.Inputs) != 1 || dash.Inputs[0].Name != "DS_PROMETHEUS" || dash.Inputs[0].Type != "datasource" || dash.Inputs[0].PluginID != "prometheus" {
-		t.Errorf("__inputs = %+v, want the DS_PROMETHEUS datasource input", dash.Inputs)
+	if len(dash.Inputs) > 0 || strings.Contains(string(b), "${DS_") {
+		t.Error("the dashboard uses __inputs (${DS_…}): file provisioning cannot fill them in; use the datasource variable")
 	}
-	var hasNamespace bool
+	vars := map[string]string{}
 	for _, v := range dash.Templating.List {
-		if v.Name == "namespace" {
-			hasNamespace = true
-			if v.Datasource.UID != "${DS_PROMETHEUS}" {
-				t.Errorf("variable namespace uses datasource %q", v.Datasource.UID)
+		vars[v.Name] = v.Definition
+		switch {
+		case v.Type == "datasource":
+			if v.Name != "datasource" || v.Query != "prometheus" {
+				t.Errorf("datasource variable %q with query %v, want datasource, prometheus", v.Name, v.Query)
 			}
-			m := regexp.MustCompile(`^label_values\((\w+), namespace\)$`).FindStringSubmatch(v.Definition)
-			if m == nil || !series[m[1]] {
-				t.Errorf("variable namespace: %q is not label_values over an exported metric", v.Definition)
-			}
+		case v.Datasource == nil || *v.Datasource != (dsRef{"prometheus", "${datasource}"}):
+			t.Errorf("variable %s uses datasource %+v, want ${datasource}", v.Name, v.Datasource)
 		}
 	}
-	if !hasNamespace {
-		t.Error("no namespace template variable")
+	if _, ok := vars["datasource"]; !ok {
+		t.Error("no datasource variable")
+	}
+	for name, want := range map[string]*regexp.Regexp{
+		"job":       regexp.MustCompile(`^label_values\(leasehold_build_info, job\)$`),
+		"instance":  regexp.MustCompile(`^label_values\(leasehold_build_info\{job=~"\$job"\}, instance\)$`),
+		"namespace": regexp.MustCompile(`^label_values\((\w+)\{job=~"\$job",instance=~"\$instance"\}, namespace\)$`),
+	} {
+		m := want.FindStringSubmatch(vars[name])
+		if m == nil || len(m) > 1 && !series[m[1]] {
+			t.Errorf("variable %s: %q, want %v over an exported metric", name, vars[name], want)
+		}
 	}
 
 	used := make(map[string]bool)
-	var exprs int
-	var walk func(where string, v any)
-	walk = func(where string, v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if title, ok := v["title"].(string); ok && v["gridPos"] != nil {
-				where = title // a panel's
+	var queries int
+	var check func(p dashPanel)
+	check = func(p dashPanel) {
+		for _, l := range p.Links {
+			if strings.Contains(l.URL, "runbook.md#") {
+				checkRunbookURL(t, p.Title, l.URL, anchors)
 			}
-			if ds, ok := v["datasource"].(map[string]any); ok && ds["type"] == "prometheus" && ds["uid"] != "${DS_PROMETHEUS}" {
-				t.Errorf("%s: datasource uid %v, want ${DS_PROMETHEUS}", where, ds["uid"])
+		}
+		if p.Type == "row" {
+			for _, c := range p.Panels {
+				check(c)
 			}
-			if expr, ok := v["expr"].(string); ok {
-				exprs++
-				checkExpr(t, where, expr, series, used)
+			return
+		}
+		if p.Datasource == nil || *p.Datasource != (dsRef{"prometheus", "${datasource}"}) {
+			t.Errorf("%s: datasource %+v, want the ${datasource} variable", p.Title, p.Datasource)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("%s: no targets", p.Title)
+		}
+		for _, tg := range p.Targets {
+			where := p.Title + " " + tg.RefID
+			if tg.Datasource == nil || *tg.Datasource != (dsRef{"prometheus", "${datasource}"}) {
+				t.Errorf("%s: datasource %+v, want the ${datasource} variable", where, tg.Datasource)
 			}
-			if url, ok := v["url"].(string); ok && strings.Contains(url, "runbook.md#") {
-				checkRunbookURL(t, where, url, anchors)
-			}
-			for _, child := range v {
-				walk(where, child)
-			}
-		case []any:
-			for _, child := range v {
-				walk(where, child)
+			queries++
+			checkExpr(t, where, tg.Expr, known, used)
+			for _, p := range queryProblems(tg.Expr) {
+				t.Errorf("%s: %q: %s", where, tg.Expr, p)
 			}
 		}
 	}
 	for _, p := range dash.Panels {
-		var v any
-		if err := json.Unmarshal(p, &v); err != nil {
-			t.Fatal(err)
-		}
-		walk("", v)
+		check(p)
 	}
-	if exprs < 10 {
-		t.Errorf("only %d queries in the dashboard", exprs)
+	if queries < 15 {
+		t.Errorf("only %d queries in the dashboard", queries)
+	}
+	shown := make(map[string]bool)
+	for n := range used {
+		for _, raw := range expand(n, recorded) {
+			shown[family(raw)] = true
+		}
 	}
 	for _, f := range families {
-		var shown bool
-		for n := range used {
-			shown = shown || family(n) == f
-		}
-		if !shown {
+		if !shown[f] {
 			t.Errorf("no dashboard panel shows %s", f)
 		}
 	}
 }
 
-type alertRule struct {
+// expand returns the exported series that name stands for: itself, or those
+// its recording rule selects, recursively.
+func expand(name string, recorded map[string]string) []string {
+	expr, ok := recorded[name]
+	if !ok {
+		return []string{name}
+	}
+	var raw []string
+	for _, n := range metricNames(expr) {
+		raw = append(raw, expand(n, recorded)...)
+	}
+	return raw
+}
+
+type rule struct {
+	Record      string
 	Alert       string
 	Expr        string
 	For         string
@@ -284,47 +390,119 @@ type alertRule struct {
 	Annotations map[string]string
 }
 
-func readAlerts(t *testing.T) []alertRule {
+type rules struct {
+	files    []string          // rule files, not their tests
+	alerts   []rule            // in file order
+	records  []rule            // in evaluation order
+	recorded map[string]string // expression by recorded name
+}
+
+// readRules reads every rule file of deploy/prometheus (every .yml but the
+// *_test.yml unit tests).
+func readRules(t *testing.T) rules {
 	t.Helper()
-	b, err := os.ReadFile(alertsFile)
+	files, err := filepath.Glob(filepath.Join(rulesDir, "*.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f struct {
-		Groups []struct {
-			Name  string
-			Rules []alertRule
-		}
-	}
-	if err := yaml.UnmarshalStrict(b, &f); err != nil {
-		t.Fatalf("%s: %v", alertsFile, err)
-	}
-	var rules []alertRule
-	for _, g := range f.Groups {
-		rules = append(rules, g.Rules...)
-	}
-	return rules
-}
-
-// The alert rules use only exported metrics, say why and where to look, and
-// are on sustained conditions: each rule's `for` is at least its longest
-// range window, so that one burst of events cannot keep it true long enough
-// to fire.
-func TestAlertsMatchMetrics(t *testing.T) {
-	_, series := exported(t)
-	anchors := runbookAnchors(t)
-	rules := readAlerts(t)
-	if len(rules) < 4 {
-		t.Fatalf("%d alert rules, want at least 4", len(rules))
-	}
-	used := make(map[string]bool)
-	windows := regexp.MustCompile(`\[(\d+[smh])\]`)
-	for _, r := range rules {
-		if r.Alert == "" {
-			t.Errorf("a rule without an alert name: %q", r.Expr)
+	rs := rules{recorded: make(map[string]string)}
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.yml") {
 			continue
 		}
-		checkExpr(t, r.Alert, r.Expr, series, used)
+		rs.files = append(rs.files, file)
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			Groups []struct {
+				Name  string
+				Rules []rule
+			}
+		}
+		if err := yaml.UnmarshalStrict(b, &f); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, g := range f.Groups {
+			for _, r := range g.Rules {
+				switch {
+				case r.Record != "" && r.Alert == "":
+					if _, dup := rs.recorded[r.Record]; dup {
+						t.Errorf("%s: recording rule %s defined twice", file, r.Record)
+					}
+					rs.records = append(rs.records, r)
+					rs.recorded[r.Record] = r.Expr
+				case r.Alert != "" && r.Record == "":
+					rs.alerts = append(rs.alerts, r)
+				default:
+					t.Errorf("%s: a rule that is not either an alert or a recording rule: %q", file, r.Expr)
+				}
+			}
+		}
+	}
+	if len(rs.files) < 2 {
+		t.Fatalf("rule files %v, want alerts.yml and rules.yml at least", rs.files)
+	}
+	return rs
+}
+
+var (
+	// level:metric:operations, the metric a leasehold one.
+	recordName = regexp.MustCompile(`^([a-z]+(?:_[a-z]+)*):(leasehold_[a-z_]+):([a-z0-9_]+)$`)
+	windows    = regexp.MustCompile(`\[(\d+[smh])\]`)
+)
+
+// The recording rules are named level:metric:operations, their operations
+// naming their window, and select only exported series or rules evaluated
+// before them.
+func TestRecordingRules(t *testing.T) {
+	_, series := exported(t)
+	rs := readRules(t)
+	if len(rs.records) < 8 {
+		t.Fatalf("%d recording rules, want the alerts' ratios and quantiles", len(rs.records))
+	}
+	before := maps.Clone(series)
+	used := make(map[string]bool)
+	for _, r := range rs.records {
+		m := recordName.FindStringSubmatch(r.Record)
+		if m == nil {
+			t.Errorf("%s: not named level:leasehold_metric:operations", r.Record)
+			continue
+		}
+		for _, label := range strings.Split(m[1], "_") {
+			if !strings.Contains(r.Expr, label) {
+				t.Errorf("%s: level %s, but the expression does not keep %s", r.Record, m[1], label)
+			}
+		}
+		for _, w := range windows.FindAllStringSubmatch(r.Expr, -1) {
+			if !strings.HasSuffix(m[3], w[1]) {
+				t.Errorf("%s: operations %s do not name the window %s", r.Record, m[3], w[1])
+			}
+		}
+		checkExpr(t, r.Record, r.Expr, before, used)
+		before[r.Record] = true
+	}
+}
+
+// The alert rules use only the recording rules (the expressions the
+// dashboard draws), say why and where to look, and are on sustained
+// conditions: each rule's `for` is at least the longest range window of the
+// rules it uses, so that one burst of events cannot keep it true long
+// enough to fire.
+func TestAlertsMatchMetrics(t *testing.T) {
+	rs := readRules(t)
+	anchors := runbookAnchors(t)
+	if len(rs.alerts) < 4 {
+		t.Fatalf("%d alert rules, want at least 4", len(rs.alerts))
+	}
+	isRecorded := make(map[string]bool)
+	for name := range rs.recorded {
+		isRecorded[name] = true
+	}
+	used := make(map[string]bool)
+	for _, r := range rs.alerts {
+		checkExpr(t, r.Alert, r.Expr, isRecorded, used)
 		for _, a := range []string{"summary", "description", "runbook_url"} {
 			if strings.TrimSpace(r.Annotations[a]) == "" {
 				t.Errorf("%s: no %s annotation", r.Alert, a)
@@ -339,34 +517,59 @@ func TestAlertsMatchMetrics(t *testing.T) {
 			t.Errorf("%s: for %q: %v", r.Alert, r.For, err)
 			continue
 		}
-		for _, m := range windows.FindAllStringSubmatch(r.Expr, -1) {
-			if w, _ := time.ParseDuration(m[1]); hold < w {
-				t.Errorf("%s: for %v is shorter than its window %v: one burst could fire it", r.Alert, hold, w)
+		var longest time.Duration
+		var visit func(expr string)
+		visit = func(expr string) {
+			for _, m := range windows.FindAllStringSubmatch(expr, -1) {
+				w, _ := time.ParseDuration(m[1])
+				longest = max(longest, w)
 			}
+			for _, n := range metricNames(expr) {
+				visit(rs.recorded[n])
+			}
+		}
+		visit(r.Expr)
+		if longest == 0 {
+			t.Errorf("%s: no range window in its rules", r.Alert)
+		}
+		if hold < longest {
+			t.Errorf("%s: for %v is shorter than its window %v: one burst could fire it", r.Alert, hold, longest)
 		}
 	}
 }
 
 // Every alert has a unit test in which it fires, and one in which it must
-// stay silent.
-func TestEveryAlertIsUnitTested(t *testing.T) {
+// stay silent; every recording rule's value is tested; the unit tests load
+// every rule file.
+func TestEveryRuleIsUnitTested(t *testing.T) {
 	b, err := os.ReadFile(alertTestsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var f struct {
-		Tests []struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
 			Name          string
 			AlertRuleTest []struct {
 				AlertName string `yaml:"alertname"`
 				ExpAlerts []any  `yaml:"exp_alerts"`
 			} `yaml:"alert_rule_test"`
+			PromQLExprTest []struct {
+				Expr       string
+				ExpSamples []any `yaml:"exp_samples"`
+			} `yaml:"promql_expr_test"`
 		}
 	}
 	if err := yaml.Unmarshal(b, &f); err != nil {
 		t.Fatalf("%s: %v", alertTestsFile, err)
 	}
-	fires, silent := map[string]int{}, map[string]int{}
+	rs := readRules(t)
+	for _, file := range rs.files {
+		if !slices.Contains(f.RuleFiles, filepath.Base(file)) {
+			t.Errorf("%s does not load %s", alertTestsFile, file)
+		}
+	}
+	fires, silent, valued := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, tc := range f.Tests {
 		for _, a := range tc.AlertRuleTest {
 			if len(a.ExpAlerts) > 0 {
@@ -375,15 +578,27 @@ func TestEveryAlertIsUnitTested(t *testing.T) {
 				silent[a.AlertName]++
 			}
 		}
+		for _, e := range tc.PromQLExprTest {
+			for _, n := range metricNames(e.Expr) {
+				if len(e.ExpSamples) > 0 {
+					valued[n]++
+				}
+			}
+		}
 	}
-	for _, r := range readAlerts(t) {
+	for _, r := range rs.alerts {
 		if fires[r.Alert] == 0 || silent[r.Alert] == 0 {
 			t.Errorf("%s: %d checks that it fires, %d that it stays silent; want both", r.Alert, fires[r.Alert], silent[r.Alert])
 		}
 	}
+	for _, r := range rs.records {
+		if valued[r.Record] == 0 {
+			t.Errorf("%s: no promql_expr_test checks its value", r.Record)
+		}
+	}
 }
 
-// promtool checks the rules and runs their unit tests (Debian package
+// promtool checks every rule file and runs the unit tests (Debian package
 // prometheus, which make test installs). The Makefile runs it as well.
 func TestPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
@@ -391,11 +606,64 @@ func TestPromtool(t *testing.T) {
 		// Never skip: make test installs promtool (Debian package prometheus).
 		t.Fatal("promtool not found on PATH: install the Debian package prometheus (make test does this when run as root)")
 	}
-	for _, args := range [][]string{{"check", "rules", alertsFile}, {"test", "rules", alertTestsFile}} {
+	for _, args := range [][]string{append([]string{"check", "rules"}, readRules(t).files...), {"test", "rules", alertTestsFile}} {
 		out, err := exec.Command(promtool, args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+	}
+}
+
+// The provisioning files are Grafana's: one Prometheus datasource, and a
+// file provider whose path is where the README mounts the dashboard.
+func TestGrafanaProvisioning(t *testing.T) {
+	read := func(file string, v any) {
+		t.Helper()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(b, v); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+	}
+	var ds struct {
+		APIVersion  int `yaml:"apiVersion"`
+		Datasources []struct {
+			Name, Type, UID, Access, URL string
+			IsDefault                    bool           `yaml:"isDefault"`
+			Editable                     bool           `yaml:"editable"`
+			JSONData                     map[string]any `yaml:"jsonData"`
+		}
+	}
+	read(provisioningDir+"/datasources/prometheus.yml", &ds)
+	if ds.APIVersion != 1 || len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL == "" {
+		t.Errorf("datasources: %+v, want apiVersion 1 and one prometheus datasource with a url", ds)
+	}
+	var dp struct {
+		APIVersion int `yaml:"apiVersion"`
+		Providers  []struct {
+			Name, Folder, Type    string
+			OrgID                 int  `yaml:"orgId"`
+			AllowUIUpdates        bool `yaml:"allowUiUpdates"`
+			DisableDeletion       bool `yaml:"disableDeletion"`
+			UpdateIntervalSeconds int  `yaml:"updateIntervalSeconds"`
+			Options               struct {
+				Path                      string
+				FoldersFromFilesStructure bool `yaml:"foldersFromFilesStructure"`
+			}
+		}
+	}
+	read(provisioningDir+"/dashboards/leasehold.yml", &dp)
+	if dp.APIVersion != 1 || len(dp.Providers) != 1 || dp.Providers[0].Type != "file" || dp.Providers[0].Options.Path == "" {
+		t.Fatalf("dashboard providers: %+v, want apiVersion 1 and one file provider with a path", dp)
+	}
+	readme, err := os.ReadFile(provisioningDir + "/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mount := "leasehold.json:" + dp.Providers[0].Options.Path + "/"; !strings.Contains(string(readme), mount) {
+		t.Errorf("the README does not mount the dashboard under the provider's path (%s)", mount)
 	}
 }
 

@@ -15,9 +15,10 @@
 // # What is exported
 //
 // The package exports New and its options (WithNamespace, WithNamespaces,
-// WithStores), Metrics, the label value Other, the bound
-// DefaultMaxNamespaces, and the default histogram buckets (HeldBuckets,
-// WaitBuckets). These are the metrics:
+// WithStores), Metrics, the label value Other, the bounds
+// DefaultMaxNamespaces and DefaultMaxStores, and the default histogram
+// buckets (HeldBuckets, WaitBuckets, StoreCallBuckets). These are the
+// metrics:
 //
 //	leasehold_lock_acquire_total{namespace,result}
 //	    every TryAcquire and Acquire call; result is acquired, busy, timeout or error
@@ -37,6 +38,20 @@
 //	    a release the store could not answer; the key frees itself at its TTL
 //	leasehold_fence_rejected_total{store}
 //	    a write refused by fenced storage because its fence was stale
+//	leasehold_build_info{version,goversion}                 gauge, always 1
+//	    the version of the github.com/leasehold/leasehold module built in
+//	    (from debug.ReadBuildInfo; "(devel)" for a work tree), and runtime.Version()
+//	leasehold_leases_held{namespace}                         gauge
+//	    leases this Client holds now: acquired, neither released, refused
+//	    (not owned) nor past their last TTL unrenewed
+//	leasehold_lock_waiters{namespace}                        gauge
+//	    Acquire calls (Hold's too) waiting for their answer now
+//	leasehold_lock_ttl_seconds{namespace}                    gauge
+//	    the TTL of the namespace's latest successful acquire: the
+//	    dashboard divides hold times by it
+//	leasehold_store_call_seconds{op,store}                   histogram
+//	    each call to the store; op is acquire, release, renew or renew_batch,
+//	    store the store's package (redisstore, memstore, …)
 //
 // What each means to an operator, and what to do, is in docs/runbook.md; the
 // alert rules built on them are in deploy/prometheus/alerts.yml and a
@@ -49,7 +64,15 @@
 // are created in New, so that rate() and increase() see their first event;
 // a namespace learned from events gets its counters with its first event,
 // which increase() may miss. The histograms appear with their namespace's
-// first observation.
+// first observation. The waiters and held gauges of a namespace are
+// created at zero with its counters; its TTL gauge with its first acquire.
+//
+// leasehold_leases_held tracks each lease (key and fence) with its expiry,
+// now + TTL at the acquire and at every renewal, so that a lease that ends by
+// expiry (RunLoop's, a release the store did not answer) leaves the gauge
+// after its TTL. Expired leases are pruned at every scrape, and when the map
+// has doubled since the last pruning, so memory is bounded by the leases
+// held. Those events take a mutex; the others are lock-free.
 //
 // # Label cardinality
 //
@@ -67,11 +90,17 @@
 //   - store is the fenced store's name; the allowed set is memory, redis,
 //     postgres and etcd, extended with WithStores; any other is "other".
 //   - result and op take the values leasehold defines (acquired, busy,
-//     timeout, error; release, renew); anything else is "other".
+//     timeout, error; release, renew; acquire, release, renew, renew_batch
+//     for store calls); anything else is "other".
+//   - store of leasehold_store_call_seconds is StoreCallEvent.Store (the
+//     store's package): the first DefaultMaxStores distinct names, then
+//     "other".
 //
 // With the defaults one Metrics exports at most 215 counter series (21
-// namespaces × 10, and 5 stores) and, per namespace that has seen traffic,
-// 20 wait and 26 held-time series. Keys, tokens, fences and errors never
+// namespaces × 10, and 5 stores), 63 gauge series (21 namespaces × 3) and
+// build_info, per namespace that has seen traffic 20 wait and 26 held-time
+// series, and at most 45 store-call histograms (5 ops × 9 stores) of 19
+// series each. Keys, tokens, fences and errors never
 // become labels: they are in the log lines the Client writes for the same
 // events.
 //

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +29,15 @@ const Other = "other"
 // collapses to "other" instead of exploding cardinality.
 const DefaultMaxNamespaces = 20
 
+// DefaultMaxStores is how many store names (StoreCallEvent.Store, the store's
+// package) leasehold_store_call_seconds learns; later ones count as "other".
+// A process talks to one or two stores; 8 leaves room for wrappers and
+// tests while capping the histogram at 45 label pairs (5 ops × 9 stores).
+const DefaultMaxStores = 8
+
+// modulePath is the module whose version leasehold_build_info reports.
+const modulePath = "github.com/leasehold/leasehold"
+
 // defaultStores are the names the fenced stores of this repository report.
 var defaultStores = []string{"memory", "redis", "postgres", "etcd", Other}
 
@@ -34,6 +46,7 @@ var (
 		string(leasehold.Acquired), string(leasehold.Busy), string(leasehold.TimedOut), string(leasehold.StoreFailed),
 	}
 	notOwnedOps = []string{"release", "renew"}
+	storeOps    = []string{"acquire", "release", "renew", "renew_batch"}
 )
 
 // HeldBuckets returns the upper bounds (seconds) of the
@@ -71,6 +84,19 @@ func WaitBuckets() []float64 {
 	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
 }
 
+// StoreCallBuckets returns the upper bounds (seconds) of the
+// leasehold_store_call_seconds buckets, 100 µs to 10 s.
+//
+// An in-process store (memstore) answers in microseconds: the first bucket.
+// A Redis on the same host or LAN answers in 100 µs to 1 ms, a PostgreSQL or
+// etcd write that syncs to disk or to a quorum in 1 to 10 ms, a store in
+// another zone in 10 to 50 ms: steps of ×2–×2.5 keep p99 within a bucket's
+// width there. 100 ms to 10 s are stalls (failover, a full connection pool, a
+// timeout): finer steps there would not change what to do.
+func StoreCallBuckets() []float64 {
+	return []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+}
+
 // Option configures New.
 type Option func(*config)
 
@@ -79,6 +105,7 @@ type config struct {
 	namespaces []string
 	fixed      bool // WithNamespaces was given
 	stores     []string
+	now        func() time.Time // the clock of lease expiry; tests set it
 }
 
 // WithNamespace derives each event's namespace from its key with f, instead
@@ -108,7 +135,8 @@ func WithStores(names ...string) Option {
 // Metrics are leasehold's Prometheus metrics, updated by the
 // leasehold.Observer that Observer returns and by FenceRejected. Make them
 // with New. They are safe for concurrent use; each event costs a map lookup
-// and an atomic add (plus a label lookup for the histograms).
+// and an atomic add (plus a label lookup for the histograms and the TTL), and
+// acquire, renew, release and not-owned events a mutex for the held leases.
 type Metrics struct {
 	namespace func(key string) string
 
@@ -129,6 +157,15 @@ type Metrics struct {
 	wait          *prometheus.HistogramVec
 	held          *prometheus.HistogramVec
 	fenceRejected *prometheus.CounterVec
+
+	buildInfo prometheus.Gauge
+	leases    *heldLeases
+	waiters   *prometheus.GaugeVec
+	ttl       *prometheus.GaugeVec
+	storeCall *prometheus.HistogramVec
+	// byStoreName maps each store name learned (string) to struct{}.
+	byStoreName   sync.Map
+	storesLearned atomic.Int32 // written under mu
 }
 
 type nsCounters struct {
@@ -138,6 +175,7 @@ type nsCounters struct {
 	abandoned       prometheus.Counter
 	expired         prometheus.Counter
 	releaseFailures prometheus.Counter
+	waiters         prometheus.Gauge
 }
 
 // New creates the metrics and registers them with reg. It returns an error, having registered nothing, when
@@ -149,7 +187,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("prom: New was given a nil Registerer")
 	}
-	cfg := config{}
+	cfg := config{now: time.Now}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -177,6 +215,24 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name: "leasehold_fence_rejected_total",
 			Help: "Writes refused by fenced storage because their fence was stale (a stale owner stopped at the storage boundary), by store.",
 		}, []string{"store"}),
+		buildInfo: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "leasehold_build_info",
+			Help:        "Always 1: the version of the github.com/leasehold/leasehold module built in, and the Go version.",
+			ConstLabels: prometheus.Labels{"version": moduleVersion(debug.ReadBuildInfo()), "goversion": runtime.Version()},
+		}),
+		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasehold_lock_waiters",
+			Help: "Acquire calls waiting for their answer now, by namespace.",
+		}, []string{"namespace"}),
+		ttl: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasehold_lock_ttl_seconds",
+			Help: "The TTL of the namespace's latest successful acquire, by namespace.",
+		}, []string{"namespace"}),
+		storeCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasehold_store_call_seconds",
+			Help:    "Time of each call the Client made to its store, by op (acquire, release, renew, renew_batch) and store (the store's package, such as redisstore).",
+			Buckets: StoreCallBuckets(),
+		}, []string{"op", "store"}),
 		learn:   !cfg.fixed,
 		byStore: make(map[string]prometheus.Counter),
 	}
@@ -197,6 +253,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Help: "Releases the store could not answer (the key frees itself when its TTL runs out), by namespace.",
 	}, []string{"namespace"})
 
+	o.buildInfo.Set(1)
+	o.leases = newHeldLeases(cfg.now, func(yield func(string)) {
+		o.byNamespace.Range(func(ns, _ any) bool { yield(ns.(string)); return true })
+	})
+
 	o.other = o.newNamespace(Other)
 	o.byNamespace.Store(Other, o.other)
 	for _, ns := range allowed(nil, cfg.namespaces) {
@@ -210,6 +271,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 
 	collectors := []prometheus.Collector{
 		o.acquire, o.wait, o.held, o.notOwned, o.renewFailures, o.abandoned, o.expired, o.releaseFailures, o.fenceRejected,
+		o.buildInfo, o.leases, o.waiters, o.ttl, o.storeCall,
 	}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -231,6 +293,7 @@ func (o *Metrics) newNamespace(ns string) *nsCounters {
 		abandoned:       o.abandoned.WithLabelValues(ns),
 		expired:         o.expired.WithLabelValues(ns),
 		releaseFailures: o.releaseFailures.WithLabelValues(ns),
+		waiters:         o.waiters.WithLabelValues(ns),
 	}
 	for _, r := range acquireResults {
 		c.acquire[r] = o.acquire.WithLabelValues(ns, r)
@@ -244,13 +307,16 @@ func (o *Metrics) newNamespace(ns string) *nsCounters {
 // Observer returns the leasehold.Observer to pass to leasehold.WithObserver.
 func (o *Metrics) Observer() leasehold.Observer {
 	return leasehold.Observer{
+		OnAcquireStart:   o.onAcquireStart,
 		OnAcquire:        o.onAcquire,
+		OnRenew:          o.onRenew,
 		OnRelease:        o.onRelease,
 		OnRenewFailure:   o.onRenewFailure,
 		OnNotOwned:       o.onNotOwned,
 		OnAbandon:        o.onAbandon,
 		OnLeaseExpired:   o.onLeaseExpired,
 		OnReleaseFailure: o.onReleaseFailure,
+		OnStoreCall:      o.onStoreCall,
 	}
 }
 
@@ -303,10 +369,23 @@ func (o *Metrics) learnNamespace(ns string) *nsCounters {
 	return c
 }
 
+// onAcquireStart counts a waiter until its OnAcquire.
+func (o *Metrics) onAcquireStart(_ context.Context, lk leasehold.Lock) {
+	_, c := o.counters(lk)
+	c.waiters.Inc()
+}
+
 // onAcquire counts the call by result and, unless the store failed, observes
-// its wait.
+// its wait; an acquired lease is tracked as held until its TTL.
 func (o *Metrics) onAcquire(_ context.Context, e leasehold.AcquireEvent) {
 	ns, c := o.counters(e.Lock)
+	if e.Blocking {
+		c.waiters.Dec()
+	}
+	if e.Result == leasehold.Acquired {
+		o.leases.add(leaseID{e.Key, e.Fence}, ns, e.TTL)
+		o.ttl.WithLabelValues(ns).Set(e.TTL.Seconds())
+	}
 	result := string(e.Result)
 	if ctr, ok := c.acquire[result]; ok {
 		ctr.Inc()
@@ -318,8 +397,14 @@ func (o *Metrics) onAcquire(_ context.Context, e leasehold.AcquireEvent) {
 	}
 }
 
-// onRelease observes how long the lease was held.
+// onRenew extends a held lease to its new TTL.
+func (o *Metrics) onRenew(_ context.Context, e leasehold.RenewEvent) {
+	o.leases.renew(leaseID{e.Key, e.Fence}, e.TTL)
+}
+
+// onRelease observes how long the lease was held, and stops tracking it.
 func (o *Metrics) onRelease(_ context.Context, e leasehold.ReleaseEvent) {
+	o.leases.remove(leaseID{e.Key, e.Fence})
 	ns, _ := o.counters(e.Lock)
 	o.held.WithLabelValues(ns).Observe(e.Held.Seconds())
 }
@@ -330,8 +415,10 @@ func (o *Metrics) onRenewFailure(_ context.Context, e leasehold.RenewFailureEven
 	c.renewFailures.Inc()
 }
 
-// onNotOwned counts a refused release or renewal, by op.
+// onNotOwned counts a refused release or renewal, by op: the lease is not
+// held any more.
 func (o *Metrics) onNotOwned(_ context.Context, e leasehold.NotOwnedEvent) {
+	o.leases.remove(leaseID{e.Key, e.Fence})
 	ns, c := o.counters(e.Lock)
 	if ctr, ok := c.notOwned[e.Op]; ok {
 		ctr.Inc()
@@ -366,4 +453,63 @@ func (o *Metrics) FenceRejected(_ context.Context, e fence.Rejection) {
 		return
 	}
 	o.byStore[Other].Inc()
+}
+
+// onStoreCall observes a store call's duration, by bounded op and store.
+func (o *Metrics) onStoreCall(_ context.Context, e leasehold.StoreCallEvent) {
+	op := e.Op
+	if !slices.Contains(storeOps, op) {
+		op = Other
+	}
+	o.storeCall.WithLabelValues(op, o.storeName(e.Store)).Observe(e.Took.Seconds())
+}
+
+// storeName returns name if it is, or can become, one of the
+// DefaultMaxStores store names learned; else Other.
+func (o *Metrics) storeName(name string) string {
+	if _, ok := o.byStoreName.Load(name); ok {
+		return name
+	}
+	if name == "" || name == Other || !utf8.ValidString(name) || o.storesLearned.Load() >= DefaultMaxStores {
+		return Other
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.byStoreName.Load(name); ok {
+		return name
+	}
+	if o.storesLearned.Load() >= DefaultMaxStores {
+		return Other
+	}
+	o.byStoreName.Store(name, struct{}{})
+	o.storesLearned.Add(1)
+	return name
+}
+
+// moduleVersion is the version of modulePath in a binary's build info: its
+// version as a dependency (or the replacement's), "(devel)" when it is the
+// main module, replaced by a directory, or unknown.
+func moduleVersion(bi *debug.BuildInfo, ok bool) string {
+	const devel = "(devel)"
+	if !ok || bi == nil {
+		return devel
+	}
+	if bi.Main.Path == modulePath && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path != modulePath {
+			continue
+		}
+		if d.Replace != nil {
+			if d.Replace.Version == "" {
+				return devel // a directory: the version says nothing of the code
+			}
+			return d.Replace.Version
+		}
+		if d.Version != "" {
+			return d.Version
+		}
+	}
+	return devel
 }
