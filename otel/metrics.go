@@ -51,10 +51,10 @@ func WaitBuckets() []float64 {
 	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
 }
 
-// StoreCallBuckets are the bounds (seconds) of leasehold_store_call_seconds:
-// 0.5 ms (memstore, a local Redis) to 5 s, past the 2 s renewal timeout.
+// StoreCallBuckets are the bounds (seconds) of leasehold_store_call_seconds,
+// those of package prom (prom.StoreCallBuckets gives the reasons).
 func StoreCallBuckets() []float64 {
-	return []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5}
+	return []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 }
 
 type instruments struct {

@@ -13,11 +13,13 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -441,6 +443,28 @@ func TestInstrumentsMatchPromAndDocs(t *testing.T) {
 	for name := range names("../prom/prom.go", `Name:\s+"(leasehold_[a-z_]+)"`) {
 		if !ours[name] {
 			t.Errorf("prom exports %s, this package does not", name)
+		}
+	}
+	// The histograms' bounds are prom's, number for number.
+	promSrc, err := os.ReadFile("../prom/prom.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, bounds := range map[string][]float64{"HeldBuckets": otel.HeldBuckets(), "WaitBuckets": otel.WaitBuckets(), "StoreCallBuckets": otel.StoreCallBuckets()} {
+		m := regexp.MustCompile(`func ` + name + `\(\) \[\]float64 \{\s*return \[\]float64\{([^}]*)\}`).FindSubmatch(promSrc)
+		if m == nil {
+			t.Fatalf("prom.%s not found as a literal list", name)
+		}
+		var want []float64
+		for _, f := range strings.FieldsFunc(string(m[1]), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				t.Fatalf("prom.%s: %q: %v", name, f, err)
+			}
+			want = append(want, v)
+		}
+		if !slices.Equal(bounds, want) {
+			t.Errorf("%s = %v, prom's %v", name, bounds, want)
 		}
 	}
 }
