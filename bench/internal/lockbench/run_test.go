@@ -157,10 +157,18 @@ func TestRunScaleTiny(t *testing.T) {
 	}
 	rn, ka := s.Scale[0], s.Scale[1]
 	for _, row := range s.Scale {
-		if row.Lost != 0 || !(row.Renewals.Median > 0) || !(row.Trips.Median > 0) || row.HeapPerLease <= 0 {
-			t.Errorf("%s: %+v, want renewals, round trips, heap and no lease lost", row.Mode, row)
+		if !(row.Renewals.Median > 0) || !(row.Trips.Median > 0) || row.HeapPerLease <= 0 {
+			t.Errorf("%s: %+v, want renewals, round trips and heap", row.Mode, row)
 		}
 	}
+	// The engine must keep every lease. The baseline, a goroutine and a
+	// round trip per lease, is what it is measured against: on a loaded
+	// 2-core machine under -race its 400 goroutines miss renewals (109 of
+	// 400 leases lost once in CI), which the report shows, not a failure.
+	if rn.Lost != 0 {
+		t.Errorf("engine lost %d of %d leases", rn.Lost, rn.Leases)
+	}
+	t.Logf("goroutine per lease lost %d of %d leases", ka.Lost, ka.Leases)
 	if rn.Renewals.Median < 2*rn.Trips.Median {
 		t.Errorf("engine sent %.0f renewals in %.0f round trips a second: not batched", rn.Renewals.Median, rn.Trips.Median)
 	}
