@@ -3,6 +3,7 @@ package report_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -340,6 +341,13 @@ func TestWriteHTMLTakeoverSLO(t *testing.T) {
 			}
 			if !strings.Contains(page, "<td>takeovers over the SLO</td><td>"+c.summary) {
 				t.Errorf("the summary lacks takeovers over the SLO: %q", c.summary)
+			}
+			var text strings.Builder
+			if err := rep.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf(`over the SLO +%d of 1\n`, c.missed); !regexp.MustCompile(want).MatchString(text.String()) {
+				t.Errorf("the text summary lacks %q:\n%s", want, text.String())
 			}
 			if c.missed == 0 {
 				return

@@ -167,6 +167,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "; %d more during partitions, not counted", r.TakeoversExcluded)
 	}
 	fmt.Fprintln(tw, ")")
+	if r.TakeoverSLO > 0 {
+		fmt.Fprintf(tw, "  over the SLO\t%d of %d\n", len(r.missedTakeovers()), r.Takeovers)
+	}
 	fmt.Fprintf(tw, "linearizable\t%s (%d ops, checked in %d ms)\n", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds())
 	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
 	if r.Cleanup != "" {
