@@ -187,3 +187,40 @@ func TestNoPubSubPermission(t *testing.T) {
 		t.Fatalf("waiter: %v", err)
 	}
 }
+
+// ForceRelease never deletes an application's key that is not a leasehold
+// lock: one without an expiry, or without a fence counter.
+func TestForceReleaseLeavesApplicationKeys(t *testing.T) {
+	ctx := t.Context()
+	rc := singleClient(shared.Addr())
+	s := newStore(t, rc)
+	base := storetest.Key(t)
+	noTTL, noFence, hash := base+":config", base+":cache", base+":hash"
+	if err := rc.Set(ctx, noTTL, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(ctx, noFence, "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.HSet(ctx, hash, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{noTTL, noFence, hash} {
+		if _, err := s.ForceRelease(ctx, k, "r", "ops"); err == nil {
+			t.Errorf("ForceRelease of the application key %q succeeded", k)
+		}
+		if n, err := rc.Exists(ctx, k).Result(); err != nil || n != 1 {
+			t.Errorf("%q after a refused ForceRelease: exists %d, %v", k, n, err)
+		}
+		if n, _ := rc.Exists(ctx, redisstore.AuditKey(k)).Result(); n != 0 {
+			t.Errorf("a refused ForceRelease of %q left an audit record", k)
+		}
+	}
+	// A lock without an expiry: a fence counter alone does not make it one.
+	if err := rc.Set(ctx, redisstore.FenceKey(noTTL), "7", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForceRelease(ctx, noTTL, "r", "ops"); err == nil || !strings.Contains(err.Error(), "not a leasehold lock") {
+		t.Errorf("ForceRelease of a key without expiry = %v, want it refused as not a lock", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,7 +42,8 @@ const auditScanCount = 1000
 
 // ForceRelease implements driver.ForceReleaser in one round trip, on the
 // server's clock. Records are kept in AuditKey(key), a stream of the newest
-// AuditPerKey records with no expiry.
+// AuditPerKey records with no expiry. A key without an expiry or a fence
+// counter is an application's, not a lock: it is refused, untouched.
 func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (driver.AuditRecord, error) {
 	if err := driver.ValidateForceRelease(key, reason, by); err != nil {
 		return driver.AuditRecord{}, err
@@ -50,6 +52,9 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 		key, reason, by, AuditPerKey, ReleaseChannel(key)).Slice()
 	if errors.Is(err, redis.Nil) {
 		return driver.AuditRecord{}, leasehold.ErrNotOwned
+	}
+	if err != nil && strings.HasPrefix(err.Error(), "LEASEHOLD_NOTALOCK") {
+		return driver.AuditRecord{}, fmt.Errorf("redisstore: force release %q: the key has no expiry or no fence counter (%s): an application's key, not a leasehold lock; nothing was removed", key, FenceKey(key))
 	}
 	if err != nil {
 		return driver.AuditRecord{}, fmt.Errorf("redisstore: force release %q: %w", key, err)

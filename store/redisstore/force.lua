@@ -2,13 +2,19 @@
 -- step, append a record to its audit stream KEYS[3] (capped at ARGV[4]
 -- entries), then wake waiters on channel ARGV[5]. KEYS[2] is the fence
 -- counter. ARGV: key, reason, by, cap, channel.
--- Returns false when KEYS[1] is not held, else {token prefix, encoded
+-- Returns false when KEYS[1] is not held, the error LEASEHOLD_NOTALOCK when
+-- it is not a leasehold lock, else {token prefix, encoded
 -- holder, fence, time in microseconds}.
 local tok = redis.call('GET', KEYS[1])
 if not tok then
   return false
 end
-local fence = redis.call('GET', KEYS[2]) or '0'
+-- Every acquire sets an expiry and a fence counter: a key without them is
+-- an application's, not a lock, and is left alone.
+local fence = redis.call('GET', KEYS[2])
+if not fence or redis.call('PTTL', KEYS[1]) < 0 then
+  return redis.error_reply('LEASEHOLD_NOTALOCK no expiry or no fence counter')
+end
 redis.call('DEL', KEYS[1])
 local sep = string.find(tok, '~', 1, true)
 local holder = ''

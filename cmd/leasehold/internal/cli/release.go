@@ -146,6 +146,10 @@ applications' pgstore Migrate). A KEY not held is exit code 1, nothing written.
 				if !info.Held {
 					return fmt.Errorf("%s is not held (never taken, released or expired): nothing to release", printable(key))
 				}
+				if info.Fence == 0 {
+					// Every acquire issues a fence (Redis: an application's key).
+					return fmt.Errorf("%s has no fence: not a leasehold lock; release --force would refuse it", printable(key))
+				}
 				v = newAuditView(driver.NewAuditRecord(time.Now(), key, info.Token, info.Fence, reason, by))
 				v.DryRun = true
 			} else {
