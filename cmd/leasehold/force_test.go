@@ -150,6 +150,15 @@ func TestRedisForceRelease(t *testing.T) {
 	if v, _ := rc.Get(ctx, "data:F1").Result(); v != "new owner" {
 		t.Fatalf("data:F1 = %q, want the new owner's write", v)
 	}
+	// An application's key is not a lock: refused, left as it is.
+	if err := rc.Set(ctx, "config:main", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	failsWith(t, 1, []string{"not a leasehold lock"}, "release", "--redis", url, "config:main", "--force", "--reason", "r")
+	failsWith(t, 1, []string{"not a leasehold lock"}, "release", "--redis", url, "config:main", "--force", "--reason", "r", "--dry-run")
+	if v, err := rc.Get(ctx, "config:main").Result(); err != nil || v != "v" {
+		t.Fatalf("config:main after refused releases = %q, %v", v, err)
+	}
 }
 
 func TestEtcdForceRelease(t *testing.T) {
