@@ -31,6 +31,10 @@ const (
 	sentinelDownAfter = time.Second
 	// sentinelFailoverTimeout bounds one failover attempt (default 3 min).
 	sentinelFailoverTimeout = 3 * time.Second
+	// sentinelFailoverCost is what a failover may add to a takeover:
+	// down-after, then the Sentinels' vote and the replica's promotion;
+	// 1.6 to 3.3 s from the fault to the new primary measured here.
+	sentinelFailoverCost = 4 * time.Second
 	// sentinelWait bounds the wait for a new primary after a fault, and for
 	// the topology to be ready: several failover timeouts.
 	sentinelWait = 20 * time.Second
@@ -368,6 +372,8 @@ func TestMultiNodeSentinel(t *testing.T) {
 	s := startSentinelSet(t)
 	cfg := sentinelDrill(t, s)
 	cfg.Jobs = 250 // about 40 s at TTL 600 ms: some 5 failovers
+	// TTL 600 ms at the drill's default time scale, 1/100.
+	cfg.TakeoverSLO = check.DefaultTakeoverSLO(600*time.Millisecond) + sentinelFailoverCost
 	start := time.Now()
 	rep, err := drill.Run(t.Context(), cfg)
 	if err != nil {
@@ -386,6 +392,7 @@ func TestMultiNodeSentinel(t *testing.T) {
 	if !rep.Safe() {
 		t.Fatalf("safety violations with Sentinel failovers:\n%s", out.String())
 	}
+	checkTakeover(t, rep)
 	if len(fo) == 0 || rep.StaleRefused == 0 {
 		t.Errorf("the drill proved little: %d failovers, %d stale writes refused", len(fo), rep.StaleRefused)
 	}
