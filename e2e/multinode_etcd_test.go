@@ -440,9 +440,9 @@ func TestMultiNodeEtcd(t *testing.T) {
 	if !rep.Safe() {
 		t.Fatalf("safety violations on the etcd cluster:\n%s", out.String())
 	}
-	// Overlapping owners are reported, not refused: etcd 3.4 (Debian's) lets
-	// a leader that has been replaced, frozen or cut off, still answer
-	// lease keepalives, and its successor lets the lease expire earlier
+	// Overlapping owners are logged, not asserted (none seen here): etcd 3.4
+	// (Debian's) may let a leader that was replaced or frozen still answer
+	// lease keepalives, so its successor lets the lease expire earlier
 	// than the holder was told (etcd-io/etcd#15247). The fence refuses
 	// what such a holder writes; rep.Safe above checked that.
 	t.Logf("overlapping owners seen by the store: %d", overlappingOwners(rep.History, rep.TTL))
