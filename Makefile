@@ -7,11 +7,12 @@ RULE_FILES := $(filter-out $(RULE_TESTS),$(wildcard deploy/prometheus/*.yml))
 
 .PHONY: test deps release-check tidy
 # test: install the test servers when missing, then vet and race-test every module.
-# A package that hangs fails after 5 minutes instead of go test's default 10.
+# A package that hangs fails after 5 minutes instead of go test's default 10;
+# e2e gets 10, since its multi-node tests add about 2.5 minutes to its drills.
 test: deps
 	@set -e; for m in $(MODULES); do \
-		echo "== $$m"; \
-		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...); \
+		echo "== $$m"; t=5m; [ $$m = e2e ] && t=10m; \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $$t ./...); \
 	done
 	promtool check rules $(RULE_FILES)
 	promtool test rules $(RULE_TESTS)
@@ -29,4 +30,4 @@ tidy:
 	$(GO) run ./scripts/release tidy
 
 deps:
-	@scripts/ensure-deps.sh git=git redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus chromium=chromium
+	@scripts/ensure-deps.sh git=git ip=iproute2 iptables=iptables redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus chromium=chromium
