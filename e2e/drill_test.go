@@ -93,12 +93,23 @@ func TestDrillOnRealServersCanFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkStaleWritesReported(t, rep)
+}
+
+// checkStaleWritesReported is the negative control's verdict: with fencing
+// off, the drill must report stale writes the storage accepted.
+func checkStaleWritesReported(t *testing.T, rep *report.Report) {
+	t.Helper()
+	n := 0
 	for _, v := range rep.Violations {
 		if v.Check == check.StaleWrite {
-			return
+			n++
 		}
 	}
-	t.Fatalf("no stale write reported with fencing off: %+v", rep.Violations)
+	t.Logf("with fencing off: %d stale writes accepted, %d critical sections, faults %v", n, rep.CriticalSections, rep.Faults)
+	if n == 0 {
+		t.Fatalf("no stale write reported with fencing off: %+v", rep.Violations)
+	}
 }
 
 // Environment of a worker process started by TestDrillWorkerProcesses:
