@@ -85,15 +85,23 @@ func TestDrillOnRealServersCanFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close(); _ = client.Close() })
-	jobs, err := pgjobs.New(pool, unique("drill_jobs_"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := newJobs(t)
 	rep, err := drill.Run(t.Context(), drill.Config{Store: store, Storage: jobs, TimeScale: 0.005, Jobs: 40, NoFencing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkStaleWritesReported(t, rep)
+}
+
+// newJobs is the drill's fenced job storage in a table of the test's own in
+// the shared PostgreSQL.
+func newJobs(t *testing.T) *pgjobs.Storage {
+	t.Helper()
+	jobs, err := pgjobs.New(pool, unique("drill_jobs_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs
 }
 
 // checkStaleWritesReported is the negative control's verdict: with fencing

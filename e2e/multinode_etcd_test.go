@@ -24,7 +24,6 @@ import (
 	"github.com/leasehold/leasehold/drill/check"
 	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/drill/history"
-	"github.com/leasehold/leasehold/drill/pgjobs"
 	"github.com/leasehold/leasehold/e2e/internal/netns"
 	"github.com/leasehold/leasehold/store/etcdstore"
 )
@@ -397,10 +396,7 @@ func etcdDrill(t *testing.T, c *etcdCluster) drill.Config {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close(); _ = client.Close() })
-	jobs, err := pgjobs.New(pool, unique("drill_jobs_"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := newJobs(t)
 	return drill.Config{
 		Store: store, StoreName: "etcd, 3 members in network namespaces",
 		Storage: jobs, StorageName: "postgres", TimeScale: etcdDrillScale,

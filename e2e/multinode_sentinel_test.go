@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/drill/check"
 	"github.com/leasehold/leasehold/drill/faults"
-	"github.com/leasehold/leasehold/drill/pgjobs"
 	"github.com/leasehold/leasehold/e2e/internal/netns"
 	"github.com/leasehold/leasehold/store/redisstore"
 )
@@ -351,10 +350,7 @@ func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close(); _ = client.Close() })
-	jobs, err := pgjobs.New(pool, unique("drill_jobs_"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := newJobs(t)
 	return drill.Config{
 		Store: store, StoreName: "redis, primary + 2 replicas + 3 sentinels in network namespaces",
 		Storage: jobs, StorageName: "postgres", Timeout: 3 * time.Minute,
