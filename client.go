@@ -52,7 +52,7 @@ type Client struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
-	identity       string     // the holder identity every token carries
+	tokenSuffix    string     // "~" and the encoded holder identity, ending every token
 	storeName      string     // the store's package, for StoreCallEvent
 	watchStore     bool       // an Observer has OnStoreCall: time every store call
 	waiters        waitQueues // Acquire's waiters per key, when wake-ups are on
@@ -131,7 +131,7 @@ func WithIdentity(id string) Option {
 			c.setErr(&ArgumentError{Arg: "WithIdentity", Reason: ae.Reason})
 			return
 		}
-		c.identity = id
+		c.tokenSuffix = driver.HolderToken("", id)
 	}
 }
 
@@ -168,7 +168,7 @@ func New(store driver.Store, opts ...Option) *Client {
 		minBackoff:     defaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
 		cleanupTimeout: defaultCleanupTimeout,
-		identity:       defaultIdentity(),
+		tokenSuffix:    defaultTokenSuffix(),
 		renew:          renewer{window: defaultBatchWindow, size: defaultBatchSize},
 	}
 	c.notifier, _ = store.(driver.ReleaseNotifier)
@@ -578,11 +578,11 @@ func validateKeyTTL(key string, ttl time.Duration) error {
 // as 26 base32 characters.
 func NewToken() string { return crand.Text() }
 
-// newToken is a fresh token carrying c's identity.
-func (c *Client) newToken() string { return driver.HolderToken(NewToken(), c.identity) }
+// newToken is a fresh token carrying c's identity, encoded once per Client.
+func (c *Client) newToken() string { return NewToken() + c.tokenSuffix }
 
-// defaultIdentity is hostPID, computed once per process.
-var defaultIdentity = sync.OnceValue(hostPID)
+// defaultTokenSuffix is hostPID's token suffix, computed once per process.
+var defaultTokenSuffix = sync.OnceValue(func() string { return driver.HolderToken("", hostPID()) })
 
 // nilStore stands in for a nil Store, so misuse is an error, not a panic.
 type nilStore struct{}
