@@ -391,7 +391,7 @@ func (ps *procs) pause(ctx context.Context, e *env) error {
 		}()
 		deadline := time.Now().Add(3 * r.ttl)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
-			if info, err := r.cfg.Store.Inspect(ctx, key); err == nil && info.Held && info.Fence > f {
+			if info, err := r.inspect(ctx, key); err == nil && info.Held && info.Fence > f {
 				return
 			}
 			sleepFor(ctx, r.poll)

@@ -32,7 +32,7 @@ func (r *run) spawn(ctx context.Context) {
 
 func (r *run) newWorker(id int) *worker {
 	w := &worker{id: id, run: r, requests: make(chan faultKind, 1)}
-	w.store = &workerStore{Store: r.cfg.Store, worker: id, rec: r.rec, knobs: r.knobs}
+	w.store = &workerStore{Store: r.cfg.Store, worker: id, rec: r.rec, knobs: r.knobs, timeout: r.ttl}
 	w.client = leasehold.New(w.store, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
 	return w
 }
@@ -256,11 +256,19 @@ func (r *run) countRefused(err error) {
 	}
 }
 
+// inspect reads key's lock, bounded like every store call of the drill
+// (see workerStore.timeout).
+func (r *run) inspect(ctx context.Context, key string) (driver.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.ttl)
+	defer cancel()
+	return r.cfg.Store.Inspect(ctx, key)
+}
+
 // orphan returns an in-flight job whose lock nobody holds, or "".
 func (r *run) orphan(ctx context.Context) string {
 	running, _ := r.jobs.InState(ctx, jobs.Running)
 	for _, key := range running {
-		if info, err := r.cfg.Store.Inspect(ctx, key); err == nil && !info.Held {
+		if info, err := r.inspect(ctx, key); err == nil && !info.Held {
 			return key
 		}
 	}
@@ -274,7 +282,7 @@ func (w *worker) frozenUntilTakenOver(ctx context.Context, key, token string) {
 	r := w.run
 	deadline := time.Now().Add(3 * r.ttl)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if info, err := r.cfg.Store.Inspect(ctx, key); err == nil && info.Held && info.Token != token {
+		if info, err := r.inspect(ctx, key); err == nil && info.Held && info.Token != token {
 			return
 		}
 		sleepFor(ctx, r.poll)
@@ -298,6 +306,14 @@ type workerStore struct {
 	rec       *history.Recorder
 	knobs     *knobs
 	failRenew atomic.Bool
+	// timeout bounds each store call, as a production worker bounds its
+	// own: one TTL, since an answer later than that is of no use (a new
+	// lease would be over, a holder seen busy would have expired). Without
+	// it a call sent to a replica that stopped answering (frozen, cut off
+	// without a reset) waits for the client's keepalive to drop the
+	// connection, 10 s and more for etcd's gRPC, and the drill measures
+	// that instead of the lock's takeover.
+	timeout time.Duration
 }
 
 // errInjectedRenewFailure is the renew-failures fault: the renewal never
@@ -333,6 +349,8 @@ func errString(err error) string {
 }
 
 func (s *workerStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	o := history.Op{Kind: history.OpAcquire, Worker: s.worker, Key: key, Call: time.Now()}
 	seq := s.rec.Call(o)
 	err := s.delay(ctx)
@@ -348,6 +366,8 @@ func (s *workerStore) Acquire(ctx context.Context, key, token string, ttl time.D
 }
 
 func (s *workerStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	o := history.Op{Kind: history.OpRenew, Worker: s.worker, Key: key, Fence: s.rec.FenceOf(token), Call: time.Now()}
 	seq := s.rec.Call(o)
 	err := s.delay(ctx)
@@ -363,6 +383,8 @@ func (s *workerStore) Renew(ctx context.Context, key, token string, ttl time.Dur
 }
 
 func (s *workerStore) Release(ctx context.Context, key, token string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	o := history.Op{Kind: history.OpRelease, Worker: s.worker, Key: key, Fence: s.rec.FenceOf(token), Call: time.Now()}
 	seq := s.rec.Call(o)
 	err := s.delay(ctx)

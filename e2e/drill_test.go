@@ -253,3 +253,43 @@ func checkTakeover(t *testing.T, rep *report.Report) {
 		t.Fatalf("takeover p99 %v is more than twice the SLO %v: takeovers wait for something they should not", rep.TakeoverP99, rep.TakeoverSLO)
 	}
 }
+
+// logSlowTakeovers explains each takeover over the SLO: the store-wide
+// faults it overlapped and the failed lock calls on its key meanwhile, so
+// that a slow takeover on a replicated store can be traced to its cause.
+func logSlowTakeovers(t *testing.T, rep *report.Report) {
+	t.Helper()
+	h := rep.History
+	for _, tk := range check.ListTakeovers(h) {
+		if tk.DuringOutage || tk.Took() <= rep.TakeoverSLO {
+			continue
+		}
+		from, to := tk.Event.At, tk.Acquire.Return
+		var b strings.Builder
+		fmt.Fprintf(&b, "takeover of %s took %v (%s of worker %d at +%v; worker %d's acquire called +%v)",
+			tk.Event.Key, tk.Took().Round(time.Millisecond), tk.Event.Fault, tk.Event.Worker,
+			from.Sub(h.Started).Round(time.Millisecond), tk.Acquire.Worker, tk.Acquire.Call.Sub(from).Round(time.Millisecond))
+		for _, f := range h.Faults {
+			if f.From.Before(to) && from.Before(f.To) {
+				fmt.Fprintf(&b, "\n  fault %s (worker %d) from +%v to +%v", f.Name, f.Worker, f.From.Sub(from).Round(time.Millisecond), f.To.Sub(from).Round(time.Millisecond))
+			}
+		}
+		ops, okOps := 0, 0
+		for _, o := range h.Ops {
+			if o.Call.After(from) && o.Return.Before(to) {
+				ops++
+				if o.OK {
+					okOps++
+				}
+			}
+		}
+		fmt.Fprintf(&b, "\n  %d calls by all workers meanwhile, %d of them succeeded", ops, okOps)
+		for _, o := range h.Ops {
+			if o.Key == tk.Event.Key && !o.OK && o.Call.Before(to) && from.Before(o.Return) {
+				fmt.Fprintf(&b, "\n  %s by worker %d failed: +%v for %v: %s", o.Kind, o.Worker,
+					o.Call.Sub(from).Round(time.Millisecond), o.Return.Sub(o.Call).Round(time.Millisecond), o.Err)
+			}
+		}
+		t.Log(b.String())
+	}
+}

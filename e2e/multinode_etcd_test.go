@@ -24,6 +24,7 @@ import (
 	"github.com/leasehold/leasehold/drill/check"
 	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/drill/history"
+	"github.com/leasehold/leasehold/drill/report"
 	"github.com/leasehold/leasehold/e2e/internal/netns"
 	"github.com/leasehold/leasehold/store/etcdstore"
 )
@@ -49,7 +50,9 @@ const (
 	// lessor Promote), the lessor's expiry check every 500 ms, and one
 	// store call lost to a member the client cannot reach (the drill's
 	// call timeout, one TTL).
-	etcdFailoverCost = 2*etcdElection + etcdElection + 500*time.Millisecond + time.Second
+	etcdFailoverCost = 2*etcdElection + etcdElection + etcdExpiryCheck + time.Second
+	// etcdExpiryCheck: etcd's lessor looks for expired leases every 500 ms.
+	etcdExpiryCheck = 500 * time.Millisecond
 	// etcdFailoverWait bounds the wait for a new leader after a fault: ten
 	// election timeouts.
 	etcdFailoverWait = 10 * etcdElection
@@ -137,6 +140,7 @@ type etcdCluster struct {
 	mu        sync.Mutex
 	busy      bool            // one cluster fault at a time: a quorum stays
 	failovers []time.Duration // fault to new leader, measured
+	elected   []time.Time     // when a new leader was first seen
 	wg        sync.WaitGroup
 }
 
@@ -283,6 +287,7 @@ func (c *etcdCluster) measureFailover(old int) {
 		if err == nil {
 			c.mu.Lock()
 			c.failovers = append(c.failovers, time.Since(start))
+			c.elected = append(c.elected, time.Now())
 			c.mu.Unlock()
 		}
 	})
@@ -425,7 +430,7 @@ func TestMultiNodeEtcd(t *testing.T) {
 	_ = rep.WriteText(&out)
 	t.Logf("drill took %v\n%s", time.Since(start).Round(time.Millisecond), out.String())
 	c.mu.Lock()
-	fo := slices.Clone(c.failovers)
+	fo, elected := slices.Clone(c.failovers), slices.Clone(c.elected)
 	c.mu.Unlock()
 	slices.Sort(fo)
 	if len(fo) > 0 {
@@ -433,6 +438,7 @@ func TestMultiNodeEtcd(t *testing.T) {
 			len(fo), fo[len(fo)/2].Round(time.Millisecond), fo[len(fo)-1].Round(time.Millisecond),
 			rep.TakeoverP50.Round(time.Millisecond), rep.TakeoverP99.Round(time.Millisecond), ttl)
 	}
+	logSlowTakeovers(t, rep)
 	if !rep.Safe() {
 		t.Fatalf("safety violations on the etcd cluster:\n%s", out.String())
 	}
@@ -443,9 +449,24 @@ func TestMultiNodeEtcd(t *testing.T) {
 	// what such a holder writes; rep.Safe above checked that.
 	t.Logf("overlapping owners seen by the store: %d", overlappingOwners(rep.History, rep.TTL))
 	// Reported, not asserted: on replicated stores the takeover includes
-	// the store's failover, and the etcd one is not understood yet (p99 of
-	// 5.5–9.8 s with a 1 s TTL); the issue keeps it open.
+	// the store's failover. On etcd it also restarts at every leader
+	// change: a new leader gives every lease its whole TTL again, plus an
+	// election timeout (etcd's lessor Promote, lease checkpointing being
+	// off), so a dead holder's lease ends TTL + 0.5 s after the last leader
+	// change, not after its last renewal. Measured from the later of the
+	// fault and the last leader change, the takeovers fit TTL + election
+	// timeout + the lessor's 500 ms expiry check + the drill's detection.
 	t.Logf("takeover p50 %v, p99 %v, SLO %v (%d takeovers)", rep.TakeoverP50, rep.TakeoverP99, rep.TakeoverSLO, rep.Takeovers)
+	after, changed := sinceLeaderChange(rep, elected)
+	if len(after) > 0 {
+		p99 := after[int(0.99*float64(len(after)-1)+0.5)]
+		t.Logf("takeover from the later of the fault and the last leader change: p50 %v, p99 %v (%d of %d takeovers had a leader change in them)",
+			after[len(after)/2].Round(time.Millisecond), p99.Round(time.Millisecond), changed, len(after))
+		// Twice the bound, as checkTakeover allows on a loaded machine.
+		if bound := check.DefaultTakeoverSLO(ttl) + etcdElection + etcdExpiryCheck; p99 > 2*bound {
+			t.Errorf("takeover p99 %v from the last leader change is more than twice TTL's SLO + election timeout + expiry check (%v): something else delays takeovers", p99, bound)
+		}
+	}
 	for _, k := range etcdFaultKinds {
 		if rep.Faults[k] == 0 {
 			t.Errorf("cluster fault %s was never injected", k)
@@ -526,4 +547,27 @@ func overlappingOwners(h history.History, ttl time.Duration) int {
 		}
 	}
 	return n
+}
+
+// sinceLeaderChange measures each counted takeover from the later of its
+// fault and the last new leader seen before the new owner's acquire
+// returned, sorted; changed counts the takeovers with a leader change.
+func sinceLeaderChange(rep *report.Report, elected []time.Time) (after []time.Duration, changed int) {
+	for _, tk := range check.ListTakeovers(rep.History) {
+		if tk.DuringOutage {
+			continue
+		}
+		from := tk.Event.At
+		for _, e := range elected {
+			if e.After(from) && e.Before(tk.Acquire.Return) {
+				from = e
+			}
+		}
+		if from != tk.Event.At {
+			changed++
+		}
+		after = append(after, tk.Acquire.Return.Sub(from))
+	}
+	slices.Sort(after)
+	return after, changed
 }

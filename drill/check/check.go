@@ -141,7 +141,11 @@ func DoubleTerminals(writes []jobs.Write) []Violation {
 }
 
 // WrongOwners: no release or renewal succeeded for a lease after a newer
-// lease on the same key had been acquired.
+// lease on the same key had been acquired. A call whose lease's fence is
+// unknown (0: its acquire's reply was lost, and the Client released the
+// token in case the acquire was applied) is not judged here: that acquire
+// may have been applied after any newer one, and the linearizability check
+// places it.
 func WrongOwners(ops []history.Op) []Violation {
 	acquired := make(map[string][]history.Op) // key → successful acquires
 	for _, o := range ops {
@@ -151,7 +155,7 @@ func WrongOwners(ops []history.Op) []Violation {
 	}
 	var out []Violation
 	for _, o := range ops {
-		if (o.Kind != history.OpRelease && o.Kind != history.OpRenew) || !o.OK {
+		if (o.Kind != history.OpRelease && o.Kind != history.OpRenew) || !o.OK || o.Fence == 0 {
 			continue
 		}
 		for _, a := range acquired[o.Key] {
