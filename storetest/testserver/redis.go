@@ -143,8 +143,8 @@ func startRedis(bin string, cfg redisConfig, env []string, ports []int) (*RedisS
 	return s, nil
 }
 
-// start launches redis-server with s.args and waits until it answers PING
-// (and, with WithClockOffset, until its clock shows the offset).
+// start launches redis-server with s.args and waits until it answers PING;
+// with WithClockOffset it then checks, once, that TIME shows the offset.
 // The caller holds s.mu and s.proc is nil.
 func (s *RedisServer) start() error {
 	// stdout and stderr go to redis.out: redis writes to redis.log once it
