@@ -8,7 +8,9 @@
 //
 //   - StartRedis / NewRedisServer: redis-server (Debian package
 //     redis-server) with persistence off, so Restart loses the data;
-//     StartRedisCluster: a real Redis Cluster of several masters.
+//     StartRedisCluster: a real Redis Cluster of several masters;
+//     WithClockOffset runs one under libfaketime (Debian package faketime)
+//     with its wall clock off the host's.
 //   - StartPostgres / NewPostgresServer: initdb into a temporary directory
 //     and the postgres server run as a direct child process (as the postgres
 //     OS user when the tests run as root); Restart and Kill + Start keep the

@@ -39,8 +39,9 @@ type RedisOption func(*redisConfig)
 
 // redisConfig collects the options.
 type redisConfig struct {
-	args    []string // extra redis-server arguments, after ours
-	cluster bool     // start with cluster mode on (set by NewRedisCluster)
+	args    []string       // extra redis-server arguments, after ours
+	cluster bool           // start with cluster mode on (set by NewRedisCluster)
+	clock   *time.Duration // run under libfaketime with this offset (WithClockOffset)
 }
 
 // WithRedisArgs adds extra command-line arguments for redis-server, for
@@ -65,11 +66,13 @@ func withCluster() RedisOption {
 // It has its own temporary directory for its log file (and, for cluster
 // nodes, nodes.conf). Its methods are safe for concurrent use.
 type RedisServer struct {
-	bin     string   // path of redis-server
-	port    int      // client port
-	busPort int      // cluster bus port; 0 when not a cluster node
-	dir     string   // temporary directory, removed by Close
-	args    []string // full argument list, reused by Restart
+	bin     string         // path of redis-server
+	port    int            // client port
+	busPort int            // cluster bus port; 0 when not a cluster node
+	dir     string         // temporary directory, removed by Close
+	args    []string       // full argument list, reused by Restart
+	env     []string       // environment; nil for ours (see WithClockOffset)
+	clock   *time.Duration // the clock offset to check after each start, if any
 	supervisor
 }
 
@@ -87,22 +90,28 @@ func NewRedisServer(opts ...RedisOption) (*RedisServer, error) {
 	if err != nil {
 		return nil, errNotFound
 	}
+	var env []string
+	if cfg.clock != nil {
+		if env, err = faketimeEnv(*cfg.clock); err != nil {
+			return nil, err
+		}
+	}
 	nPorts := 1
 	if cfg.cluster {
 		nPorts = 2
 	}
 	return onFreePorts(nPorts, func(ports []int) (*RedisServer, error) {
-		return startRedis(bin, cfg, ports)
+		return startRedis(bin, cfg, env, ports)
 	})
 }
 
 // startRedis makes one attempt on the given ports: make the directory, start.
-func startRedis(bin string, cfg redisConfig, ports []int) (*RedisServer, error) {
+func startRedis(bin string, cfg redisConfig, env []string, ports []int) (*RedisServer, error) {
 	dir, err := os.MkdirTemp("", "leasehold-redis-")
 	if err != nil {
 		return nil, fmt.Errorf("testserver: %w", err)
 	}
-	s := &RedisServer{bin: bin, port: ports[0], dir: dir}
+	s := &RedisServer{bin: bin, port: ports[0], dir: dir, env: env, clock: cfg.clock}
 	s.args = []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -134,18 +143,25 @@ func startRedis(bin string, cfg redisConfig, ports []int) (*RedisServer, error) 
 	return s, nil
 }
 
-// start launches redis-server with s.args and waits until it answers PING.
+// start launches redis-server with s.args and waits until it answers PING;
+// with WithClockOffset it then checks, once, that TIME shows the offset.
 // The caller holds s.mu and s.proc is nil.
 func (s *RedisServer) start() error {
 	// stdout and stderr go to redis.out: redis writes to redis.log once it
 	// has read its arguments, but errors in the arguments go to stderr.
-	return s.run(program{
-		name: "redis-server", addr: s.Addr(), bin: s.bin, args: s.args, dir: s.dir,
+	err := s.run(program{
+		name: "redis-server", addr: s.Addr(), bin: s.bin, args: s.args, dir: s.dir, env: s.env,
 		out: s.outPath(), logs: []string{s.outPath(), s.logPath()},
 		ready: s.ping, readyWhat: "answer PING", poll: readyPollInterval,
 		exitCause:  portInUse,
 		stopSignal: syscall.SIGTERM, stopGrace: stopTimeout,
 	}, time.Now().Add(readyTimeout))
+	if err == nil && s.clock != nil {
+		if err = s.checkClock(*s.clock); err != nil {
+			s.kill()
+		}
+	}
+	return err
 }
 
 // ping returns nil if our process answers PING on the port (see askOwn).
@@ -255,7 +271,12 @@ func (s *RedisServer) command(args ...string) (any, error) {
 	if closed {
 		return nil, fmt.Errorf("testserver: %s: server %s is closed", args[0], s.Addr())
 	}
+	return s.send(args...)
+}
 
+// send is command without the check that the server is open, for callers
+// that hold s.mu.
+func (s *RedisServer) send(args ...string) (any, error) {
 	conn, err := net.DialTimeout("tcp", s.Addr(), dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("testserver: %s: %w", args[0], err)
