@@ -27,6 +27,7 @@ import (
 	"github.com/leasehold/leasehold/drill/report"
 	"github.com/leasehold/leasehold/e2e/internal/netns"
 	"github.com/leasehold/leasehold/store/etcdstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 const (
@@ -65,10 +66,14 @@ var etcdHTTP = &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Tr
 // etcdMember is one etcd process in its own namespace.
 type etcdMember struct {
 	node *netns.Node
-	args []string
-	log  string
-	mu   sync.Mutex
-	proc *netns.Proc
+	// proxy carries the clients' traffic to the member, from the root
+	// namespace (so partitions from the clients still apply), and adds
+	// latency on demand.
+	proxy *testserver.Proxy
+	args  []string
+	log   string
+	mu    sync.Mutex
+	proc  *netns.Proc
 }
 
 func (m *etcdMember) url() string { return "http://" + m.node.Addr.String() + ":2379" }
@@ -194,6 +199,7 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 			t.Fatal(err)
 		}
 		c.ids[self] = slices.Index(c.members, m)
+		m.proxy = testserver.StartProxy(t, m.node.Addr.String()+":2379")
 	}
 	return c
 }
@@ -218,10 +224,11 @@ func pollUntil(d time.Duration, f func() error) error {
 	}
 }
 
+// endpoints are the members' proxies, for the drill's clients.
 func (c *etcdCluster) endpoints() []string {
 	var eps []string
 	for _, m := range c.members {
-		eps = append(eps, m.url())
+		eps = append(eps, "http://"+m.proxy.Addr())
 	}
 	return eps
 }
@@ -311,9 +318,15 @@ const (
 	faultPartitionClients  = "etcd-partition-from-clients" // a member the clients cannot reach
 	faultKillMember        = "etcd-kill-9"                 // the leader SIGKILLed, restarted at heal
 	faultStopLeader        = "etcd-sigstop-leader"         // the leader frozen past the election timeout
+	faultSlowMember        = "etcd-latency-to-member"      // a member's client link slowed by etcdSlowLink each way
 )
 
-var etcdFaultKinds = []string{faultPartitionFollower, faultPartitionLeader, faultPartitionClients, faultKillMember, faultStopLeader}
+// etcdSlowLink is the latency the slow-member fault adds each way: a
+// 400 ms round trip, a link to another continent, more than the 333 ms
+// between renewals and less than the drill's 1 s call timeout.
+const etcdSlowLink = 200 * time.Millisecond
+
+var etcdFaultKinds = []string{faultPartitionFollower, faultPartitionLeader, faultPartitionClients, faultKillMember, faultStopLeader, faultSlowMember}
 
 func (f *etcdFault) Name() string {
 	if f.kind == "" {
@@ -331,7 +344,7 @@ func (f *etcdFault) Inject(context.Context, faults.Env) error {
 	}
 	kind := etcdFaultKinds[f.turn%len(etcdFaultKinds)]
 	target := l
-	if kind == faultPartitionFollower || kind == faultPartitionClients {
+	if kind == faultPartitionFollower || kind == faultPartitionClients || kind == faultSlowMember {
 		target = (l + 1) % etcdMembers
 	}
 	m := f.c.members[target]
@@ -344,6 +357,8 @@ func (f *etcdFault) Inject(context.Context, faults.Env) error {
 		err = m.process().Kill()
 	case faultStopLeader:
 		err = m.process().Stop()
+	case faultSlowMember:
+		m.proxy.SetLatency(etcdSlowLink)
 	}
 	if err != nil {
 		_ = m.node.Heal()
@@ -367,6 +382,9 @@ func (f *etcdFault) Heal(context.Context, faults.Env) error {
 		return m.start()
 	case faultStopLeader:
 		return m.process().Cont()
+	case faultSlowMember:
+		m.proxy.SetLatency(0)
+		return nil
 	}
 	return m.node.Heal()
 }
@@ -412,8 +430,10 @@ func etcdDrill(t *testing.T, c *etcdCluster) drill.Config {
 // The drill on a 3-member etcd cluster, each member in its own network
 // namespace, while members are cut off from their peers or from the
 // clients, the leader is SIGKILLed (and restarted) or SIGSTOPped past the
-// election timeout: no stale write, a linearizable history, and takeovers
-// within TTL + one renewal + the failover time.
+// election timeout, or a member's link to the clients slows down: no stale
+// write, a linearizable history, and takeovers, counted from the last
+// leader change, within TTL + one renewal + an election timeout + the
+// lessor's expiry check.
 func TestMultiNodeEtcd(t *testing.T) {
 	c := startEtcdCluster(t)
 	cfg := etcdDrill(t, c)

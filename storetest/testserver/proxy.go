@@ -4,21 +4,24 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections from a loopback port to a target and injects
 // network faults between them: a reply lost after its request was applied,
-// or a silent partition that holds every byte without closing anything.
+// a silent partition that holds every byte without closing anything, or
+// latency added to every byte in each direction.
 type Proxy struct {
 	ln     net.Listener
 	target string
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	cuts   int           // server→client reads to swallow, closing the client
-	thawed chan struct{} // nil unless frozen; closed by Thaw
-	closed bool
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	cuts    int           // server→client reads to swallow, closing the client
+	thawed  chan struct{} // nil unless frozen; closed by Thaw
+	latency time.Duration // added to each direction: one way, not the round trip
+	closed  bool
 }
 
 // NewProxy listens on a free 127.0.0.1 port and forwards to target.
@@ -76,6 +79,16 @@ func (p *Proxy) Thaw() {
 	p.mu.Unlock()
 }
 
+// SetLatency delays every byte read from now on by d in each direction
+// (a round trip by 2d), keeping their order, as a slow link does; 0 ends
+// the delay (bytes already held keep theirs). It stands in for tc netem,
+// which needs kernel modules.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.latency = max(d, 0)
+	p.mu.Unlock()
+}
+
 // Close stops listening, closes every connection and waits for its goroutines.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -112,7 +125,7 @@ func (p *Proxy) accept() {
 		if !p.track(client, server) {
 			return
 		}
-		p.wg.Add(2)
+		p.wg.Add(4)
 		go p.pipe(client, server, false)
 		go p.pipe(server, client, true)
 	}
@@ -133,33 +146,65 @@ func (p *Proxy) track(conns ...net.Conn) bool {
 	return true
 }
 
-// pipe copies src to dst until either side closes. fromServer marks the
+// chunk is bytes read, and when they may be written on.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipeDepth bounds the chunks held per direction (up to 2 MiB): a slow
+// reader on the far side holds back the sender, as TCP would.
+const pipeDepth = 64
+
+// pipe copies src to dst until either side closes, each read written on
+// after the latency in force when it was read. fromServer marks the
 // direction whose bytes CutNextReply swallows.
 func (p *Proxy) pipe(src, dst net.Conn, fromServer bool) {
 	defer p.wg.Done()
-	defer func() { _ = src.Close(); _ = dst.Close() }()
-	buf := make([]byte, 32<<10)
+	ch := make(chan chunk, pipeDepth)
+	go p.deliver(ch, src, dst)
+	defer close(ch)
 	for {
+		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			thawed, cut := p.thawed, fromServer && p.cuts > 0
+			thawed, cut, latency := p.thawed, fromServer && p.cuts > 0, p.latency
 			if cut {
 				p.cuts--
 			}
 			p.mu.Unlock()
 			if cut {
-				return // the deferred closes drop the reply and the connection
+				_ = src.Close() // drops the reply and the connection
+				_ = dst.Close()
+				return
 			}
 			if thawed != nil {
 				<-thawed
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+			ch <- chunk{buf[:n], time.Now().Add(latency)}
 		}
 		if err != nil {
 			return // EOF or a closed connection
+		}
+	}
+}
+
+// deliver writes the chunks to dst, each at its due time, then closes both
+// connections: when the reading side ended, or a write failed.
+func (p *Proxy) deliver(ch <-chan chunk, src, dst net.Conn) {
+	defer p.wg.Done()
+	defer func() { _ = src.Close(); _ = dst.Close() }()
+	for c := range ch {
+		if wait := time.Until(c.due); wait > 0 {
+			time.Sleep(wait) // the delay is the fault: nothing to wait for but the clock
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			_ = src.Close() // ends the reader, which closes ch
+			_ = dst.Close()
+			for range ch {
+			}
+			return
 		}
 	}
 }

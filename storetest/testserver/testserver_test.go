@@ -269,3 +269,57 @@ func TestProxyForwardsCutsAndFreezes(t *testing.T) {
 		t.Fatalf("the request behind the cut reply was not applied: %q, %v", v, err)
 	}
 }
+
+func TestProxyLatency(t *testing.T) {
+	srv := StartRedis(t)
+	p := StartProxy(t, srv.Addr())
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	roundTrip := func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		if n, err := conn.Read(buf); err != nil || string(buf[:n]) != "+PONG\r\n" {
+			t.Fatalf("through the proxy: %q, %v", buf[:n], err)
+		}
+		return time.Since(start)
+	}
+	roundTrip()
+	const d = 200 * time.Millisecond
+	p.SetLatency(d)
+	// Three pipelined requests: each is delayed, not queued behind the one
+	// before: the replies come about 2d after the writes, not 6d.
+	start := time.Now()
+	for range 3 {
+		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []byte
+	buf := make([]byte, 64)
+	for len(got) < 3*len("+PONG\r\n") {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	took := time.Since(start)
+	if string(got) != "+PONG\r\n+PONG\r\n+PONG\r\n" {
+		t.Fatalf("replies %q", got)
+	}
+	if took < 2*d || took > 5*d {
+		t.Fatalf("3 pipelined round trips took %v with %v each way, want about %v", took, d, 2*d)
+	}
+	p.SetLatency(0)
+	if rt := roundTrip(); rt >= 2*d {
+		t.Fatalf("round trip after SetLatency(0) took %v", rt)
+	}
+}
