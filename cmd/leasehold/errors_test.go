@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // TestUsageErrors: a wrong command line is one line on stderr, nothing on
@@ -60,8 +62,13 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address on which nothing listens.
-func closedAddr(t *testing.T) string {
+// closedAddr returns a loopback address on which nothing listens, held
+// until the test ends.
+func closedAddr(t *testing.T) string { return testserver.ClosedAddr(t) }
+
+// freeAddr returns a loopback address free right now, for a server the
+// test starts on it.
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -71,7 +71,7 @@ func TestRedissWithCAAndClientCertificate(t *testing.T) {
 	ca, caKey, caPath, _ := writeCert(t, dir, "test-ca", nil, nil)
 	_, _, srvCert, srvKey := writeCert(t, dir, "server", ca, caKey)
 	_, _, cliCert, cliKey := writeCert(t, dir, "client", ca, caKey)
-	tlsAddr := closedAddr(t)
+	tlsAddr := freeAddr(t)
 	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 	srv := testserver.StartRedis(t, testserver.WithRedisArgs("--tls-port", tlsPort,
 		"--tls-cert-file", srvCert, "--tls-key-file", srvKey, "--tls-ca-cert-file", caPath, "--tls-auth-clients", "yes"))

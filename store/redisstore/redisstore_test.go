@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -340,12 +339,7 @@ func TestBadInputWritesNothingToRedis(t *testing.T) {
 
 // A down server is an error, never a false "acquired" and never "busy".
 func TestUnreachableServerIsAnError(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()                              // nothing listens here now
+	addr := testserver.ClosedAddr(t)
 	quiet := slog.New(slog.DiscardHandler) // the clean-up after each failure warns, as it should
 	c := leasehold.New(newStore(t, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})), leasehold.WithLogger(quiet))
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -321,5 +322,19 @@ func TestProxyLatency(t *testing.T) {
 	p.SetLatency(0)
 	if rt := roundTrip(); rt >= 2*d {
 		t.Fatalf("round trip after SetLatency(0) took %v", rt)
+	}
+}
+
+func TestClosedAddrRefusesAndStaysTaken(t *testing.T) {
+	addr := ClosedAddr(t)
+	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+		c.Close()
+		t.Fatalf("dial %s succeeded, want refused", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: %v, want connection refused", addr, err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Fatalf("listen on %s succeeded: the port was free for others", addr)
 	}
 }
