@@ -51,33 +51,53 @@
 //     judged by the database's now(). Clients' clocks play no part in the
 //     store's decisions, and a lease is never shorter on the server than
 //     its owner believes.
-//   - Fences come from a per-key counter in a durable row, raised in the
-//     acquiring statement. They rise strictly, per key, across releases,
-//     expiries, PostgreSQL restarts and crashes (whatever committed
-//     survives). A failed call is an error and never "acquired" or
+//   - Fences are max(last fence + 1, the database clock in microseconds
+//     since the Unix epoch), kept in the key's durable row and raised in
+//     the acquiring statement. They rise strictly, per key, across
+//     releases, expiries, PostgreSQL restarts and crashes (whatever
+//     committed survives), and keep rising when the row is lost or goes
+//     back (failover to an asynchronous replica that missed the last
+//     commits, a restore from an older backup) under the clock condition
+//     below. A failed call is an error and never "acquired" or
 //     ErrNotAcquired; after an error the acquire may have been applied (a
 //     lost reply), and leasehold.Client releases its token then.
 //   - WatchReleases uses one connection per Store, whatever the number of
 //     waiters and keys, and returns only once that connection LISTENs.
 //
+// # The clock condition
+//
+// A fence is the issuing server's clock at that moment (now(), the
+// transaction start, in microseconds), or the row's last fence + 1 when
+// that is higher, which in normal operation happens only for acquires of
+// one key within one microsecond. So the fences issued before a loss were
+// at most the old server's clock then. After the rows are lost or go back,
+// the next fence is the new server's clock, past every fence issued
+// before, as long as that clock is no more than D behind the old one,
+// where D is the time from the last acquire before the loss to the first
+// one after it (at least the failover or restore time). A primary and a
+// replica both kept by NTP are milliseconds apart, far inside any
+// failover; the e2e test TestMultiNodePostgres promotes a replica that
+// missed the last acquires and checks that no stale write gets through.
+// A row whose fence is above the clock (raised by hand, or restored with
+// one) keeps counting from there: the higher value always wins.
+//
 // # What it does not guarantee
 //
-//   - Fences are only as durable as the database: they can go backwards.
-//     If the database is restored from a backup (or to a point in time)
-//     older than the last acquire, the counters go back with it and fences
-//     already issued are issued again, to new owners. A process still
-//     holding a fence from before the restore then outranks the new owner
-//     at any storage that did not go back with it, and the leases it held
-//     are free to take. Nothing in this package detects it. After such a
-//     restore, stop lock users and raise every fence past the highest one
-//     that can have been issued (UPDATE leasehold_leases SET token = NULL,
-//     expires_at = NULL, fence = fence + <margin>) before letting them back.
-//     Failover to an asynchronous replica that missed the last commits is a
-//     restore of the same kind: a lease and its fence can be lost and
-//     issued again. Use synchronous replication (synchronous_standby_names,
-//     synchronous_commit = on or stricter) if failover must not lose them.
-//     With synchronous_commit = off (for the session or the server) even a
-//     crash of a single server can lose the last acquires in the same way.
+//   - A lagging replica promoted, or a restore, loses leases: a key held
+//     on the old primary may be free on the new one, and a second owner
+//     may acquire while the first still believes it holds the lease (with
+//     a higher fence, so only the fence check at the storage boundary
+//     protects data then). Use synchronous replication
+//     (synchronous_standby_names, synchronous_commit = on or stricter) if
+//     failover must not lose leases. With synchronous_commit = off (for the
+//     session or the server) even a crash of a single server can lose the
+//     last acquires in the same way.
+//   - Outside the clock condition a fence may be issued again: a server
+//     clock stepped back by more than D, or a loss of rows whose fences
+//     had been raised above the clock. Then stop lock users and raise
+//     every fence past the highest one that can have been issued
+//     (UPDATE leasehold_leases SET token = NULL, expires_at = NULL,
+//     fence = fence + <margin>) before letting them back.
 //   - Release notifications may be lost: a broken connection, a database
 //     restart, or a release committed before the Store's connection
 //     listens. The listening connection reconnects with bounded backoff

@@ -164,16 +164,23 @@ const (
 )`
 
 	// acquireSQL takes a free key (no row, or a released or expired one)
-	// and raises its fence in the same row. When the key is held, the
+	// and raises its fence in the same row to max(last fence + 1, the
+	// database clock in microseconds since the Unix epoch): after a
+	// failover to a replica that missed the last commits, or a restore,
+	// the row is older or gone and the clock carries the fence past the
+	// ones issued before (see "The clock condition" in the package doc).
+	// extract(epoch …) is numeric since PostgreSQL 14, so the microseconds
+	// are exact; before 14 it is a double, exact to well under a
+	// microsecond for dates this century. When the key is held, the
 	// INSERT returns nothing and the second column reports the holder's
 	// remaining TTL. That read uses the statement's snapshot, so it is NULL
 	// in the rare race where the holder's row was written after the
 	// statement started; the caller then gets a HeldError without a TTL.
 	acquireSQL = `WITH acquired AS (
 	INSERT INTO %[1]s AS l (key, token, fence, expires_at)
-	VALUES ($1, $2, 1, now() + $3::interval)
+	VALUES ($1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval)
 	ON CONFLICT (key) DO UPDATE
-	   SET token = EXCLUDED.token, fence = l.fence + 1, expires_at = EXCLUDED.expires_at
+	   SET token = EXCLUDED.token, fence = greatest(l.fence + 1, EXCLUDED.fence), expires_at = EXCLUDED.expires_at
 	 WHERE l.expires_at IS NULL OR l.expires_at <= now()
 	RETURNING l.fence
 )
