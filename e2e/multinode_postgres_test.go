@@ -220,7 +220,7 @@ func startPGCluster(t *testing.T) *pgCluster {
 		if t.Failed() {
 			for _, s := range c.servers {
 				if b, err := os.ReadFile(s.log()); err == nil {
-					t.Logf("%s postgres.log tail:\n%s", s.addr(), tail(string(b), 10))
+					t.Logf("%s postgres.log tail:\n%s", s.addr(), tail(string(b), 200))
 				}
 			}
 		}
@@ -499,7 +499,7 @@ func (c *pgCluster) failOver(ctx context.Context, p, r *pgServer, kind string, s
 	if err != nil {
 		// The cluster stays busy: no more faults on a topology in an
 		// unknown state; the test reports the error.
-		c.errs = append(c.errs, fmt.Errorf("%s: %w", kind, err))
+		c.errs = append(c.errs, fmt.Errorf("%s: %w; processes: %s", kind, err, c.processStates()))
 		return
 	}
 	c.failovers = append(c.failovers, fo)
@@ -597,6 +597,26 @@ func (c *pgCluster) doFailOver(ctx context.Context, p, r *pgServer, fo *pgFailov
 	return nil
 }
 
+// processStates lists each node's processes as pid:state (R, S, T for
+// stopped, Z…), for a failover that could not finish.
+func (c *pgCluster) processStates() string {
+	var b strings.Builder
+	for _, s := range c.servers {
+		pids, err := nsPids(s.node)
+		fmt.Fprintf(&b, "%s postmaster %d [", s.addr(), s.process().Pid)
+		for _, pid := range pids {
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+				// pid (comm) state …: the state follows the last ')'.
+				if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) {
+					fmt.Fprintf(&b, " %d:%c", pid, st[i+2])
+				}
+			}
+		}
+		fmt.Fprintf(&b, " ] %v; ", err)
+	}
+	return b.String()
+}
+
 // nsPids lists the processes in nd's namespace.
 func nsPids(nd *netns.Node) ([]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), pgProbeTimeout)
@@ -678,7 +698,7 @@ func runPGDrill(t *testing.T, c *pgCluster, cfg drill.Config) (*report.Report, [
 	fos, errs := slices.Clone(c.failovers), slices.Clone(c.errs)
 	c.mu.Unlock()
 	for _, err := range errs {
-		t.Errorf("failover: %v", err)
+		t.Errorf("failover at %v: %v", time.Now().Format("15:04:05.000"), err)
 	}
 	for i, fo := range fos {
 		t.Logf("failover %d (%s): replica cut off %v before; it missed %d acquires: max fence %d on the primary, %d on the replica; fault to new primary taking writes %v",
