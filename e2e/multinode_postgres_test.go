@@ -162,7 +162,6 @@ func (s *pgServer) process() *netns.Proc {
 type pgCluster struct {
 	t       *testing.T
 	pg      pgInstall
-	net     *netns.Net
 	servers [2]*pgServer
 
 	mu        sync.Mutex
@@ -207,7 +206,7 @@ func startPGCluster(t *testing.T) *pgCluster {
 		t.Fatal(err)
 	}
 	nt := netns.New(t, 2)
-	c := &pgCluster{t: t, pg: pg, net: nt}
+	c := &pgCluster{t: t, pg: pg}
 	for i, nd := range nt.Nodes() {
 		s := &pgServer{node: nd, dir: filepath.Join(dir, fmt.Sprint(i))}
 		if err := c.mkdir(s.dir); err != nil {
@@ -220,7 +219,7 @@ func startPGCluster(t *testing.T) *pgCluster {
 		if t.Failed() {
 			for _, s := range c.servers {
 				if b, err := os.ReadFile(s.log()); err == nil {
-					t.Logf("%s postgres.log tail:\n%s", s.addr(), tail(string(b), 200))
+					t.Logf("%s postgres.log tail:\n%s", s.addr(), tail(string(b), 60))
 				}
 			}
 		}
@@ -384,10 +383,17 @@ func pgProbe(ctx context.Context, addr string, readWrite bool, sql string, args 
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeConn(conn)
 	var v any
 	err = conn.QueryRow(ctx, sql, args...).Scan(&v)
 	return v, err
+}
+
+// closeConn closes a probe's connection, bounded: its server may be frozen.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), pgProbeTimeout)
+	defer cancel()
+	_ = conn.Close(ctx)
 }
 
 // fences reads every key's fence of the lease table on addr.
@@ -398,7 +404,7 @@ func fences(ctx context.Context, addr string) (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeConn(conn)
 	rows, err := conn.Query(ctx, "SELECT key, fence FROM "+pgx.Identifier{pgTable}.Sanitize())
 	if err != nil {
 		return nil, err
