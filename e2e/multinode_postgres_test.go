@@ -471,7 +471,7 @@ func (f *pgFault) Name() string {
 
 func (f *pgFault) Available(faults.Env) bool { return true }
 
-func (f *pgFault) Inject(ctx context.Context, _ faults.Env) error {
+func (f *pgFault) Inject(context.Context, faults.Env) error {
 	c := f.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
