@@ -1,0 +1,189 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/storetest/testserver"
+)
+
+// replicatedJobs is the size of the drills on replicated stores: enough
+// for takeovers and faults, short enough for three topologies in parallel.
+const replicatedJobs = 8
+
+// drillJSON is what these tests read of drill -o json.
+type drillJSON struct {
+	Store            string         `json:"store"`
+	Jobs             int            `json:"jobs"`
+	NoFencing        bool           `json:"no_fencing"`
+	CriticalSections int            `json:"critical_sections"`
+	Ops              map[string]int `json:"ops"`
+	Violations       []struct {
+		Check string `json:"check"`
+	} `json:"violations"`
+	Cleanup  string `json:"cleanup"`
+	Verdict  string `json:"verdict"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// drillOnReplicated runs "leasehold drill" with storeArgs, fenced, while a
+// second drill is started on the same store and must be refused, and checks
+// the first: exit 0, the report names the store (wantStore), every job done
+// through fenced writes, no violation.
+func drillOnReplicated(t *testing.T, storeArgs []string, wantStore string) drillJSON {
+	t.Helper()
+	args := append(append([]string{"drill"}, storeArgs...),
+		"--jobs", strconv.Itoa(replicatedJobs), "--time-scale", "1/200", "--takeover-slo", "1m", "-o", "json")
+	start := time.Now()
+	first := startBg(t, args...)
+
+	// The second drill, while the first holds drill:run: refused at once,
+	// naming the first one's process.
+	eventually(t, 30*time.Second, "the first drill holds drill:run", func() bool {
+		var got lockJSON
+		r := run(t, append(append([]string{"inspect"}, storeArgs...), "-o", "json", "drill:run")...)
+		return r.code == 0 && decodeOK(r.stdout, &got) && got.Held
+	})
+	second := failsWith(t, 1, []string{"another drill is running", ":" + strconv.Itoa(first.pid())},
+		append(append([]string{"drill"}, storeArgs...), "--jobs", "1", "--quiet")...)
+	if second.stdout != "" {
+		t.Errorf("the refused drill printed a report:\n%s", second.stdout)
+	}
+
+	r := first.wait(t, time.Minute)
+	t.Logf("drill %s: %v", wantStore, time.Since(start).Round(time.Millisecond))
+	if r.code != 0 {
+		t.Fatalf("leasehold %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
+	}
+	var rep drillJSON
+	decode(t, r.stdout, &rep)
+	if !strings.HasPrefix(rep.Store, wantStore) {
+		t.Errorf("the report's store is %q, want %q…", rep.Store, wantStore)
+	}
+	if rep.Jobs != replicatedJobs || rep.NoFencing || rep.CriticalSections < replicatedJobs || rep.Ops["write ok"] < replicatedJobs || rep.Ops["acquire ok"] < replicatedJobs {
+		t.Errorf("the drill did not run its %d jobs fenced: %+v", replicatedJobs, rep)
+	}
+	if len(rep.Violations) != 0 || rep.Verdict != "safe" || rep.ExitCode != 0 {
+		t.Errorf("verdict %q (exit %d), violations %+v", rep.Verdict, rep.ExitCode, rep.Violations)
+	}
+	return rep
+}
+
+// decodeOK reports whether out is JSON that unmarshals into v.
+func decodeOK(out string, v any) bool {
+	return json.Unmarshal([]byte(out), v) == nil
+}
+
+// TestDrillOnReplicatedStores runs the drill binary on a Redis Cluster, a
+// Redis primary behind three Sentinels and a 3-member etcd cluster, all on
+// loopback, from the command line as an operator would point it at their
+// own store: each drill runs its jobs fenced, a second drill is refused
+// while it runs, and it leaves only the keys the documentation says it
+// leaves.
+func TestDrillOnReplicatedStores(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := testserver.StartRedisCluster(t, 3)
+		addrs := cl.Addrs()
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = cc.Close() })
+		// The job keys live on more than one master, so the drill works
+		// across slots (its cleanup deletes one fence key a call).
+		masters := map[string]bool{}
+		for i := range replicatedJobs {
+			m, err := cc.MasterForKey(ctx, drill.JobKey(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			masters[m.Options().Addr] = true
+		}
+		if len(masters) < 2 {
+			t.Fatalf("the %d job keys are all on %v: the test would not cross slots", replicatedJobs, masters)
+		}
+
+		u := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
+		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at cluster "+strings.Join(addrs, ","))
+		if !strings.Contains(rep.Cleanup, "no drill key left") {
+			t.Errorf("cleanup %q", rep.Cleanup)
+		}
+		for _, a := range addrs {
+			if left := redisKeys(t, a, "*drill:*"); len(left) != 0 {
+				t.Errorf("master %s keeps %q after the drill", a, left)
+			}
+		}
+	})
+
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		primary := testserver.StartRedis(t)
+		var sentinels []string
+		for range 3 {
+			s, err := testserver.NewRedisSentinel("drillmaster", primary.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			sentinels = append(sentinels, s.Addr())
+		}
+		u := "redis+sentinel://" + sentinels[0] + "/0?master_name=drillmaster&addr=" + sentinels[1] + "&addr=" + sentinels[2]
+		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at sentinel "+strings.Join(sentinels, ",")+" master drillmaster/0")
+		if !strings.Contains(rep.Cleanup, "no drill key left") {
+			t.Errorf("cleanup %q", rep.Cleanup)
+		}
+		if left := redisKeys(t, primary.Addr(), "*drill:*"); len(left) != 0 {
+			t.Errorf("the primary keeps %q after the drill", left)
+		}
+	})
+
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		c := testserver.StartEtcdCluster(t, 3)
+		eps := c.Endpoints()
+		ec, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ec.Close() })
+		rep := drillOnReplicated(t, []string{"--etcd", strings.Join(eps, ",")}, "etcd at "+strings.Join(eps, ","))
+		// etcd keeps the fences (docs/drill.md): one a job, one for
+		// drill:run, under the prefix the cleanup line names, and nothing
+		// else; no lock is left.
+		const fences = "leasehold/fence/drill:"
+		if !strings.Contains(rep.Cleanup, "etcdctl del --prefix '"+fences+"'") {
+			t.Errorf("cleanup %q does not name %s", rep.Cleanup, fences)
+		}
+		left := drillKeys(t, ec)
+		for _, k := range left {
+			if !strings.HasPrefix(k, fences) {
+				t.Errorf("the drill left %q, not a fence", k)
+			}
+		}
+		if len(left) != replicatedJobs+1 {
+			t.Errorf("the drill left %d keys, want its %d job fences and drill:run's: %q", len(left), replicatedJobs, left)
+		}
+	})
+}
+
+// redisKeys are the keys matching pattern on the Redis at addr (one node).
+func redisKeys(t *testing.T, addr, pattern string) []string {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	keys, err := rc.Keys(context.Background(), pattern).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
