@@ -137,7 +137,9 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			sentinels = append(sentinels, s.Addr())
 		}
-		u := "redis+sentinel://" + sentinels[0] + "/0?master_name=drillmaster&addr=" + sentinels[1] + "&addr=" + sentinels[2]
+		// The Sentinels as a comma-separated host list: it used to reach
+		// go-redis as one host name, "[s1,s2,s3's host]:s3's port".
+		u := "redis+sentinel://" + strings.Join(sentinels, ",") + "/0?master_name=drillmaster"
 		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at sentinel "+strings.Join(sentinels, ",")+" master drillmaster/0")
 		if !strings.Contains(rep.Cleanup, "no drill key left") {
 			t.Errorf("cleanup %q", rep.Cleanup)
