@@ -16,9 +16,14 @@ import (
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
-// replicatedJobs is the size of the drills on replicated stores: enough
-// for takeovers and faults, short enough for three topologies in parallel.
-const replicatedJobs = 8
+// replicatedJobs is the size of the drills on replicated Redis: enough for
+// takeovers and faults, short enough for three topologies in parallel.
+// etcdJobs is etcd's: its TTL is its 1 s lease, not 300 ms, and a drill of
+// 8 jobs took 13 to 37 s there.
+const (
+	replicatedJobs = 8
+	etcdJobs       = 4
+)
 
 // drillJSON is what these tests read of drill -o json.
 type drillJSON struct {
@@ -27,6 +32,11 @@ type drillJSON struct {
 	NoFencing        bool           `json:"no_fencing"`
 	CriticalSections int            `json:"critical_sections"`
 	Ops              map[string]int `json:"ops"`
+	Effects          map[string]int `json:"effects"`
+	StaleRefused     int            `json:"stale_writes_refused"`
+	TTL              time.Duration  `json:"ttl_ns"`
+	TakeoverP99      time.Duration  `json:"takeover_p99_ns"`
+	TakeoverSLO      time.Duration  `json:"takeover_slo_ns"`
 	Violations       []struct {
 		Check string `json:"check"`
 	} `json:"violations"`
@@ -38,11 +48,11 @@ type drillJSON struct {
 // drillOnReplicated runs "leasehold drill" with storeArgs, fenced, while a
 // second drill is started on the same store and must be refused, and checks
 // the first: exit 0, the report names the store (wantStore), every job done
-// through fenced writes, no violation.
-func drillOnReplicated(t *testing.T, storeArgs []string, wantStore string) drillJSON {
+// through fenced writes, no violation. flags are more drill flags.
+func drillOnReplicated(t *testing.T, storeArgs []string, wantStore string, jobs int, flags ...string) drillJSON {
 	t.Helper()
-	args := append(append([]string{"drill"}, storeArgs...),
-		"--jobs", strconv.Itoa(replicatedJobs), "--time-scale", "1/200", "--takeover-slo", "1m", "-o", "json")
+	args := append(append(append([]string{"drill"}, storeArgs...), flags...),
+		"--jobs", strconv.Itoa(jobs), "-o", "json")
 	start := time.Now()
 	first := startBg(t, args...)
 
@@ -60,20 +70,27 @@ func drillOnReplicated(t *testing.T, storeArgs []string, wantStore string) drill
 	}
 
 	r := first.wait(t, time.Minute)
-	t.Logf("drill %s: %v", wantStore, time.Since(start).Round(time.Millisecond))
-	if r.code != 0 {
+	var rep drillJSON
+	if r.code != 0 && r.code != 3 || !decodeOK(r.stdout, &rep) {
 		t.Fatalf("leasehold %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
 	}
-	var rep drillJSON
-	decode(t, r.stdout, &rep)
+	t.Logf("drill on %s: exit %d in %v, %d critical sections, takeover p99 %v (SLO %v)", wantStore, r.code, time.Since(start).Round(time.Millisecond),
+		rep.CriticalSections, rep.TakeoverP99.Round(time.Millisecond), rep.TakeoverSLO)
 	if !strings.HasPrefix(rep.Store, wantStore) {
 		t.Errorf("the report's store is %q, want %q…", rep.Store, wantStore)
 	}
-	if rep.Jobs != replicatedJobs || rep.NoFencing || rep.CriticalSections < replicatedJobs || rep.Ops["write ok"] < replicatedJobs || rep.Ops["acquire ok"] < replicatedJobs {
-		t.Errorf("the drill did not run its %d jobs fenced: %+v", replicatedJobs, rep)
+	if rep.Jobs != jobs || rep.NoFencing || rep.CriticalSections < jobs || rep.Ops["write ok"] < jobs || rep.Ops["acquire ok"] < jobs {
+		t.Errorf("the drill did not run its %d jobs fenced: %+v", jobs, rep)
 	}
-	if len(rep.Violations) != 0 || rep.Verdict != "safe" || rep.ExitCode != 0 {
-		t.Errorf("verdict %q (exit %d), violations %+v", rep.Verdict, rep.ExitCode, rep.Violations)
+	// The takeover SLO is timing, which a loaded machine may miss (exit 3);
+	// safety is not.
+	for _, v := range rep.Violations {
+		if v.Check != "takeover-over-slo" {
+			t.Errorf("safety violation %s", v.Check)
+		}
+	}
+	if rep.ExitCode != r.code || !strings.Contains(r.stdout, `"violations": [`) {
+		t.Errorf("exit %d, the report says %d; violations %+v", r.code, rep.ExitCode, rep.Violations)
 	}
 	return rep
 }
@@ -114,7 +131,7 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 		}
 
 		u := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
-		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at cluster "+strings.Join(addrs, ","))
+		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at cluster "+strings.Join(addrs, ","), replicatedJobs, "--time-scale", "1/200")
 		if !strings.Contains(rep.Cleanup, "no drill key left") {
 			t.Errorf("cleanup %q", rep.Cleanup)
 		}
@@ -140,7 +157,7 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 		// The Sentinels as a comma-separated host list: it used to reach
 		// go-redis as one host name, "[s1,s2,s3's host]:s3's port".
 		u := "redis+sentinel://" + strings.Join(sentinels, ",") + "/0?master_name=drillmaster"
-		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at sentinel "+strings.Join(sentinels, ",")+" master drillmaster/0")
+		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at sentinel "+strings.Join(sentinels, ",")+" master drillmaster/0", replicatedJobs, "--time-scale", "1/200")
 		if !strings.Contains(rep.Cleanup, "no drill key left") {
 			t.Errorf("cleanup %q", rep.Cleanup)
 		}
@@ -158,7 +175,26 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = ec.Close() })
-		rep := drillOnReplicated(t, []string{"--etcd", strings.Join(eps, ",")}, "etcd at "+strings.Join(eps, ","))
+		storeArgs := []string{"--etcd", strings.Join(eps, ",")}
+		// A time scale whose TTL is shorter than etcd's lease is refused:
+		// its paused workers would keep their locks. It used to run, with
+		// no stale write ever tried and every takeover over the SLO.
+		failsWith(t, 1, []string{"--time-scale 1/200 gives a TTL of 300ms", "holds a lease for 1s", "--time-scale 1/60"},
+			append(storeArgs, "drill", "--time-scale", "1/200", "--jobs", "1")...)
+		// Without --time-scale the TTL is etcd's shortest lease (1 s with
+		// testserver's timings), and pauses past it lose the lock.
+		rep := drillOnReplicated(t, storeArgs, "etcd at "+strings.Join(eps, ","), etcdJobs)
+		if rep.TTL != time.Second {
+			t.Errorf("the drill's TTL on etcd is %v, want its 1s lease", rep.TTL)
+		}
+		// A stopped holder's etcd lease ends up to 500 ms (etcd's lessor
+		// loop) after its TTL; the default SLO allows for it.
+		if want := time.Second + time.Second/3 + 500*time.Millisecond; rep.TakeoverSLO != want {
+			t.Errorf("takeover SLO on etcd %v, want %v", rep.TakeoverSLO, want)
+		}
+		if rep.Effects["pause-past-ttl"] > 0 && rep.Ops["release not owned"]+rep.StaleRefused == 0 {
+			t.Errorf("%d workers paused past their TTL, and none was refused a release or a write: ops %v", rep.Effects["pause-past-ttl"], rep.Ops)
+		}
 		// etcd keeps the fences (docs/drill.md): one a job, one for
 		// drill:run, under the prefix the cleanup line names, and nothing
 		// else; no lock is left.
@@ -172,8 +208,8 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 				t.Errorf("the drill left %q, not a fence", k)
 			}
 		}
-		if len(left) != replicatedJobs+1 {
-			t.Errorf("the drill left %d keys, want its %d job fences and drill:run's: %q", len(left), replicatedJobs, left)
+		if len(left) != etcdJobs+1 {
+			t.Errorf("the drill left %d keys, want its %d job fences and drill:run's: %q", len(left), etcdJobs, left)
 		}
 	})
 }
