@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
@@ -28,6 +29,7 @@ const (
 // drillJSON is what these tests read of drill -o json.
 type drillJSON struct {
 	Store            string         `json:"store"`
+	Storage          string         `json:"storage"`
 	Jobs             int            `json:"jobs"`
 	NoFencing        bool           `json:"no_fencing"`
 	CriticalSections int            `json:"critical_sections"`
@@ -212,6 +214,18 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 			t.Errorf("the drill left %d keys, want its %d job fences and drill:run's: %q", len(left), etcdJobs, left)
 		}
 	})
+}
+
+// The PostgreSQL example of the README: locks and fenced jobs in one
+// PostgreSQL, the locks in pgstore's table made beforehand.
+func TestDrillOnPostgresLocksAndJobs(t *testing.T) {
+	t.Parallel()
+	srv := testserver.StartPostgres(t)
+	migratedStore(t, srv.DSN())
+	rep := drillOnReplicated(t, []string{"--postgres", srv.DSN()}, "postgres at ", replicatedJobs, "--jobs-postgres", srv.DSN(), "--time-scale", "1/200")
+	if rep.Storage != "postgres" || !strings.Contains(rep.Cleanup, "DELETE FROM "+pgstore.DefaultTable) || !strings.Contains(rep.Cleanup, "drill_jobs") {
+		t.Errorf("storage %q, cleanup %q", rep.Storage, rep.Cleanup)
+	}
 }
 
 // redisKeys are the keys matching pattern on the Redis at addr (one node).
