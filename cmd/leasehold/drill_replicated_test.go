@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/store/etcdstore"
 	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
@@ -50,8 +52,9 @@ type drillJSON struct {
 // drillOnReplicated runs "leasehold drill" with storeArgs, fenced, while a
 // second drill is started on the same store and must be refused, and checks
 // the first: exit 0, the report names the store (wantStore), every job done
-// through fenced writes, no violation. flags are more drill flags.
-func drillOnReplicated(t *testing.T, storeArgs []string, wantStore string, jobs int, flags ...string) drillJSON {
+// through fenced writes, no violation. st is an application's view of the
+// same store; flags are more drill flags.
+func drillOnReplicated(t *testing.T, st driver.Store, storeArgs []string, wantStore string, jobs int, flags ...string) drillJSON {
 	t.Helper()
 	args := append(append(append([]string{"drill"}, storeArgs...), flags...),
 		"--jobs", strconv.Itoa(jobs), "-o", "json")
@@ -59,11 +62,11 @@ func drillOnReplicated(t *testing.T, storeArgs []string, wantStore string, jobs 
 	first := startBg(t, args...)
 
 	// The second drill, while the first holds drill:run: refused at once,
-	// naming the first one's process.
+	// naming the first one's process. drill:run is watched in process, not
+	// with inspect, to start the second drill well before the first ends.
 	eventually(t, 30*time.Second, "the first drill holds drill:run", func() bool {
-		var got lockJSON
-		r := run(t, append(append([]string{"inspect"}, storeArgs...), "-o", "json", "drill:run")...)
-		return r.code == 0 && decodeOK(r.stdout, &got) && got.Held
+		info, err := st.Inspect(context.Background(), "drill:run")
+		return err == nil && info.Held
 	})
 	second := failsWith(t, 1, []string{"another drill is running", ":" + strconv.Itoa(first.pid())},
 		append(append([]string{"drill"}, storeArgs...), "--jobs", "1", "--quiet")...)
@@ -117,7 +120,7 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 		cl := testserver.StartRedisCluster(t, 3)
 		addrs := cl.Addrs()
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-		t.Cleanup(func() { _ = cc.Close() })
+		appStore := appClient(t, cc).Store()
 		// The job keys live on more than one master, so the drill works
 		// across slots (its cleanup deletes one fence key a call).
 		masters := map[string]bool{}
@@ -133,7 +136,7 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 		}
 
 		u := "redis+cluster://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]
-		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at cluster "+strings.Join(addrs, ","), replicatedJobs, "--time-scale", "1/200")
+		rep := drillOnReplicated(t, appStore, []string{"--redis", u}, "redis at cluster "+strings.Join(addrs, ","), replicatedJobs, "--time-scale", "1/200")
 		if !strings.Contains(rep.Cleanup, "no drill key left") {
 			t.Errorf("cleanup %q", rep.Cleanup)
 		}
@@ -156,10 +159,11 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			sentinels = append(sentinels, s.Addr())
 		}
+		appStore := appClient(t, redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "drillmaster", SentinelAddrs: sentinels})).Store()
 		// The Sentinels as a comma-separated host list: it used to reach
 		// go-redis as one host name, "[s1,s2,s3's host]:s3's port".
 		u := "redis+sentinel://" + strings.Join(sentinels, ",") + "/0?master_name=drillmaster"
-		rep := drillOnReplicated(t, []string{"--redis", u}, "redis at sentinel "+strings.Join(sentinels, ",")+" master drillmaster/0", replicatedJobs, "--time-scale", "1/200")
+		rep := drillOnReplicated(t, appStore, []string{"--redis", u}, "redis at sentinel "+strings.Join(sentinels, ",")+" master drillmaster/0", replicatedJobs, "--time-scale", "1/200")
 		if !strings.Contains(rep.Cleanup, "no drill key left") {
 			t.Errorf("cleanup %q", rep.Cleanup)
 		}
@@ -177,6 +181,11 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = ec.Close() })
+		appStore, err := etcdstore.New(ec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = appStore.Close() })
 		storeArgs := []string{"--etcd", strings.Join(eps, ",")}
 		// A time scale whose TTL is shorter than etcd's lease is refused:
 		// its paused workers would keep their locks. It used to run, with
@@ -185,7 +194,7 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 			append(storeArgs, "drill", "--time-scale", "1/200", "--jobs", "1")...)
 		// Without --time-scale the TTL is etcd's shortest lease (1 s with
 		// testserver's timings), and pauses past it lose the lock.
-		rep := drillOnReplicated(t, storeArgs, "etcd at "+strings.Join(eps, ","), etcdJobs)
+		rep := drillOnReplicated(t, appStore, storeArgs, "etcd at "+strings.Join(eps, ","), etcdJobs)
 		if rep.TTL != time.Second {
 			t.Errorf("the drill's TTL on etcd is %v, want its 1s lease", rep.TTL)
 		}
@@ -221,8 +230,8 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 func TestDrillOnPostgresLocksAndJobs(t *testing.T) {
 	t.Parallel()
 	srv := testserver.StartPostgres(t)
-	migratedStore(t, srv.DSN())
-	rep := drillOnReplicated(t, []string{"--postgres", srv.DSN()}, "postgres at ", replicatedJobs, "--jobs-postgres", srv.DSN(), "--time-scale", "1/200")
+	appStore := migratedStore(t, srv.DSN())
+	rep := drillOnReplicated(t, appStore, []string{"--postgres", srv.DSN()}, "postgres at ", replicatedJobs, "--jobs-postgres", srv.DSN(), "--time-scale", "1/200")
 	if rep.Storage != "postgres" || !strings.Contains(rep.Cleanup, "DELETE FROM "+pgstore.DefaultTable) || !strings.Contains(rep.Cleanup, "drill_jobs") {
 		t.Errorf("storage %q, cleanup %q", rep.Storage, rep.Cleanup)
 	}
