@@ -77,6 +77,9 @@ const (
 	clusterSuffix  = "+cluster"
 )
 
+// clusterWhere starts a Cluster backend's where: "cluster host:port,…".
+const clusterWhere = "cluster "
+
 // openRedis makes a backend on the Redis at rawURL, given by name (a flag,
 // or a variable and its flag): a single node (redis://, rediss://, unix://
 // or a bare host:port), a Sentinel-managed primary (redis+sentinel://
@@ -142,7 +145,7 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 		}
 		opts.ContextTimeoutEnabled = true
 		tlsCfg, addrs = &opts.TLSConfig, opts.Addrs
-		where = "cluster " + strings.Join(addrs, ",")
+		where = clusterWhere + strings.Join(addrs, ",")
 		newClient = func() redis.UniversalClient { return redis.NewClusterClient(opts) }
 	default:
 		opts, err := redis.ParseURL(goURL)
