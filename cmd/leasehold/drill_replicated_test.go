@@ -51,8 +51,9 @@ type drillJSON struct {
 
 // drillOnReplicated runs "leasehold drill" with storeArgs, fenced, while a
 // second drill is started on the same store and must be refused, and checks
-// the first: exit 0, the report names the store (wantStore), every job done
-// through fenced writes, no violation. st is an application's view of the
+// the first: exit 0 (or 3, the takeover SLO alone missed), the report names
+// the store (wantStore), every job done through fenced writes, no safety
+// violation. st is an application's view of the
 // same store; flags are more drill flags.
 func drillOnReplicated(t *testing.T, st driver.Store, storeArgs []string, wantStore string, jobs int, flags ...string) drillJSON {
 	t.Helper()
