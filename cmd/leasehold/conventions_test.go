@@ -251,6 +251,16 @@ func TestRedisAddressForms(t *testing.T) {
 		if len(all) != len(keys) {
 			t.Errorf("ls --redis %s listed %d locks, want %d: %+v", u, len(all), len(keys), all)
 		}
+		// The seeds as a comma-separated host list, the first one down: go-redis
+		// used to get the list as one host name and fail to resolve it.
+		down := closedAddr(t)
+		list := "redis+cluster://" + down + "," + strings.Join(addrs, ",")
+		decode(t, ok(t, "inspect", "--redis", list, "-o", "json", keys[2]), &got)
+		if !got.Held || !strings.HasSuffix(got.Store, "cluster "+down+","+strings.Join(addrs, ",")) {
+			t.Errorf("inspect --redis %s = %+v", list, got)
+		}
+		failsWith(t, 2, []string{"--redis: invalid URL", "host 2 of the comma-separated list is not host:port"},
+			"inspect", "--redis", "redis+cluster://"+addrs[0]+",nohost,"+addrs[1], "k")
 	})
 }
 

@@ -109,7 +109,7 @@ func TestDrillCleanupInstructions(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = ec.Close() })
-		r := run(t, "drill", "--etcd", strings.Join(srv.Endpoints(), ","), "--time-scale", "1/200", "--jobs", "10", "--takeover-slo", "1m", "--quiet", "--json")
+		r := run(t, "drill", "--etcd", strings.Join(srv.Endpoints(), ","), "--jobs", "10", "--takeover-slo", "1m", "--quiet", "--json")
 		var rep struct{ Cleanup string }
 		decode(t, r.stdout, &rep)
 		m := regexp.MustCompile(`etcdctl del --prefix '([^']+)'`).FindStringSubmatch(rep.Cleanup)

@@ -198,14 +198,25 @@ func (r *Report) WriteText(w io.Writer) error {
 
 // WriteJSON writes the report as indented JSON, without its history, with
 // its verdict and exit code.
+// Empty lists and maps are [] and {}, never null (the CLI's -o json
+// convention).
 func (r *Report) WriteJSON(w io.Writer) error {
+	c := *r
+	if c.Violations == nil {
+		c.Violations = []check.Violation{}
+	}
+	for _, m := range []*map[string]int{&c.Ops, &c.Faults, &c.Effects} {
+		if *m == nil {
+			*m = map[string]int{}
+		}
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
 		*Report
 		Verdict  string `json:"verdict"`
 		ExitCode int    `json:"exit_code"`
-	}{r, r.Verdict(), r.ExitCode()})
+	}{&c, r.Verdict(), r.ExitCode()})
 }
 
 func sum(m map[string]int) (n int) {

@@ -73,6 +73,27 @@ func TestWriteJSON(t *testing.T) {
 	}
 }
 
+// A safe run's JSON has "violations": [] and its figures as {}, never null:
+// the CLI's -o json promises [] for an empty list.
+func TestWriteJSONEmptyIsNotNull(t *testing.T) {
+	var out strings.Builder
+	if err := (&report.Report{Store: "memory"}).WriteJSON(&out); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	if vs, ok := got["violations"].([]any); !ok || len(vs) != 0 {
+		t.Errorf("violations = %#v, want []", got["violations"])
+	}
+	for _, k := range []string{"ops", "faults", "effects"} {
+		if m, ok := got[k].(map[string]any); !ok || len(m) != 0 {
+			t.Errorf("%s = %#v, want {}", k, got[k])
+		}
+	}
+}
+
 // The verdict tells safety from the takeover time: any safety violation is
 // exit 1 whatever else failed, the takeover SLO alone exit 3, none exit 0.
 func TestVerdict(t *testing.T) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/drill/check"
 	"github.com/leasehold/leasehold/drill/pgjobs"
 	"github.com/leasehold/leasehold/drill/report"
 )
@@ -45,7 +47,11 @@ It runs on an in-process memory store unless a store is given with --redis,
 unless --jobs-postgres names a PostgreSQL (tables drill_jobs and
 drill_jobs_writes are dropped and created there). Lock
 timings are the per-item path's (TTL 60 s, renew 20 s), scaled by
---time-scale. --unsafe-release and --no-fencing switch a protection off: the
+--time-scale. etcd holds a lease for whole seconds, at least its minimum
+lease TTL (2 s with its defaults): on --etcd the default time scale is
+raised to make the TTL that lease, a shorter --time-scale is refused, and
+the default takeover SLO allows 500 ms more (etcd's lessor frees expired
+leases every 500 ms). --unsafe-release and --no-fencing switch a protection off: the
 drill must then report violations, which proves it can fail. --report writes
 the report as one self-contained HTML page as well: a timeline of the leases
 per worker, the faults and the refused writes.
@@ -101,6 +107,16 @@ says which.`,
 					return err
 				}
 				defer b.close()
+				if err := fitTimeScale(cmd.Context(), b, &cfg, flagSet(cmd.Flags(), "time-scale"), timeScale); err != nil {
+					return err
+				}
+				if !flagSet(cmd.Flags(), "takeover-slo") && b.expiryLag > 0 {
+					// A stopped holder's lease ends up to expiryLag after
+					// its TTL: without it the default SLO is missed on
+					// etcd by design (takeover p99 1.7 s for 1.33 s).
+					ttl := time.Duration(float64(drillBaseTTL) * cfg.TimeScale)
+					cfg.TakeoverSLO = check.DefaultTakeoverSLO(ttl) + b.expiryLag
+				}
 				unlock, err := a.lockDrillRun(cmd.Context(), b)
 				if err != nil {
 					return err
@@ -184,6 +200,42 @@ says which.`,
 	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	f.StringVar(&htmlPath, "report", "", "also write the report as a self-contained HTML page to this file, violations or not")
 	return cmd
+}
+
+// drillBaseTTL is the drill's TTL before --time-scale: the per-item job
+// lock's of package drill.
+const drillBaseTTL = time.Minute
+
+// fitTimeScale makes the drill's TTL one that b really gives a lease. etcd
+// rounds a lease up to whole seconds and to its minimum TTL (1.5 election
+// timeouts, rounded up: 2 s with etcd's defaults), so at 1/100 a 600 ms
+// drill TTL is a lease of 2 s: a worker paused for 1.5 TTL still holds its
+// lock when it wakes up, so no stale write is ever tried and the fence goes
+// untested, and every takeover waits for the longer lease and misses the
+// SLO (exit 3). Without --time-scale (given false) the scale is raised to
+// make the TTL the store's lease; a --time-scale that is too short is an
+// error (exit 1: the store was asked).
+func fitTimeScale(ctx context.Context, b *backend, cfg *drill.Config, given bool, timeScale string) error {
+	if b.leaseTTL == nil {
+		return nil
+	}
+	ttl := time.Duration(float64(drillBaseTTL) * cfg.TimeScale)
+	var lease time.Duration
+	if err := b.call(ctx, func(ctx context.Context) error {
+		var err error
+		lease, err = b.leaseTTL(ctx, ttl)
+		return err
+	}); err != nil {
+		return fmt.Errorf("asking for a lease of %v: %w", ttl, err)
+	}
+	if lease <= ttl {
+		return nil
+	}
+	if given {
+		return fmt.Errorf("--time-scale %s gives a TTL of %v, but %s holds a lease for %v (whole seconds, at least its minimum lease TTL): a worker paused past the drill's TTL would keep its lock, the fence would go untested and every takeover would miss the SLO; give --time-scale %d/60 or more, or leave it out for %d/60", timeScale, ttl, b, lease, lease/time.Second, lease/time.Second)
+	}
+	cfg.TimeScale = float64(lease) / float64(drillBaseTTL)
+	return nil
 }
 
 // ExitSLOMissed is drill's exit code when the takeover SLO was missed and

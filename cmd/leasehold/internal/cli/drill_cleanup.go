@@ -59,6 +59,11 @@ func (a *app) leftover(b *backend) string {
 	case "redis":
 		// FenceKey puts a slot tag between the prefix and the key.
 		fences := "leasehold:fence:{*}:" + pattern
+		if strings.HasPrefix(b.where, clusterWhere) {
+			// SCAN sees one node's keys, and a DEL of keys in different
+			// slots is refused (CROSSSLOT): each master, one key a DEL.
+			return fmt.Sprintf("left: the fence keys %s; remove them on each master HOST:PORT with: redis-cli -h HOST -p PORT --scan --pattern '%s' | xargs -r -n 1 redis-cli -h HOST -p PORT del", fences, fences)
+		}
 		return fmt.Sprintf("left: the fence keys %s; remove them with: redis-cli --scan --pattern '%s' | xargs -r redis-cli del", fences, fences)
 	case "etcd":
 		prefix := a.global.etcdPrefix + "fence/" + drillKeysPrefix

@@ -46,8 +46,21 @@ func openEtcd(ctx context.Context, name, endpoints, prefix string, timeout time.
 	b.store = st
 	b.close = func() { st.Close(); client.Close() }
 	b.probe = func() error { return probeTCP(eps, probeTimeout) }
+	b.expiryLag = etcdExpiryLag
+	b.leaseTTL = func(ctx context.Context, ttl time.Duration) (time.Duration, error) {
+		resp, err := client.Grant(ctx, int64((ttl+time.Second-1)/time.Second))
+		if err != nil {
+			return 0, err
+		}
+		_, _ = client.Revoke(ctx, resp.ID) // best effort: it expires anyway
+		return time.Duration(resp.TTL) * time.Second, nil
+	}
 	return b, nil
 }
+
+// etcdExpiryLag is the interval of etcd's lessor loop, which revokes the
+// leases whose TTL has run out: a lease may outlive its TTL by this much.
+const etcdExpiryLag = 500 * time.Millisecond
 
 // parseEtcdEndpoints splits --etcd into host:port or http(s)://host:port
 // endpoints; credentials are refused (no etcd auth yet), and never quoted.

@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -75,12 +77,16 @@ const (
 	clusterSuffix  = "+cluster"
 )
 
+// clusterWhere starts a Cluster backend's where: "cluster host:port,…".
+const clusterWhere = "cluster "
+
 // openRedis makes a backend on the Redis at rawURL, given by name (a flag,
 // or a variable and its flag): a single node (redis://, rediss://, unix://
 // or a bare host:port), a Sentinel-managed primary (redis+sentinel://
-// ...?master_name=NAME) or a Cluster (redis+cluster://, more seeds with
-// ?addr=host:port). ContextTimeoutEnabled is forced on, so a command cut by
-// --timeout drops its connection at once.
+// ...?master_name=NAME) or a Cluster (redis+cluster://); more Sentinels or
+// seeds as ?addr=host:port or as a comma-separated host list.
+// ContextTimeoutEnabled is forced on, so a command cut by --timeout drops
+// its connection at once.
 func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout time.Duration) (*backend, error) {
 	if rawURL == "" {
 		return nil, usagef("%s needs a URL, such as redis://127.0.0.1:6379/0 or 127.0.0.1:6379", name)
@@ -103,6 +109,15 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 		return nil, usagef("--tls-ca, --tls-cert and --tls-key need a rediss:// URL in %s", name)
 	}
 	goURL := base + strings.TrimPrefix(rawURL, u.Scheme)
+	if variant != "" && strings.Contains(u.Host, ",") {
+		// redis+sentinel://s1:26379,s2:26379,s3:26379?master_name=NAME: the
+		// hosts after the first become addr parameters, which is how
+		// go-redis takes more Sentinels or Cluster seeds; it would read the
+		// list as one host name.
+		if goURL, err = hostListToAddrs(name, u, base); err != nil {
+			return nil, err
+		}
+	}
 
 	var (
 		newClient func() redis.UniversalClient
@@ -130,7 +145,7 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 		}
 		opts.ContextTimeoutEnabled = true
 		tlsCfg, addrs = &opts.TLSConfig, opts.Addrs
-		where = "cluster " + strings.Join(addrs, ",")
+		where = clusterWhere + strings.Join(addrs, ",")
 		newClient = func() redis.UniversalClient { return redis.NewClusterClient(opts) }
 	default:
 		opts, err := redis.ParseURL(goURL)
@@ -167,6 +182,26 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 		return client.Del(ctx, keys...).Err()
 	}
 	return b, nil
+}
+
+// hostListToAddrs rewrites u, a Sentinel or Cluster URL whose host is a
+// comma-separated list of host:port, into the go-redis URL (scheme base)
+// with the first host as its host and the others, in order, as addr
+// parameters before any addr the URL has. A host that is not host:port is
+// an error that names its place in the list, never its text.
+func hostListToAddrs(name string, u *url.URL, base string) (string, error) {
+	hosts := strings.Split(u.Host, ",")
+	for i, h := range hosts {
+		host, port, err := net.SplitHostPort(h)
+		if _, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || host == "" {
+			return "", addrError(name, "URL", fmt.Sprintf("host %d of the comma-separated list is not host:port", i+1))
+		}
+	}
+	q := u.Query()
+	q["addr"] = append(hosts[1:len(hosts):len(hosts)], q["addr"]...)
+	g := *u
+	g.Scheme, g.Host, g.RawQuery = base, hosts[0], q.Encode()
+	return g.String(), nil
 }
 
 // isHostPort reports a bare host:port (no scheme), taken as redis://host:port.

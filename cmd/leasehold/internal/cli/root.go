@@ -148,7 +148,7 @@ SLO; lock exits with its command's code, 124 (lock lost) or 125 (not acquired).`
 
 	g := &a.global
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.redisURL, "redis", "", "Redis URL (default $"+EnvRedisURL+"): host:port, redis://[user:password@]host:port/db, rediss:// for TLS, redis+sentinel://host:port?master_name=NAME, redis+cluster://host:port[?addr=host:port] (go-redis ParseURL, ParseFailoverURL, ParseClusterURL)")
+	pf.StringVar(&g.redisURL, "redis", "", "Redis URL (default $"+EnvRedisURL+"): host:port, redis://[user:password@]host:port/db, rediss:// for TLS, redis+sentinel://host:port[,host:port…]?master_name=NAME, redis+cluster://host:port[,host:port…] (more hosts also as ?addr=host:port; go-redis ParseURL, ParseFailoverURL, ParseClusterURL)")
 	pf.StringVar(&g.etcdEndpoints, "etcd", "", "etcd endpoints (default $"+EnvEtcdEndpoints+"), comma-separated host:port or http://host:port")
 	pf.StringVar(&g.postgresDSN, "postgres", "", "PostgreSQL URL or key=value DSN, as pgx takes it (default $"+EnvPostgresDSN+")")
 	pf.StringVar(&g.tls.ca, "tls-ca", "", "with a rediss:// --redis: PEM file of the CAs that sign the server's certificate (default: the system's)")

@@ -32,6 +32,16 @@ type backend struct {
 	// removes (a Redis fence counter): drill's cleanup uses it.
 	deleteKeys func(ctx context.Context, keys ...string) error
 
+	// leaseTTL, when set, is the TTL the store really gives a lease asked
+	// for ttl: etcd rounds it up to whole seconds and to its minimum lease
+	// TTL. drill fits its time scale to it (fitTimeScale).
+	leaseTTL func(ctx context.Context, ttl time.Duration) (time.Duration, error)
+
+	// expiryLag is how long after its TTL the store may take to free an
+	// expired lease: etcd's lessor revokes expired leases in a loop every
+	// 500 ms. drill adds it to its default takeover SLO.
+	expiryLag time.Duration
+
 	// probe, when set, is asked why the store did not answer in time: a
 	// client that hides its connection errors behind the deadline (etcd's
 	// gRPC waits for a connection until then) says what failed this way.
