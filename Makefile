@@ -30,4 +30,4 @@ tidy:
 	$(GO) run ./scripts/release tidy
 
 deps:
-	@scripts/ensure-deps.sh git=git ip=iproute2 iptables=iptables redis-server=redis-server initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus chromium=chromium faketime=faketime
+	@scripts/ensure-deps.sh git=git ip=iproute2 iptables=iptables redis-server=redis-server redis-cli=redis-tools initdb=postgresql psql=postgresql-client etcd=etcd-server promtool=prometheus chromium=chromium faketime=faketime
