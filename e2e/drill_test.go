@@ -293,3 +293,28 @@ func logSlowTakeovers(t *testing.T, rep *report.Report) {
 		t.Log(b.String())
 	}
 }
+
+// faultTurns is the part a store fault of the multi-node tests shares:
+// its kinds take turns, one per injection, and its Name is the kind of its
+// latest injection, which the drill reads right after Inject and Heal, so
+// the report counts each kind apart (only one is on at a time).
+type faultTurns struct {
+	kinds []string
+	turn  int    // injections so far
+	kind  string // of the latest injection
+}
+
+func (f *faultTurns) Name() string {
+	if f.kind == "" {
+		return f.kinds[0]
+	}
+	return f.kind
+}
+
+func (f *faultTurns) Available(faults.Env) bool { return true }
+
+// next is the kind of the coming injection.
+func (f *faultTurns) next() string { return f.kinds[f.turn%len(f.kinds)] }
+
+// injected records an injection of kind.
+func (f *faultTurns) injected(kind string) { f.turn, f.kind = f.turn+1, kind }

@@ -302,14 +302,11 @@ func (c *etcdCluster) measureFailover(old int) {
 
 // etcdFault is the cluster's fault, a drill fault: each injection is the
 // next of etcdFaultKinds, in turn, when the cluster is whole; the drill
-// heals it a TTL (1 s, two election timeouts) later. Its Name is the kind
-// of its latest injection, which the drill reads right after Inject and
-// Heal, so the report counts each kind apart; only one is on at a time.
+// heals it a TTL (1 s, two election timeouts) later.
 type etcdFault struct {
-	c    *etcdCluster
-	turn int    // injections so far
-	kind string // of the latest injection
-	hit  int    // the member it hit
+	faultTurns
+	c   *etcdCluster
+	hit int // the member it hit
 }
 
 const (
@@ -328,21 +325,12 @@ const etcdSlowLink = 200 * time.Millisecond
 
 var etcdFaultKinds = []string{faultPartitionFollower, faultPartitionLeader, faultPartitionClients, faultKillMember, faultStopLeader, faultSlowMember}
 
-func (f *etcdFault) Name() string {
-	if f.kind == "" {
-		return etcdFaultKinds[0]
-	}
-	return f.kind
-}
-
-func (f *etcdFault) Available(faults.Env) bool { return true }
-
 func (f *etcdFault) Inject(context.Context, faults.Env) error {
 	l, err := f.c.claim()
 	if err != nil {
 		return err
 	}
-	kind := etcdFaultKinds[f.turn%len(etcdFaultKinds)]
+	kind := f.next()
 	target := l
 	if kind == faultPartitionFollower || kind == faultPartitionClients || kind == faultSlowMember {
 		target = (l + 1) % etcdMembers
@@ -365,7 +353,8 @@ func (f *etcdFault) Inject(context.Context, faults.Env) error {
 		f.c.release()
 		return err
 	}
-	f.turn, f.kind, f.hit = f.turn+1, kind, target
+	f.injected(kind)
+	f.hit = target
 	if target == l {
 		f.c.measureFailover(l)
 	}
@@ -423,7 +412,7 @@ func etcdDrill(t *testing.T, c *etcdCluster) drill.Config {
 	return drill.Config{
 		Store: store, StoreName: "etcd, 3 members in network namespaces",
 		Storage: jobs, StorageName: "postgres", TimeScale: etcdDrillScale,
-		Faults: interleave(faults.Default(), &etcdFault{c: c}), Timeout: 3 * time.Minute,
+		Faults: interleave(faults.Default(), &etcdFault{faultTurns: faultTurns{kinds: etcdFaultKinds}, c: c}), Timeout: 3 * time.Minute,
 	}
 }
 

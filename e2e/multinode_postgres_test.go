@@ -450,9 +450,8 @@ func missedAcquires(primary, replica map[string]int64) (missed int, pMax, rMax i
 // the pause and replays everything received first (PostgreSQL 14 and
 // later); only WAL that never arrived is lost, hence the partition.
 type pgFault struct {
-	c    *pgCluster
-	turn int
-	kind string
+	faultTurns
+	c *pgCluster
 }
 
 const (
@@ -461,15 +460,6 @@ const (
 )
 
 var pgFaultKinds = []string{faultPGKillPrimary, faultPGStopPrimary}
-
-func (f *pgFault) Name() string {
-	if f.kind == "" {
-		return pgFaultKinds[0]
-	}
-	return f.kind
-}
-
-func (f *pgFault) Available(faults.Env) bool { return true }
 
 func (f *pgFault) Inject(context.Context, faults.Env) error {
 	c := f.c
@@ -483,8 +473,9 @@ func (f *pgFault) Inject(context.Context, faults.Env) error {
 		_ = r.node.Heal()
 		return err
 	}
-	kind := pgFaultKinds[f.turn%len(pgFaultKinds)]
-	f.turn, f.kind, c.busy = f.turn+1, kind, true
+	kind := f.next()
+	f.injected(kind)
+	c.busy = true
 	start := time.Now()
 	// The test's context, not the drill's: the failover and the rebuild
 	// must finish even when the drill ends meanwhile.
@@ -689,7 +680,7 @@ func pgDrill(t *testing.T, c *pgCluster) drill.Config {
 	return drill.Config{
 		Store: store, StoreName: "postgres, primary + async replica in network namespaces",
 		Storage: jobs, StorageName: "postgres", TimeScale: pgDrillScale,
-		Faults: interleave(faults.Default(), &pgFault{c: c}), Timeout: 3 * time.Minute,
+		Faults: interleave(faults.Default(), &pgFault{faultTurns: faultTurns{kinds: pgFaultKinds}, c: c}), Timeout: 3 * time.Minute,
 	}
 }
 

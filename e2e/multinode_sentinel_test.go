@@ -252,9 +252,8 @@ func (s *sentinelSet) whole() (*redisNode, error) {
 // server restarts empty and Sentinel makes it a replica. The next fault
 // waits until the set is whole again. The kinds take turns.
 type sentinelFault struct {
-	s    *sentinelSet
-	turn int
-	kind string
+	faultTurns
+	s *sentinelSet
 }
 
 const (
@@ -263,15 +262,6 @@ const (
 )
 
 var sentinelFaultKinds = []string{faultSentinelPartition, faultSentinelKill}
-
-func (f *sentinelFault) Name() string {
-	if f.kind == "" {
-		return sentinelFaultKinds[0]
-	}
-	return f.kind
-}
-
-func (f *sentinelFault) Available(faults.Env) bool { return true }
 
 func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 	s := f.s
@@ -354,7 +344,7 @@ func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
 	return drill.Config{
 		Store: store, StoreName: "redis, primary + 2 replicas + 3 sentinels in network namespaces",
 		Storage: jobs, StorageName: "postgres", Timeout: 3 * time.Minute,
-		Faults: interleave(faults.Default(), &sentinelFault{s: s}),
+		Faults: interleave(faults.Default(), &sentinelFault{faultTurns: faultTurns{kinds: sentinelFaultKinds}, s: s}),
 	}
 }
 
