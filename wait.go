@@ -186,12 +186,21 @@ func (qs *waitQueues) join(key string, w *waiter) *waitQueue {
 		q = &waitQueue{qs: qs, key: key}
 		qs.keys[key] = q
 	}
-	w.turn = make(chan struct{})
 	if w.elem = q.waiters.PushBack(w); q.waiters.Front() == w.elem {
-		close(w.turn)
+		w.turn = turnNow
+	} else {
+		w.turn = make(chan struct{})
 	}
 	return q
 }
+
+// turnNow is the turn of a waiter that is the head as it joins: closed, so an
+// uncontended Acquire makes no channel.
+var turnNow = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // take waits for w's turn. The first head tries at once; a later one finds
 // the key as busy as it was and waits first, unless it was handed a wake-up.
