@@ -365,129 +365,27 @@ func (c *Client) lock(key string, fence int64) Lock {
 	return Lock{Key: key, Namespace: c.namespace(key), Fence: fence}
 }
 
+// acquire is Acquire's wait: a waiter lets attempts through until one is
+// answered with more than "busy" (wait.go).
 func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
 	token := c.newToken()
-	if c.notifier == nil {
-		// Without wake-ups every waiter polls: polls are how a release is seen.
-		return c.poll(ctx, key, token, ttl, maxBackoff)
-	}
-
-	// Queue behind this Client's other waiters for key; only the head talks
-	// to the store (see waitQueues).
-	q, w, head := c.waiters.join(key)
-	woken := false // a wake-up was taken and no attempt has answered since
-	defer func() { c.waiters.leave(key, q, w, woken) }()
-	if !head {
-		select {
-		case <-w.turn:
-		case <-ctx.Done():
-			return nil, ctxNotAcquired(ctx, key)
-		}
-	}
-	st := c.waiters.takeTurn(q)
-	woken = st.pending
-	// The first head tries at once; a later one finds the key as busy as it
-	// was and waits first, unless it was handed a wake-up.
-	attemptNow := head || st.pending
-	watched := st.released != nil
-	backoff := min(c.minBackoff, maxBackoff)
+	w := c.newWaiter(key, maxBackoff)
+	defer w.leave()
 	for {
-		if !attemptNow && !watched {
-			// Watch, then try once more so a release before the watch is not missed.
-			watched = true
-			if st.released = c.watch(ctx, q, key, st.heldUntil, maxBackoff); st.released != nil {
-				attemptNow = true
-			}
+		if err := w.wait(ctx); err != nil {
+			return nil, err
 		}
-		if !attemptNow {
-			wait := backoff/2 + rand.N(backoff/2+1)
-			if !st.heldUntil.IsZero() {
-				// The holder's lease runs out first: try right after it does.
-				wait = min(wait, max(time.Until(st.heldUntil)+time.Millisecond, 0))
-			}
-			timer := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return nil, ctxNotAcquired(ctx, key)
-			case <-st.released:
-				timer.Stop()
-				woken = true
-				backoff = min(c.minBackoff, maxBackoff)
-			case <-timer.C:
-				backoff = min(2*backoff, maxBackoff)
-			}
-		}
-		attemptNow = false
 		l, err := c.try(ctx, key, token, ttl)
-		if err == nil {
-			woken = false
-			c.waiters.setHeldUntil(q, time.Now().Add(ttl))
-			return l, nil
+		if w.answered(err, ttl) {
+			continue
 		}
-		if !errors.Is(err, ErrNotAcquired) {
-			// The attempt may not have reached the store: a wake-up
-			// taken for it is passed on by the deferred leave.
+		if err != nil {
 			return nil, c.acquireFailed(ctx, key, err)
 		}
-		woken = false
-		st.heldUntil = time.Time{}
-		if held := (*HeldError)(nil); errors.As(err, &held) && held.Remaining > 0 {
-			st.heldUntil = time.Now().Add(held.Remaining)
-		}
-		c.waiters.setHeldUntil(q, st.heldUntil)
-	}
-}
-
-// watch sets up the release watch of key's queue, waiting for it at most one
-// backoff step or until heldUntil. nil: the store could not watch.
-func (c *Client) watch(ctx context.Context, q *waitQueue, key string, heldUntil time.Time, maxBackoff time.Duration) <-chan struct{} {
-	bound := maxBackoff
-	if !heldUntil.IsZero() {
-		bound = min(bound, max(time.Until(heldUntil), 0)+time.Millisecond)
-	}
-	wctx, cancel := context.WithTimeout(ctx, bound)
-	ch, stop, werr := c.notifier.WatchReleases(wctx, key)
-	cancel()
-	if werr != nil {
-		if ctx.Err() == nil {
-			c.log.WarnContext(ctx, "leasehold: release notifications unavailable, waiting on backoff only",
-				slog.String("key", key), slog.Any("error", werr))
-		}
-		return nil
-	}
-	c.waiters.setWatch(q, ch, stop)
-	return ch
-}
-
-// poll is a waiting Acquire on its backoff alone.
-func (c *Client) poll(ctx context.Context, key, token string, ttl, maxBackoff time.Duration) (*Lease, error) {
-	backoff := min(c.minBackoff, maxBackoff)
-	for {
-		l, err := c.try(ctx, key, token, ttl)
-		if err == nil {
-			return l, nil
-		}
-		if !errors.Is(err, ErrNotAcquired) {
-			return nil, c.acquireFailed(ctx, key, err)
-		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		var held *HeldError
-		if errors.As(err, &held) && held.Remaining > 0 && held.Remaining+time.Millisecond < wait {
-			// The holder's lease runs out first: try right after it does.
-			wait = held.Remaining + time.Millisecond
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctxNotAcquired(ctx, key)
-		case <-timer.C:
-			backoff = min(2*backoff, maxBackoff)
-		}
+		return l, nil
 	}
 }
 

@@ -2,6 +2,7 @@ package leasehold_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -331,6 +332,215 @@ func TestNoLocalWaiterStarves(t *testing.T) {
 		}
 		if calls := store.acquires.Load(); calls > n*rounds+2*n {
 			t.Fatalf("%d acquire calls for %d acquisitions", calls, n*rounds)
+		}
+	})
+}
+
+// watchStore counts release watches set up and stopped; with fail set,
+// every watch fails.
+type watchStore struct {
+	*hookStore
+	fail           bool
+	watches, stops atomic.Int64
+}
+
+var errWatch = errors.New("pub/sub unavailable")
+
+func (s *watchStore) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	s.watches.Add(1)
+	if s.fail {
+		return nil, nil, errWatch
+	}
+	ch, stop, err := s.hookStore.WatchReleases(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, func() { s.stops.Add(1); stop() }, nil
+}
+
+// A head whose attempt on a wake-up fails in the store returns that failure
+// at once, not "busy", and passes the wake-up on: the next waiter tries at
+// once and gets the key, though its backoff is an hour.
+func TestFailedHeadReturnsAtOnceAndPassesWakeOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		holder, err := c.TryAcquire(t.Context(), "k", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errA := make(chan error, 1)
+		go func() {
+			_, err := c.Acquire(context.WithValue(t.Context(), waiterName{}, "A"), "k", time.Hour)
+			errA <- err
+		}()
+		synctest.Wait()
+		gotB := acquireIn(t, t.Context(), c, "k", "B")
+		synctest.Wait()
+
+		errDown := errors.New("store down")
+		failA := func(ctx context.Context) error {
+			if ctx.Value(waiterName{}) == "A" {
+				return errDown
+			}
+			return nil
+		}
+		store.onAcquire.Store(&failA)
+		before, start := store.acquires.Load(), time.Now()
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case err := <-errA:
+			if !errors.Is(err, errDown) || errors.Is(err, leasehold.ErrNotAcquired) {
+				t.Fatalf("A: %v, want the store's failure alone", err)
+			}
+		default:
+			t.Fatal("A did not return its store failure at once")
+		}
+		if l, ok := received(gotB); !ok || l == nil {
+			t.Fatal("B did not get the key: A's wake-up was swallowed")
+		}
+		if calls := store.acquires.Load() - before; calls != 2 {
+			t.Fatalf("%d acquire calls after the release, want 2 (A's, failed, and B's)", calls)
+		}
+		if time.Since(start) != 0 {
+			t.Fatalf("the fake clock moved %v: B waited for its backoff", time.Since(start))
+		}
+	})
+}
+
+// A waiter whose ctx ends while it waits for its turn returns at once with
+// ErrNotAcquired and ctx's error, without a store call, and the waiters
+// before and after it keep their order.
+func TestWaiterCancelledBeforeItsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &hookStore{Store: memstore.New()}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		holder, err := c.TryAcquire(t.Context(), "k", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotA := acquireIn(t, t.Context(), c, "k", "A")
+		synctest.Wait()
+		ctxB, cancelB := context.WithCancel(t.Context())
+		errB := make(chan error, 1)
+		go func() {
+			_, err := c.Acquire(ctxB, "k", time.Hour)
+			errB <- err
+		}()
+		synctest.Wait()
+		gotC := acquireIn(t, t.Context(), c, "k", "C")
+		synctest.Wait()
+
+		before := store.acquires.Load()
+		cancelB()
+		synctest.Wait()
+		select {
+		case err := <-errB:
+			if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("B: %v, want ErrNotAcquired joined with context.Canceled", err)
+			}
+		default:
+			t.Fatal("B still waits after its ctx ended")
+		}
+		if calls := store.acquires.Load() - before; calls != 0 {
+			t.Fatalf("%d acquire calls when B gave up, want 0", calls)
+		}
+		if w := c.Waiting("k"); w != 2 {
+			t.Fatalf("Waiting = %d after B left, want 2", w)
+		}
+		for i, got := range []<-chan *leasehold.Lease{gotA, gotC} {
+			if err := holder.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			l, ok := received(got)
+			if !ok || l == nil {
+				t.Fatalf("release %d did not go to waiter %c", i, "AC"[i])
+			}
+			holder = l
+		}
+	})
+}
+
+// When the store cannot watch, the head falls back to its backoff: it asks
+// for the watch once, not at every step, makes no extra attempt for it, and
+// takes the released key at its next backoff step.
+func TestFailedWatchFallsBackToBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &watchStore{hookStore: &hookStore{Store: memstore.New()}, fail: true}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Minute, time.Minute), leasehold.WithLogger(quietLogger()))
+		holder, err := c.TryAcquire(t.Context(), "k", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotA := acquireIn(t, t.Context(), c, "k", "A")
+		synctest.Wait()
+		if calls, watches := store.acquires.Load(), store.watches.Load(); calls != 2 || watches != 1 {
+			t.Fatalf("%d acquire calls and %d watches, want 2 (the holder's, A's) and 1", calls, watches)
+		}
+		// A's next step finds the key still held: no new watch, one attempt.
+		time.Sleep(time.Minute + time.Millisecond)
+		synctest.Wait()
+		if calls, watches := store.acquires.Load(), store.watches.Load(); calls != 3 || watches != 1 {
+			t.Fatalf("after one step: %d acquire calls and %d watches, want 3 and 1: a failed watch is not asked again at every step", calls, watches)
+		}
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		released := time.Now()
+		synctest.Wait()
+		if _, ok := received(gotA); ok {
+			t.Fatal("A acquired without a watch or a backoff step")
+		}
+		if l := <-gotA; l == nil { // the fake clock moves to A's next step
+			t.Fatal("A did not get the key on its backoff")
+		}
+		if waited := time.Since(released); waited <= 0 || waited > time.Minute {
+			t.Fatalf("A took the released key %v later, want within one backoff step (1m)", waited)
+		}
+		if watches := store.watches.Load(); watches != 1 {
+			t.Fatalf("%d watches, want 1", watches)
+		}
+	})
+}
+
+// Every release watch a queue sets up is stopped once, when its last waiter
+// leaves, and a queue that empties and fills again watches anew.
+func TestEveryWatchIsStoppedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &watchStore{hookStore: &hookStore{Store: memstore.New()}}
+		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+		for round := 1; round <= 2; round++ {
+			holder, err := c.TryAcquire(t.Context(), "k", time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]<-chan *leasehold.Lease, 4)
+			for i := range got {
+				got[i] = acquireIn(t, t.Context(), c, "k", string(rune('A'+i)))
+				synctest.Wait()
+			}
+			for i := range got {
+				if err := holder.Release(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait()
+				if holder = <-got[i]; holder == nil {
+					t.Fatalf("round %d: waiter %d got no lease", round, i)
+				}
+				if stops := store.stops.Load(); i < len(got)-1 && stops != int64(round-1) {
+					t.Fatalf("round %d: %d watches stopped while %d waiters wait", round, stops, len(got)-1-i)
+				}
+			}
+			if err := holder.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if w, s := store.watches.Load(), store.stops.Load(); w != int64(round) || s != int64(round) {
+				t.Fatalf("round %d: %d watches set up, %d stopped; want %d of each", round, w, s, round)
+			}
 		}
 	})
 }
