@@ -175,24 +175,46 @@ func cycleSection(b *strings.Builder, r *Result, s Summary) {
 	p("its default) + `Release`. Percentages are of the raw EVALSHA rate ÷ 2 in the same round. %d cores,", r.Env.Cores)
 	p("shared by the client and redis-server.")
 	p("")
-	p("| concurrency | leasehold cycles/s | of raw ÷ 2 | redsync cycles/s | of raw ÷ 2 | redislock cycles/s | of raw ÷ 2 | leasehold ÷ redsync | leasehold ÷ redislock |")
-	p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	head, rule := "| concurrency |", "|---:|"
+	for _, id := range r.cycleIDs {
+		head += " " + id + " cycles/s | of raw ÷ 2 |"
+		rule += "---:|---:|"
+	}
+	for _, id := range r.cycleIDs[1:] {
+		head += " leasehold ÷ " + id + " |"
+		rule += "---:|"
+	}
+	p("%s", head)
+	p("%s", rule)
 	for _, conc := range r.Config.Concurrency {
-		lh, rs, rl := s.cycle("leasehold", conc), s.cycle("redsync", conc), s.cycle("redislock", conc)
-		p("| %d | %s | %s | %s | %s | %s | %s | %s | %s |", conc,
-			rate(lh.Rate), pct(lh.VsRaw), rate(rs.Rate), pct(rs.VsRaw), rate(rl.Rate), pct(rl.VsRaw),
-			times(rs.VsLeasehold), times(rl.VsLeasehold))
+		line := fmt.Sprintf("| %d |", conc)
+		for _, id := range r.cycleIDs {
+			c := s.cycle(id, conc)
+			line += fmt.Sprintf(" %s | %s |", rate(c.Rate), pct(c.VsRaw))
+		}
+		for _, id := range r.cycleIDs[1:] {
+			line += " " + times(s.cycle(id, conc).VsLeasehold) + " |"
+		}
+		p("%s", line)
+	}
+	if slices.Contains(r.cycleIDs, "rueidislock") {
+		p("")
+		p("rueidislock: `TryWithContext` + the returned cancel (which deletes the key and waits for it), one")
+		p("Locker for all goroutines (as one Client), configured for one Redis: `KeyMajority: 1` (one key per")
+		p("lock; its default takes 2 of 3 keys), `NoLoopTracking` (Redis ≥ 7.0.5), `KeyValidity` 8 s like")
+		p("the others' TTL, client-side caching on (its invalidations are its wake-up on release) and")
+		p("rueidis's auto-pipelining on (its default): its commands from concurrent goroutines share writes.")
 	}
 	p("")
 	p("CPU per cycle, in this process + in redis-server (medians of rounds), and the cores the two kept busy:")
 	p("")
-	p("| concurrency | 2 × raw EVALSHA | leasehold | redsync | redislock |")
-	p("|---:|---:|---:|---:|---:|")
+	p("| concurrency | 2 × raw EVALSHA | %s |", strings.Join(r.cycleIDs, " | "))
+	p("|---:|---:|%s", strings.Repeat("---:|", len(r.cycleIDs)))
 	for _, conc := range r.Config.Concurrency {
 		raw := s.raw(conc).EvalShaCPU
 		twice := CPU{Known: raw.Known, Client: 2 * raw.Client, Server: 2 * raw.Server, CoresBusy: raw.CoresBusy}
 		cells := []string{cpuBusy(twice)}
-		for _, id := range []string{"leasehold", "redsync", "redislock"} {
+		for _, id := range r.cycleIDs {
 			cells = append(cells, cpuBusy(s.cycle(id, conc).CPU))
 		}
 		p("| %d | %s |", conc, strings.Join(cells, " | "))
@@ -202,11 +224,11 @@ func cycleSection(b *strings.Builder, r *Result, s Summary) {
 	p("work, without the network and the protocol. leasehold and redislock: the mean of their acquire and")
 	p("release scripts; redsync: its release script only (its acquire is a plain `SET`).")
 	p("")
-	p("| concurrency | `return 1` | leasehold | redsync | redislock |")
-	p("|---:|---:|---:|---:|---:|")
+	p("| concurrency | `return 1` | %s |", strings.Join(r.cycleIDs, " | "))
+	p("|---:|---:|%s", strings.Repeat("---:|", len(r.cycleIDs)))
 	for _, conc := range r.Config.Concurrency {
 		cells := []string{script(s.raw(conc).EvalShaCPU)}
-		for _, id := range []string{"leasehold", "redsync", "redislock"} {
+		for _, id := range r.cycleIDs {
 			cells = append(cells, script(s.cycle(id, conc).CPU))
 		}
 		p("| %d | %s |", conc, strings.Join(cells, " | "))

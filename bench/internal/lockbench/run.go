@@ -164,11 +164,11 @@ func (c Config) Validate() error {
 }
 
 // cellsPerRound counts the cells of one round.
-func (c Config) cellsPerRound() int { return 5*len(c.Concurrency) + 4*len(c.Workers) }
+func (c Config) cellsPerRound() int { return 6*len(c.Concurrency) + 5*len(c.Workers) }
 
 // Estimate is how long a run of c takes, setup aside.
 func (c Config) Estimate() time.Duration {
-	flat, contended := time.Duration(5*len(c.Concurrency)), time.Duration(4*len(c.Workers))
+	flat, contended := time.Duration(6*len(c.Concurrency)), time.Duration(5*len(c.Workers))
 	round := flat*c.Duration + contended*(c.HandoffDuration+joinSpread)
 	warm := time.Duration(0)
 	if c.Warmup > 0 {
