@@ -58,6 +58,9 @@ type contender struct {
 	label     string // for the report
 	lib       *library
 	newHandle func(key string) handle
+	// worker, when set, gives worker w its handle through clients of its
+	// own (the processes section); newHandle is then unused.
+	worker func(key string, w int) handle
 }
 
 // contenders are the configurations of one run.
@@ -65,12 +68,16 @@ type contenders struct {
 	raw, lh, rs, rl, rd *library
 	store               *redisstore.Store
 	lockers             []rueidislock.Locker // closed with the contenders
+	extra               []*redis.Client      // the processes section's own clients
+	stores              []*redisstore.Store  // their Stores
 	opts                *redis.Options
 
 	// uncontended: one attempt, no waiting.
 	cycle []*contender
 	// contended: waiting acquires with each library's own waiting.
 	handoff []*contender
+	// processes section: a client per worker (see setupProcesses).
+	procs []*contender
 }
 
 func newContenders(opts *redis.Options) (*contenders, error) {
@@ -154,8 +161,14 @@ func (c *contenders) close() {
 	if c.store != nil {
 		_ = c.store.Close()
 	}
+	for _, st := range c.stores {
+		_ = st.Close()
+	}
 	for _, l := range c.lockers {
 		l.Close()
+	}
+	for _, cl := range c.extra {
+		_ = cl.Close()
 	}
 	for _, l := range c.libraries() {
 		if l.client != nil {

@@ -43,9 +43,9 @@ func Markdown(r *Result, s Summary, chart string) string {
 	p("| Go | %s |", env.GoVersion)
 	p("| Redis | %s, %s |", env.Redis, env.RedisFrom)
 	p("| libraries | %s |", libraries(env))
-	if cfg.Runs(SectionLocks) {
-		p("| run | %s of %d cells, %v each (contended cells %v), after a warm-up round of %v a cell; the whole command took %v |",
-			plural(cfg.Rounds, "round"), cfg.cellsPerRound(), cfg.Duration, cfg.HandoffDuration, cfg.Warmup, r.Elapsed.Round(time.Second))
+	if cfg.interleaved() {
+		p("| run | sections %s; %s of %d cells, %v each (contended cells %v), after a warm-up round of %v a cell; the whole command took %v |",
+			strings.Join(cfg.Sections, ", "), plural(cfg.Rounds, "round"), cfg.cellsPerRound(), cfg.Duration, cfg.HandoffDuration, cfg.Warmup, r.Elapsed.Round(time.Second))
 	} else {
 		p("| run | sections: %s; the whole command took %v |", strings.Join(cfg.Sections, ", "), r.Elapsed.Round(time.Second))
 	}
@@ -60,6 +60,16 @@ func Markdown(r *Result, s Summary, chart string) string {
 	}
 	if cfg.Runs(SectionScale) {
 		scaleSection(&b, r, s)
+	}
+	if cfg.Runs(SectionProcesses) {
+		procsSection(&b, r, s)
+		fifoSection(&b, r, s)
+	}
+	if cfg.Runs(SectionEtcd) {
+		dbSection(&b, r, s.Etcd, SectionEtcd)
+	}
+	if cfg.Runs(SectionPostgres) {
+		dbSection(&b, r, s.PG, SectionPostgres)
 	}
 	if cfg.Runs(SectionLocks) {
 		reading(&b, r, s)
