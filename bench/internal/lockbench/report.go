@@ -306,9 +306,13 @@ func opsSection(b *strings.Builder, r *Result, s Summary) {
 	p("| library | acquire | release | renew | failed attempt |")
 	p("|---|---|---|---|---|")
 	for _, o := range s.Ops {
-		p("| %s | %s (%s) | %s (%s) | %s (%s) | %s (%s) |", o.ID,
+		renew := num(o.Renew) + " (" + o.RenewCmd + ")"
+		if o.ID == "rueidislock" {
+			renew = "– (extends its key by itself)"
+		}
+		p("| %s | %s (%s) | %s (%s) | %s | %s (%s) |", o.ID,
 			num(o.Acquire), o.AcquireCmd, num(o.Release), o.ReleaseCmd,
-			num(o.Renew), o.RenewCmd, num(o.Busy), o.BusyCmd)
+			renew, num(o.Busy), o.BusyCmd)
 	}
 	p("")
 	p("leasehold's renew is `Lease.Renew`, redsync's `ExtendContext`, redislock's `Refresh`. Under")
