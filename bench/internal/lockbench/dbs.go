@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -198,6 +199,34 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 		return nil, fmt.Errorf("lockbench: pgstore migrate: %w", err)
 	}
 	lh := leasehold.New(st)
+	// Dial every connection a cell may use, and prepare the statements on
+	// them, before any cell: otherwise the first cell of each contender pays
+	// for PostgreSQL forking its backends.
+	if err := warmPool(ctx, advPool, maxConc, func(ctx context.Context, conn *pgxpool.Conn) error {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(0)).Scan(&ok); err != nil {
+			return err
+		}
+		return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(0)).Scan(&ok)
+	}); err != nil {
+		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+	}
+	if err := warmPool(ctx, lhPool, maxConc, nil); err != nil {
+		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+	}
+	var warm errgroup
+	for w := range maxConc {
+		warm.Go(func() error {
+			l, err := lh.TryAcquire(ctx, fmt.Sprintf("warm-up:%d", w), dbTTL)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		})
+	}
+	if err := warm.Wait(); err != nil {
+		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+	}
 	d.cyclers = []*dbCycler{
 		{id: "leasehold", label: "leasehold (pgstore)", lib: lhLib,
 			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
@@ -241,4 +270,51 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 			}},
 	}
 	return d, nil
+}
+
+// warmPool holds n connections of pool at once (dialling them), runs use on
+// each when given, and gives them back.
+func warmPool(ctx context.Context, pool *pgxpool.Pool, n int, use func(context.Context, *pgxpool.Conn) error) error {
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		if use != nil {
+			if err := use(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// errgroup runs functions and keeps the first error: the little of
+// golang.org/x/sync/errgroup this file needs.
+type errgroup struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+func (g *errgroup) Go(f func() error) {
+	g.wg.Go(func() {
+		if err := f(); err != nil {
+			g.mu.Lock()
+			g.errs = append(g.errs, err)
+			g.mu.Unlock()
+		}
+	})
+}
+
+func (g *errgroup) Wait() error {
+	g.wg.Wait()
+	return errors.Join(g.errs...)
 }

@@ -154,6 +154,7 @@ func targets(b *strings.Builder, r *Result, s Summary) {
 		}
 		p("| contended hand-off p99 ≤ 2 ms on loopback (leasehold, wake-ups on) | %s | %s |", strings.Join(p99s, ", "), verdict(okHand))
 	}
+	issue18Targets(b, r, s)
 	scaleTarget(b, s)
 	p("")
 	if r.Config.Runs(SectionLocks) {

@@ -3,7 +3,9 @@ package lockbench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"time"
 )
 
 // procsSection is the hand-off table with a client per worker.
@@ -125,5 +127,72 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 	if len(vs) > 0 {
 		p("leasehold ÷ %s, paired by round: %s.", other, strings.Join(vs, ", "))
 		p("")
+	}
+}
+
+// issue18Targets are the rows of the Targets table for the figures issue 18
+// holds leasehold to, each from this run.
+func issue18Targets(b *strings.Builder, r *Result, s Summary) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format+"\n", args...) }
+	cfg := r.Config
+	if cfg.Runs(SectionLocks) && slices.Contains(r.cycleIDs, "rueidislock") {
+		var vs []string
+		ok := true
+		for _, conc := range cfg.Concurrency {
+			rl, rd := s.cycle("redislock", conc).VsLeasehold, s.cycle("rueidislock", conc).VsLeasehold
+			if conc == 1 {
+				ok = ok && rl >= 1
+			} else {
+				ok = ok && rl >= 1.5 && rd >= 1
+			}
+			vs = append(vs, fmt.Sprintf("%d: %s / %s", conc, times(rl), times(rd)))
+		}
+		p("| uncontended cycles (issue 18): at 1 goroutine ≥ 1.0× redislock; above, ≥ 1.5× redislock and ≥ 1.0× rueidislock (leasehold ÷ redislock / ÷ rueidislock) | %s | %s |", strings.Join(vs, ", "), verdict(ok))
+	}
+	if cfg.Runs(SectionProcesses) {
+		for _, h := range s.Procs {
+			if h.ID != "leasehold" || h.Workers != slices.Max(cfg.Workers) {
+				continue
+			}
+			ok := h.Transfers.Median >= 4000 && h.N > 0 && h.P99 <= time.Millisecond && h.TripsPerTransfer <= 3 && h.Waited >= 0.95 && h.GaveUp == 0
+			p("| hand-off, %d Clients on one key (issue 18): ≥ 4,000 transfers/s, p99 ≤ 1 ms, ≤ 3 round trips per transfer, ≥ 95 %% to a waiter, no wait lost | %s/s, %s, %s, %s, %d lost | %s |",
+				h.Workers, count(h.Transfers.Median), fmtDur(h.P99), num(math.Round(h.TripsPerTransfer*100)/100), pct(h.Waited), h.GaveUp, verdict(ok))
+		}
+		var vs []string
+		ok := true
+		for _, f := range s.FIFO {
+			if f.ID != "leasehold" {
+				continue
+			}
+			vs = append(vs, fmt.Sprintf("%d ms apart: %d of %d trials in order", f.GapMS, f.InOrder, f.Trials))
+			ok = ok && f.Trials > 0 && f.InOrder == f.Trials
+		}
+		p("| 0 inversions for waiters (a Client each) arriving ≥ 1 ms apart (issue 18) | %s | %s |", strings.Join(vs, ", "), verdict(ok))
+	}
+	for _, d := range []struct {
+		kind, what string
+		bound      float64
+		only1      bool
+		rows       []DBRow
+	}{
+		{SectionEtcd, "etcd: ≥ 0.9× concurrency.Mutex TryLock+Unlock at every concurrency", 0.9, false, s.Etcd},
+		{SectionPostgres, "PostgreSQL: ≥ 0.8× the advisory-lock pair at 1 goroutine", 0.8, true, s.PG},
+	} {
+		if !cfg.Runs(d.kind) {
+			continue
+		}
+		var vs []string
+		ok, seen := true, false
+		for _, row := range d.rows {
+			if row.ID == "leasehold" {
+				continue
+			}
+			vs = append(vs, fmt.Sprintf("%d: %s", row.Concurrency, times(row.VsLeasehold)))
+			if !d.only1 || row.Concurrency == 1 {
+				seen = true
+				ok = ok && row.VsLeasehold >= d.bound
+			}
+		}
+		p("| %s (issue 18; leasehold ÷ it) | %s | %s |", d.what, strings.Join(vs, ", "), verdict(ok && seen))
 	}
 }
