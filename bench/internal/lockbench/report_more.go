@@ -24,16 +24,18 @@ func procsSection(b *strings.Builder, r *Result, s Summary) {
 	p("call to that worker's acquire returning. **To a waiter**: the new owner's acquire began before the")
 	p("release call. **Releaser again**: the share of consecutive turns won by the worker that held the")
 	p("key just before (FIFO would give 0 %%, a fair draw 1 in the number of workers). Round trips count")
-	p("every command of every worker (rueidislock: commands, which rueidis may pipeline together). Each")
+	p("every command of every worker (rueidislock: commands, which rueidis may pipeline together), but")
+	p("not leasehold's SUBSCRIBE/UNSUBSCRIBE on its pub/sub connections, counted at the server in their")
+	p("own column (rueidislock's wake-up is CLIENT TRACKING, set once per connection). Each")
 	p("wait is bounded by %v. The ratio is leasehold's transfers/s with a Client per worker over the", cfg.Wait)
 	p("row's, paired by round.")
 	p("")
-	p("| workers | contender | transfers/s | leasehold (Client per worker) ÷ it | hand-off p50 | p99 | max | n | round trips per transfer | to a waiter | releaser again | waits given up |")
-	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	p("| workers | contender | transfers/s | leasehold (Client per worker) ÷ it | hand-off p50 | p99 | max | n | round trips per transfer | pub/sub commands per transfer | to a waiter | releaser again | waits given up |")
+	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, h := range s.Procs {
-		p("| %d | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %d |", h.Workers, h.Label,
+		p("| %d | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %d |", h.Workers, h.Label,
 			rate(h.Transfers), times(h.VsLeasehold), fmtDur(h.P50), fmtDur(h.P99), fmtDur(h.Max), h.N,
-			num(h.TripsPerTransfer), pct(h.Waited), pct(h.Retook), h.GaveUp)
+			num(math.Round(h.TripsPerTransfer*100)/100), num(math.Round(h.PubSub*100)/100), pct(h.Waited), pct(h.Retook), h.GaveUp)
 	}
 	p("")
 }

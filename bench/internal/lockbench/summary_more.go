@@ -14,6 +14,7 @@ type ProcRow struct {
 	N                int
 	P50, P99, Max    time.Duration
 	TripsPerTransfer float64
+	PubSub           float64 // SUBSCRIBE + UNSUBSCRIBE per transfer, counted at the server
 	Waited           float64 // share of transfers to a worker already waiting
 	Retook           float64 // share of turns won by the worker that held the key before
 	GaveUp           int64
@@ -52,7 +53,7 @@ func (r *Result) procRows() []ProcRow {
 			row := ProcRow{Workers: workers, ID: id, Label: r.labels["procs/"+id], Transfers: rateOf(cs),
 				VsLeasehold: pairedRatio(ref, cs, 1)}
 			var all []time.Duration
-			var trips []float64
+			var trips, pubsub []float64
 			var transfers, waited, turns, retook int64
 			for _, c := range cs {
 				all = append(all, c.handoffs...)
@@ -63,11 +64,12 @@ func (r *Result) procRows() []ProcRow {
 				retook += c.retook
 				if c.ops > 0 {
 					trips = append(trips, float64(c.trips)/float64(c.ops))
+					pubsub = append(pubsub, float64(c.pubsub)/float64(c.ops))
 				}
 			}
 			l := summarize(all)
 			row.N, row.P50, row.P99, row.Max = l.n, l.p50, l.p99, l.max
-			row.TripsPerTransfer = median(trips)
+			row.TripsPerTransfer, row.PubSub = median(trips), median(pubsub)
 			row.Waited, row.Retook = share(waited, transfers), share(retook, turns)
 			rows = append(rows, row)
 		}
