@@ -217,7 +217,9 @@ func cycleSection(b *strings.Builder, r *Result, s Summary) {
 		p("rueidislock: `TryWithContext` + the returned cancel (which deletes the key and waits for it), one")
 		p("Locker for all goroutines (as one Client), configured for one Redis: `KeyMajority: 1` (one key per")
 		p("lock; its default takes 2 of 3 keys), `NoLoopTracking` (Redis ≥ 7.0.5), `KeyValidity` 8 s like")
-		p("the others' TTL, client-side caching on (its invalidations are its wake-up on release) and")
+		p("the others' TTL, `TryNextAfter` 1 s (with one key it only bounds each command; its 20 ms default")
+		p("failed acquires of free keys at 64 goroutines on this loaded machine), client-side caching on (its")
+		p("invalidations are its wake-up on release) and")
 		p("rueidis's auto-pipelining on (its default): its commands from concurrent goroutines share writes.")
 	}
 	p("")
