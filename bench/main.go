@@ -7,7 +7,10 @@
 //
 // It starts its own redis-server on a free loopback port (or uses --redis,
 // which must be on loopback), measures raw round trips, uncontended
-// acquire+release cycles, contended hand-off and round trips per operation,
+// acquire+release cycles, contended hand-off and round trips per operation
+// (rueidislock among the contenders), hand-off and FIFO order with a client
+// per worker, and acquire+release on etcd (against concurrency.Mutex) and
+// PostgreSQL (against advisory locks), each on a server it starts,
 // interleaving the contenders round by round, then how one process holds
 // 10 000 to 100 000 leases kept alive by the Client's renewal engine (--only
 // picks sections: --only scale runs that alone), and writes the markdown report
@@ -59,7 +62,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Wait, "wait", cfg.Wait, "bound of one waiting acquire in the contended runs")
 	conc := fs.String("concurrency", joinInts(cfg.Concurrency), "comma-separated concurrency levels of the raw and uncontended runs")
 	workers := fs.String("workers", joinInts(cfg.Workers), "comma-separated worker counts of the contended runs (each ≥ 2)")
-	only := fs.String("only", strings.Join(cfg.Sections, ","), "comma-separated sections to run: "+lockbench.SectionLocks+" (round trips, cycles, hand-off), "+lockbench.SectionScale+" (many leases held by one process)")
+	dbConc := fs.String("db-concurrency", joinInts(cfg.DBConcurrency), "comma-separated goroutine counts of the etcd and postgres cycle sections")
+	only := fs.String("only", strings.Join(cfg.Sections, ","), "comma-separated sections to run: "+lockbench.SectionLocks+" (round trips, cycles, hand-off), "+
+		lockbench.SectionProcesses+" (hand-off and FIFO order with a client per worker), "+lockbench.SectionEtcd+" (cycles against concurrency.Mutex), "+
+		lockbench.SectionPostgres+" (cycles against advisory locks), "+lockbench.SectionScale+" (many leases held by one process); "+
+		"--only "+lockbench.SectionProcesses+","+lockbench.SectionEtcd+","+lockbench.SectionPostgres+" runs the sections of issue 18 alone")
 	scaleLeases := fs.String("scale-leases", joinInts(cfg.ScaleLeases), "comma-separated lease counts of the scale section, each kept alive by Lease.KeepAlive on the Client's batched renewal engine")
 	fs.DurationVar(&cfg.ScaleTTL, "scale-ttl", cfg.ScaleTTL, "TTL of the scale section's leases (renewed every third of it)")
 	fs.IntVar(&cfg.ScaleWindows, "scale-windows", cfg.ScaleWindows, "renewal intervals each scale cell is measured over; the report gives medians")
@@ -77,6 +84,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Workers, err = parseInts("--workers", *workers); err != nil {
+		return err
+	}
+	if cfg.DBConcurrency, err = parseInts("--db-concurrency", *dbConc); err != nil {
 		return err
 	}
 	if cfg.ScaleLeases, err = parseInts("--scale-leases", *scaleLeases); err != nil {

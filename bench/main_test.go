@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,10 +26,45 @@ func TestRefusesBadFlags(t *testing.T) {
 		{[]string{"--only", ""}, "--only"},
 		{[]string{"--scale-leases", "0"}, "--scale-leases 0"},
 		{[]string{"--scale-ttl", "10ms"}, "--scale-ttl 10ms"},
+		{[]string{"--db-concurrency", "0"}, "--db-concurrency 0"},
+		{[]string{"--db-concurrency", "a"}, "--db-concurrency"},
 	} {
 		err := run(t.Context(), append(tc.args, "--quiet"), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("run(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestNewSectionsTiny runs the sections of issue 18 (processes, etcd,
+// postgres) at tiny scale through the command's flags, on servers it starts,
+// and checks that the report has their tables.
+func TestNewSectionsTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server, etcd and PostgreSQL")
+	}
+	out := filepath.Join(t.TempDir(), "b.md")
+	args := []string{"--quiet", "--only", "processes,etcd,postgres", "--rounds", "1", "--warmup", "0",
+		"--duration", "30ms", "--handoff-duration", "60ms", "--workers", "3", "--db-concurrency", "1,2", "--out", out}
+	if err := run(t.Context(), args, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{
+		"## 6. Contended hand-off with a client per worker", "| 3 | leasehold, a Client per worker |",
+		"| 3 | rueidislock, a Locker per worker |", "| 3 | redislock, a client per worker",
+		"## 7. FIFO", "| 30 ms | leasehold, a Client per worker | 1 |", "| 1 ms | rueidislock, a Locker per worker | 1 |",
+		"## 8. etcd", "| 2 | concurrency.Mutex |", "## 9. PostgreSQL", "| 2 | pg_try_advisory_lock + pg_advisory_unlock |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "NaN") {
+		t.Errorf("report has NaN:\n%s", md)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/redisstore"
@@ -57,17 +58,26 @@ type contender struct {
 	label     string // for the report
 	lib       *library
 	newHandle func(key string) handle
+	// worker, when set, gives worker w its handle through clients of its
+	// own (the processes section); newHandle is then unused.
+	worker func(key string, w int) handle
 }
 
 // contenders are the configurations of one run.
 type contenders struct {
-	raw, lh, rs, rl *library
-	store           *redisstore.Store
+	raw, lh, rs, rl, rd *library
+	store               *redisstore.Store
+	lockers             []rueidislock.Locker // closed with the contenders
+	extra               []*redis.Client      // the processes section's own clients
+	stores              []*redisstore.Store  // their Stores
+	opts                *redis.Options
 
 	// uncontended: one attempt, no waiting.
 	cycle []*contender
 	// contended: waiting acquires with each library's own waiting.
 	handoff []*contender
+	// processes section: a client per worker (see setupProcesses).
+	procs []*contender
 }
 
 func newContenders(opts *redis.Options) (*contenders, error) {
@@ -76,6 +86,10 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		lh:  newLibrary("leasehold", opts),
 		rs:  newLibrary("redsync", opts),
 		rl:  newLibrary("redislock", opts),
+		// rueidislock brings its own client (rueidis); its library has
+		// the counter alone.
+		rd:   &library{name: "rueidislock", hook: &counter{}},
+		opts: opts,
 	}
 	store, err := redisstore.New(c.lh.client)
 	if err != nil {
@@ -88,6 +102,11 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 	lhPolling := leasehold.New(store, leasehold.WithoutWakeups())
 	rsync := redsync.New(goredis.NewPool(c.rs.client))
 	rlock := redislock.New(c.rl.client)
+	rdLocker, err := c.newLocker()
+	if err != nil {
+		c.close()
+		return nil, err
+	}
 
 	c.cycle = []*contender{
 		{id: "leasehold", label: "leasehold", lib: c.lh, newHandle: func(key string) handle {
@@ -98,6 +117,9 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		}},
 		{id: "redislock", label: "redislock", lib: c.rl, newHandle: func(key string) handle {
 			return &redislockHandle{c: rlock, key: key}
+		}},
+		{id: "rueidislock", label: "rueidislock", lib: c.rd, newHandle: func(key string) handle {
+			return &rueidisHandle{l: rdLocker, key: key, try: true}
 		}},
 	}
 	c.handoff = []*contender{
@@ -115,18 +137,43 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 				RetryStrategy: redislock.LinearBackoff(redislockBackoff),
 			}}
 		}},
+		{id: "rueidislock", label: "rueidislock, one Locker", lib: c.rd, newHandle: func(key string) handle {
+			return &rueidisHandle{l: rdLocker, key: key}
+		}},
 	}
 	return c, nil
 }
 
-func (c *contenders) libraries() []*library { return []*library{c.raw, c.lh, c.rs, c.rl} }
+func (c *contenders) libraries() []*library { return []*library{c.raw, c.lh, c.rs, c.rl, c.rd} }
+
+// newLocker is a rueidislock Locker of its own (its own rueidis client and
+// connection), counted on the rueidislock library's counter.
+func (c *contenders) newLocker() (rueidislock.Locker, error) {
+	l, err := rueidislock.NewLocker(rueidisLockerOption(c.opts.Addr, c.rd))
+	if err != nil {
+		return nil, fmt.Errorf("lockbench: rueidislock: %w", err)
+	}
+	c.lockers = append(c.lockers, l)
+	return l, nil
+}
 
 func (c *contenders) close() {
 	if c.store != nil {
 		_ = c.store.Close()
 	}
+	for _, st := range c.stores {
+		_ = st.Close()
+	}
+	for _, l := range c.lockers {
+		l.Close()
+	}
+	for _, cl := range c.extra {
+		_ = cl.Close()
+	}
 	for _, l := range c.libraries() {
-		_ = l.client.Close()
+		if l.client != nil {
+			_ = l.client.Close()
+		}
 	}
 }
 

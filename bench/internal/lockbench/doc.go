@@ -1,5 +1,7 @@
-// Package lockbench measures leasehold against redsync and bsm/redislock on
-// one Redis, in one run, and writes the report and its chart.
+// Package lockbench measures leasehold against redsync, bsm/redislock and
+// rueidislock on one Redis, against etcd's concurrency.Mutex on one etcd and
+// advisory locks on one PostgreSQL, in one run, and writes the report and its
+// chart.
 //
 // Every measurement is a cell (one contender, one concurrency or worker
 // count), and a round runs every cell once, for Config.Duration (contended
@@ -18,8 +20,16 @@
 //     critical section; after releasing, a worker sits out until another
 //     worker has taken the key, so that every transfer is a hand-off to a
 //     waiter;
-//   - round trips per operation, counted with a go-redis hook.
+//   - round trips per operation, counted with a go-redis hook;
+//   - (section processes) hand-off with clients of its own for each worker,
+//     the equivalent of separate processes, where a worker that released asks
+//     again at once; the FIFO order of waiters arriving a fixed gap apart; and
+//     the share of turns won again by the worker that just released;
+//   - (sections etcd, postgres) acquire+release cycles on etcdstore against
+//     concurrency.Mutex, and on pgstore against pg_try_advisory_lock and
+//     pg_advisory_unlock, on servers started by storetest/testserver, with
+//     round trips counted client-side (a gRPC interceptor, a pgx tracer).
 //
-// All loops are bounded in count and time, and all traffic goes to a Redis on
+// All loops are bounded in count and time, and all traffic goes to servers on
 // a loopback address.
 package lockbench

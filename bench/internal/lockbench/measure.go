@@ -39,6 +39,15 @@ type cell struct {
 	handoffs []time.Duration // release call → next owner's acquire returning
 	holds    []time.Duration // measured critical sections
 	gaveUp   int64           // waits that ended without the lock before the round did
+	// transfers to a worker whose acquire began before the release that
+	// freed the key
+	waited int64
+	// transfers with a known previous owner, and those back to it
+	turns, retook int64
+
+	// FIFO cells only
+	inversions int64 // pairs of waiters served out of arrival order
+	inOrder    bool  // all served, in arrival order
 }
 
 func (c *cell) rate() float64 {
@@ -199,7 +208,11 @@ const joinSpread = 50 * time.Millisecond
 // and then sits out until another worker has taken the key, so that every
 // transfer is a hand-off to a waiter and none is a releaser taking the key
 // straight back.
-func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, workers int, d, hold, wait time.Duration) error {
+//
+// Without sitOut a worker that released asks again at once, as a process
+// would: then the releaser may take the key straight back, which counts as
+// a transfer (to it) but not as a hand-off, and its latency is not recorded.
+func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, workers int, d, hold, wait time.Duration, sitOut bool) error {
 	roundCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var base time.Time // the start signal; measuring starts joinSpread later
@@ -208,6 +221,7 @@ func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, w
 		inside    atomic.Int32 // workers inside the critical section: must stay ≤ 1
 		overlaps  atomic.Int64
 		releaseAt atomic.Int64 // when the last holder called release; 0 once taken
+		lastOwner atomic.Int64 // the last holder's worker number + 1
 
 		mu   sync.Mutex
 		next = make(chan struct{}) // closed by the next acquire
@@ -215,15 +229,16 @@ func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, w
 	from, deadline := int64(joinSpread), int64(joinSpread+d)
 	inWindow := func(t int64) bool { return t >= from && t <= deadline }
 	type result struct {
-		transfers, gaveUp int64
-		handoffs, holds   []time.Duration
-		err               error
+		transfers, gaveUp     int64
+		waited, turns, retook int64
+		handoffs, holds       []time.Duration
+		err                   error
 	}
 	results := make([]result, workers)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for w := range workers {
-		h := ct.newHandle(key)
+		h := ct.handleOf(key, w)
 		r := &results[w]
 		join := rand.N(joinSpread)
 		wg.Go(func() {
@@ -235,6 +250,7 @@ func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, w
 			}
 			for i := 0; i < maxOpsPerWorker && roundCtx.Err() == nil; i++ {
 				wctx, wcancel := context.WithTimeout(roundCtx, wait)
+				asked := now()
 				err := h.acquire(wctx)
 				got := now()
 				wcancel()
@@ -254,11 +270,22 @@ func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, w
 				if inside.Add(1) != 1 {
 					overlaps.Add(1)
 				}
-				if prev := releaseAt.Swap(0); prev != 0 && prev >= from && inWindow(got) {
+				prev, prevOwner := releaseAt.Swap(0), lastOwner.Swap(int64(w+1))
+				again := prevOwner == int64(w+1)
+				if prev != 0 && prev >= from && inWindow(got) && !again {
 					r.handoffs = append(r.handoffs, time.Duration(got-prev))
 				}
 				if inWindow(got) {
 					r.transfers++
+					if prev != 0 && asked < prev {
+						r.waited++
+					}
+					if prevOwner != 0 {
+						r.turns++
+						if again {
+							r.retook++
+						}
+					}
 				}
 				mu.Lock()
 				close(next)
@@ -277,6 +304,9 @@ func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, w
 					r.err = fmt.Errorf("%s release: %w", ct.id, err)
 					cancel()
 					return
+				}
+				if !sitOut {
+					continue
 				}
 				select {
 				case <-mine:
@@ -316,6 +346,9 @@ func handoff(ctx context.Context, c *cell, p probe, ct *contender, key string, w
 	for _, r := range results {
 		c.ops += r.transfers
 		c.gaveUp += r.gaveUp
+		c.waited += r.waited
+		c.turns += r.turns
+		c.retook += r.retook
 		c.handoffs = append(c.handoffs, r.handoffs...)
 		c.holds = append(c.holds, r.holds...)
 		errs = append(errs, r.err)

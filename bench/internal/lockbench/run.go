@@ -44,6 +44,9 @@ type Config struct {
 	Concurrency []int
 	// Workers on one key in the contended runs, each at least 2. Default 8, 64.
 	Workers []int
+	// DBConcurrency are the goroutine counts of the etcd and PostgreSQL
+	// cycle tables. Default 1, 16.
+	DBConcurrency []int
 	// Hold is the critical section of the contended runs. Default 200 µs.
 	Hold time.Duration
 	// Wait bounds one waiting acquire in the contended runs (redsync's own
@@ -82,9 +85,10 @@ func DefaultConfig() Config {
 		Warmup:          100 * time.Millisecond,
 		Concurrency:     []int{1, 16, 64},
 		Workers:         []int{8, 64},
+		DBConcurrency:   []int{1, 16},
 		Hold:            200 * time.Microsecond,
 		Wait:            5 * time.Second,
-		Sections:        []string{SectionLocks, SectionScale},
+		Sections:        []string{SectionLocks, SectionProcesses, SectionEtcd, SectionPostgres, SectionScale},
 		ScaleLeases:     []int{10_000, 50_000, 100_000},
 		ScaleTTL:        3 * time.Second,
 		ScaleWindows:    5,
@@ -94,9 +98,20 @@ func DefaultConfig() Config {
 
 // Sections of a run, for Config.Sections and --only.
 const (
-	SectionLocks = "locks" // raw round trips, cycles, hand-off, round trips per operation
-	SectionScale = "scale" // many leases held and renewed by one process
+	SectionLocks     = "locks"     // raw round trips, cycles, hand-off, round trips per operation
+	SectionScale     = "scale"     // many leases held and renewed by one process
+	SectionProcesses = "processes" // hand-off and FIFO with a client per worker
+	SectionEtcd      = "etcd"      // cycles against concurrency.Mutex
+	SectionPostgres  = "postgres"  // cycles against advisory locks
 )
+
+// allSections in report order.
+var allSections = []string{SectionLocks, SectionProcesses, SectionEtcd, SectionPostgres, SectionScale}
+
+// interleaved reports whether c runs a section measured round by round.
+func (c Config) interleaved() bool {
+	return c.Runs(SectionLocks) || c.Runs(SectionProcesses) || c.Runs(SectionEtcd) || c.Runs(SectionPostgres)
+}
 
 // maxScaleLeases bounds a scale cell: each lease is a key on the server and
 // about a kilobyte in this process.
@@ -129,8 +144,8 @@ func (c Config) Validate() error {
 		return errors.New("--only: want at least one section")
 	}
 	for _, sec := range c.Sections {
-		if sec != SectionLocks && sec != SectionScale {
-			return fmt.Errorf("--only %q: want %s or %s", sec, SectionLocks, SectionScale)
+		if !slices.Contains(allSections, sec) {
+			return fmt.Errorf("--only %q: want some of %s", sec, strings.Join(allSections, ", "))
 		}
 	}
 	if c.Runs(SectionScale) {
@@ -155,6 +170,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--concurrency %d: want 1 to 1024", n)
 		}
 	}
+	for _, n := range c.DBConcurrency {
+		if n < 1 || n > 256 {
+			return fmt.Errorf("--db-concurrency %d: want 1 to 256", n)
+		}
+	}
+	if (c.Runs(SectionEtcd) || c.Runs(SectionPostgres)) && len(c.DBConcurrency) == 0 {
+		return errors.New("--db-concurrency: want at least one level")
+	}
 	for _, n := range c.Workers {
 		if n < 2 || n > 1024 {
 			return fmt.Errorf("--workers %d: want 2 to 1024 (a hand-off needs a second worker)", n)
@@ -164,15 +187,53 @@ func (c Config) Validate() error {
 }
 
 // cellsPerRound counts the cells of one round.
-func (c Config) cellsPerRound() int { return 5*len(c.Concurrency) + 4*len(c.Workers) }
+func (c Config) cellsPerRound() int {
+	flat, contended := c.cellCounts()
+	return flat + contended + c.fifoCells()
+}
+
+// cellCounts are the cells of one round that last Duration and those that
+// last HandoffDuration.
+func (c Config) cellCounts() (flat, contended int) {
+	if c.Runs(SectionLocks) {
+		flat += 6 * len(c.Concurrency)
+		contended += 5 * len(c.Workers)
+	}
+	if c.Runs(SectionProcesses) {
+		contended += 4 * len(c.Workers)
+	}
+	if c.Runs(SectionEtcd) {
+		flat += 2 * len(c.DBConcurrency)
+	}
+	if c.Runs(SectionPostgres) {
+		flat += 2 * len(c.DBConcurrency)
+	}
+	return flat, contended
+}
+
+// fifoCells are the FIFO cells of one round: a trial per contender and gap.
+func (c Config) fifoCells() int {
+	if c.Runs(SectionProcesses) {
+		return 4 * len(fifoGaps)
+	}
+	return 0
+}
 
 // Estimate is how long a run of c takes, setup aside.
 func (c Config) Estimate() time.Duration {
-	flat, contended := time.Duration(5*len(c.Concurrency)), time.Duration(4*len(c.Workers))
-	round := flat*c.Duration + contended*(c.HandoffDuration+joinSpread)
+	f, k := c.cellCounts()
+	flat, contended := time.Duration(f), time.Duration(k)
+	var fifo time.Duration
+	for _, g := range fifoGaps {
+		fifo += 4 * (fifoWaiters + 1) * (g + 2*time.Millisecond)
+	}
+	if !c.Runs(SectionProcesses) {
+		fifo = 0
+	}
+	round := flat*c.Duration + contended*(c.HandoffDuration+joinSpread) + fifo
 	warm := time.Duration(0)
 	if c.Warmup > 0 {
-		warm = (flat+contended)*c.Warmup + contended*joinSpread
+		warm = (flat+contended)*c.Warmup + contended*joinSpread + fifo
 	}
 	return time.Duration(c.Rounds)*round + warm
 }
@@ -204,15 +265,18 @@ type Result struct {
 	// the contenders, in report order
 	cycleIDs   []string
 	handoffIDs []string
+	procIDs    []string
+	dbIDs      map[string][]string // "etcd", "postgres" → contender ids
+	dbFrom     map[string]string   // where the server came from
 	labels     map[string]string
 	// the scale section's cells, in order
 	scale []ScaleRow
 }
 
 type cellKey struct {
-	kind string // "raw", "cycle", "handoff"
+	kind string // "raw", "cycle", "handoff", "procs", "fifo", "etcd", "postgres"
 	id   string // PING, EVALSHA or a contender's id
-	n    int    // concurrency or workers
+	n    int    // concurrency or workers; for "fifo" the gap in ms
 }
 
 // trivial is the raw baseline's script: one EVALSHA that does nothing.
@@ -244,6 +308,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("lockbench: redis at %s: %w", opts.Addr, err)
 	}
 	version, _ := infoField(info, "redis_version")
+	if v, ok := redisVersionAtLeast(version, 7, 0, 5); !ok {
+		// rueidislock is configured with NoLoopTracking, which needs it.
+		return nil, fmt.Errorf("lockbench: redis %s: want 7.0.5 or later (rueidislock's NOLOOP tracking)", v)
+	}
 
 	cs, err := newContenders(opts)
 	if err != nil {
@@ -270,6 +338,43 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		},
 		cells:  make(map[cellKey][]cell),
 		labels: make(map[string]string),
+		dbIDs:  make(map[string][]string),
+		dbFrom: make(map[string]string),
+	}
+	if cfg.Runs(SectionProcesses) {
+		if err := cs.setupProcesses(max(slices.Max(cfg.Workers), fifoWaiters+1)); err != nil {
+			return nil, err
+		}
+		for _, ct := range cs.procs {
+			res.procIDs = append(res.procIDs, ct.id)
+			res.labels["procs/"+ct.id] = ct.label
+		}
+	}
+	var dbs []*dbBench
+	defer func() {
+		for _, d := range dbs {
+			d.close()
+		}
+	}()
+	for _, sec := range []string{SectionEtcd, SectionPostgres} {
+		if !cfg.Runs(sec) {
+			continue
+		}
+		logf("lockbench: starting %s", sec)
+		newBench := newEtcdBench
+		if sec == SectionPostgres {
+			newBench = newPostgresBench
+		}
+		d, err := newBench(ctx, slices.Max(cfg.DBConcurrency))
+		if err != nil {
+			return nil, err
+		}
+		dbs = append(dbs, d)
+		res.dbFrom[sec] = d.from
+		for _, ct := range d.cyclers {
+			res.dbIDs[sec] = append(res.dbIDs[sec], ct.id)
+			res.labels[sec+"/"+ct.id] = ct.label
+		}
 	}
 	for _, ct := range cs.cycle {
 		res.cycleIDs = append(res.cycleIDs, ct.id)
@@ -284,8 +389,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.RedisURL != "" {
 		defer cleanup(context.WithoutCancel(ctx), admin, prefix)
 	}
-	r := runner{cfg: cfg, cs: cs, p: probe{admin: admin}, prefix: prefix, logf: logf}
-	if cfg.Runs(SectionLocks) {
+	r := runner{cfg: cfg, cs: cs, dbs: dbs, p: probe{admin: admin}, prefix: prefix, logf: logf}
+	if cfg.interleaved() {
 		logf("lockbench: %d cells × %d rounds of %v (contended: %v), warm-up %v a cell: about %v",
 			cfg.cellsPerRound(), cfg.Rounds, cfg.Duration, cfg.HandoffDuration, cfg.Warmup, cfg.Estimate().Round(time.Second))
 		if cfg.Warmup > 0 {
@@ -298,8 +403,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				return nil, err
 			}
 		}
-		if res.ops, err = countOps(ctx, cs, prefix+"ops:"); err != nil {
-			return nil, err
+		if cfg.Runs(SectionLocks) {
+			if res.ops, err = countOps(ctx, cs, prefix+"ops:"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if cfg.Runs(SectionScale) {
@@ -314,6 +421,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 type runner struct {
 	cfg    Config
 	cs     *contenders
+	dbs    []*dbBench
 	p      probe
 	prefix string
 	logf   func(string, ...any)
@@ -333,6 +441,78 @@ func (r *runner) round(ctx context.Context, round int, d, hd time.Duration, into
 	if round >= 0 {
 		tag = fmt.Sprintf("round %d/%d", round+1, r.cfg.Rounds)
 	}
+	var groups [][]step
+	if r.cfg.Runs(SectionLocks) {
+		groups = r.lockGroups(round, d, hd)
+	}
+	if r.cfg.Runs(SectionProcesses) {
+		for _, workers := range r.cfg.Workers {
+			var g []step
+			for _, ct := range r.cs.procs {
+				g = append(g, step{cellKey{"procs", ct.id, workers}, func(ctx context.Context, c *cell) error {
+					key := fmt.Sprintf("%sprocs:%s:%d:%d", r.prefix, ct.id, workers, round)
+					return handoff(ctx, c, r.p, ct, key, workers, hd, r.cfg.Hold, r.cfg.Wait, false)
+				}})
+			}
+			groups = append(groups, g)
+		}
+		for _, gap := range fifoGaps {
+			var g []step
+			ms := int(gap / time.Millisecond)
+			for _, ct := range r.cs.procs {
+				g = append(g, step{cellKey{"fifo", ct.id, ms}, func(ctx context.Context, c *cell) error {
+					key := fmt.Sprintf("%sfifo:%s:%d:%d", r.prefix, ct.id, ms, round)
+					return fifoTrial(ctx, c, ct, key, gap, r.cfg.Hold, r.cfg.Wait)
+				}})
+			}
+			groups = append(groups, g)
+		}
+	}
+	for _, db := range r.dbs {
+		for _, conc := range r.cfg.DBConcurrency {
+			var g []step
+			for _, ct := range db.cyclers {
+				g = append(g, step{cellKey{db.kind, ct.id, conc}, func(ctx context.Context, c *cell) error {
+					op, err := ct.prepare(ctx, fmt.Sprintf("%s%s:%d:%d", r.prefix, ct.id, conc, round), conc)
+					if err != nil {
+						return err
+					}
+					return load(ctx, c, r.p, ct.lib, conc, d, op)
+				}})
+			}
+			groups = append(groups, g)
+		}
+	}
+
+	for _, g := range groups {
+		shift := max(round, 0) % len(g)
+		for _, s := range slices.Concat(g[shift:], g[:shift]) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var c cell
+			if err := s.run(ctx, &c); err != nil {
+				return fmt.Errorf("lockbench: %s, %s %s at %d: %w", tag, s.key.kind, s.key.id, s.key.n, err)
+			}
+			line := fmt.Sprintf("%-11s %-8s %-16s %3d  %9.0f/s", tag, s.key.kind, s.key.id, s.key.n, c.rate())
+			switch s.key.kind {
+			case "handoff", "procs":
+				l := summarize(c.handoffs)
+				line += fmt.Sprintf("  hand-off p50 %v p99 %v (n=%d)", fmtDur(l.p50), fmtDur(l.p99), l.n)
+			case "fifo":
+				line = fmt.Sprintf("%-11s %-8s %-16s %3dms  %d inversions, %d gave up", tag, s.key.kind, s.key.id, s.key.n, c.inversions, c.gaveUp)
+			}
+			r.logf("%s", line)
+			if into != nil {
+				into[s.key] = append(into[s.key], c)
+			}
+		}
+	}
+	return nil
+}
+
+// lockGroups are the cells of the locks section, grouped by level.
+func (r *runner) lockGroups(round int, d, hd time.Duration) [][]step {
 	var groups [][]step
 	for _, conc := range r.cfg.Concurrency {
 		g := []step{
@@ -372,34 +552,12 @@ func (r *runner) round(ctx context.Context, round int, d, hd time.Duration, into
 		for _, ct := range r.cs.handoff {
 			g = append(g, step{cellKey{"handoff", ct.id, workers}, func(ctx context.Context, c *cell) error {
 				key := fmt.Sprintf("%shandoff:%s:%d:%d", r.prefix, ct.id, workers, round)
-				return handoff(ctx, c, r.p, ct, key, workers, hd, r.cfg.Hold, r.cfg.Wait)
+				return handoff(ctx, c, r.p, ct, key, workers, hd, r.cfg.Hold, r.cfg.Wait, true)
 			}})
 		}
 		groups = append(groups, g)
 	}
-
-	for _, g := range groups {
-		shift := max(round, 0) % len(g)
-		for _, s := range slices.Concat(g[shift:], g[:shift]) {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var c cell
-			if err := s.run(ctx, &c); err != nil {
-				return fmt.Errorf("lockbench: %s, %s %s at %d: %w", tag, s.key.kind, s.key.id, s.key.n, err)
-			}
-			line := fmt.Sprintf("%-11s %-7s %-16s %3d  %9.0f/s", tag, s.key.kind, s.key.id, s.key.n, c.rate())
-			if s.key.kind == "handoff" {
-				l := summarize(c.handoffs)
-				line += fmt.Sprintf("  hand-off p50 %v p99 %v (n=%d)", fmtDur(l.p50), fmtDur(l.p99), l.n)
-			}
-			r.logf("%s", line)
-			if into != nil {
-				into[s.key] = append(into[s.key], c)
-			}
-		}
-	}
-	return nil
+	return groups
 }
 
 // redisOptions returns the client options of the Redis to measure, starting
@@ -513,4 +671,24 @@ func fmtDur(d time.Duration) string {
 	default:
 		return strconv.FormatFloat(ms, 'f', 0, 64) + " ms"
 	}
+}
+
+// redisVersionAtLeast reports whether version ("7.0.15") is at least
+// major.minor.patch; it returns the version back for messages.
+func redisVersionAtLeast(version string, major, minor, patch int) (string, bool) {
+	parts := strings.SplitN(version, ".", 3)
+	want := []int{major, minor, patch}
+	for i, w := range want {
+		if i >= len(parts) {
+			return version, false
+		}
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return version, false
+		}
+		if n != w {
+			return version, n > w
+		}
+	}
+	return version, true
 }

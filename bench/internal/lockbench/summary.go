@@ -15,6 +15,10 @@ type Summary struct {
 	Handoff []HandoffRow
 	Ops     []OpRow
 	Scale   []ScaleRow // the scale section's cells; nil when it did not run
+	Procs   []ProcRow
+	FIFO    []FIFORow
+	Etcd    []DBRow
+	PG      []DBRow
 }
 
 // Rate is a median of rounds with the rounds' spread (half their range over
@@ -80,6 +84,10 @@ type OpRow struct {
 // Summarize reduces r to its report's figures.
 func (r *Result) Summarize() Summary {
 	s := Summary{Scale: r.scale}
+	if r.Config.Runs(SectionProcesses) {
+		s.Procs, s.FIFO = r.procRows(), r.fifoRows()
+	}
+	s.Etcd, s.PG = r.dbRows(SectionEtcd), r.dbRows(SectionPostgres)
 	if !r.Config.Runs(SectionLocks) {
 		return s
 	}

@@ -1,0 +1,320 @@
+package lockbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/etcdstore"
+	"github.com/leasehold/leasehold/store/pgstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
+)
+
+// dbTTL is the lease of the etcd and PostgreSQL cycles. etcd grants whole
+// seconds; no cell comes near it.
+const dbTTL = 10 * time.Second
+
+// dbCycler is one contender of the etcd or PostgreSQL cycle tables: cycle
+// takes and releases worker w's own key for the cell named by tag.
+type dbCycler struct {
+	id, label string
+	lib       *library // its counter; no go-redis client
+	prepare   func(ctx context.Context, tag string, conc int) (func(ctx context.Context, w int) error, error)
+}
+
+// dbBench is the etcd or PostgreSQL section's server, clients and
+// contenders.
+type dbBench struct {
+	kind    string // "etcd" or "postgres"
+	from    string // the server, for the report
+	cyclers []*dbCycler
+	closers []func()
+}
+
+func (d *dbBench) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// countUnary counts every unary gRPC call (a round trip) on hook; the
+// lease keep-alive streams of both contenders are not counted.
+func countUnary(hook *counter) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		hook.trips.Add(1)
+		hook.note(method)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// newEtcdBench starts an etcd and sets up leasehold on etcdstore against
+// concurrency.Mutex, each on its own clientv3 client with a counting
+// interceptor. The Mutex side has a Session per worker (maxConc of them),
+// made here, outside every timed loop.
+func newEtcdBench(ctx context.Context, maxConc int) (_ *dbBench, err error) {
+	srv, err := testserver.NewEtcdServer()
+	if err != nil {
+		return nil, fmt.Errorf("lockbench: etcd: %w", err)
+	}
+	d := &dbBench{kind: "etcd", from: "started by the command on " + srv.Endpoints()[0]}
+	d.closers = append(d.closers, func() { _ = srv.Close() })
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	newClient := func(lib *library) (*clientv3.Client, error) {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints:   srv.Endpoints(),
+			DialTimeout: 10 * time.Second,
+			Logger:      zap.NewNop(),
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(countUnary(lib.hook))},
+		})
+		if err != nil {
+			return nil, err
+		}
+		d.closers = append(d.closers, func() { _ = cli.Close() })
+		return cli, nil
+	}
+	lhLib := &library{name: "leasehold", hook: &counter{}}
+	muLib := &library{name: "concurrency.Mutex", hook: &counter{}}
+	lhCli, err := newClient(lhLib)
+	if err != nil {
+		return nil, err
+	}
+	muCli, err := newClient(muLib)
+	if err != nil {
+		return nil, err
+	}
+	st, err := etcdstore.New(lhCli)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() { _ = st.Close() })
+	lh := leasehold.New(st)
+	sessions := make([]*concurrency.Session, maxConc)
+	for w := range sessions {
+		if sessions[w], err = concurrency.NewSession(muCli, concurrency.WithTTL(int(dbTTL/time.Second)), concurrency.WithContext(ctx)); err != nil {
+			return nil, fmt.Errorf("lockbench: etcd session: %w", err)
+		}
+		s := sessions[w]
+		d.closers = append(d.closers, func() { _ = s.Close() })
+	}
+	d.cyclers = []*dbCycler{
+		{id: "leasehold", label: "leasehold (etcdstore)", lib: lhLib,
+			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				return func(ctx context.Context, w int) error {
+					l, err := lh.TryAcquire(ctx, fmt.Sprintf("%s:%d", tag, w), dbTTL)
+					if err != nil {
+						return fmt.Errorf("acquire of a free key: %w", err)
+					}
+					return l.Release(ctx)
+				}, nil
+			}},
+		{id: "mutex", label: "concurrency.Mutex", lib: muLib,
+			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				mus := make([]*concurrency.Mutex, conc)
+				for w := range mus {
+					mus[w] = concurrency.NewMutex(sessions[w], fmt.Sprintf("/bench/%s:%d", tag, w))
+				}
+				return func(ctx context.Context, w int) error {
+					if err := mus[w].TryLock(ctx); err != nil {
+						return fmt.Errorf("TryLock of a free key: %w", err)
+					}
+					return mus[w].Unlock(ctx)
+				}, nil
+			}},
+	}
+	return d, nil
+}
+
+// pgTracer counts the statements sent on a pool's connections: one round
+// trip each (pgx's statement cache prepares each once per connection; the
+// cells run long past that).
+type pgTracer struct{ hook *counter }
+
+func (t pgTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.hook.trips.Add(1)
+	return ctx
+}
+
+func (pgTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// newPostgresBench starts a PostgreSQL and sets up leasehold on pgstore
+// against session-level advisory locks, each on its own pool with a
+// counting tracer.
+func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) {
+	srv, err := testserver.NewPostgresServer()
+	if err != nil {
+		return nil, fmt.Errorf("lockbench: postgres: %w", err)
+	}
+	d := &dbBench{kind: "postgres", from: "started by the command on " + srv.Addr()}
+	d.closers = append(d.closers, func() { _ = srv.Close() })
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	newPool := func(lib *library) (*pgxpool.Pool, error) {
+		cfg, err := pgxpool.ParseConfig(srv.DSN())
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxConns = int32(maxConc + 4)
+		cfg.ConnConfig.Tracer = pgTracer{lib.hook}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.closers = append(d.closers, pool.Close)
+		return pool, nil
+	}
+	lhLib := &library{name: "leasehold", hook: &counter{}}
+	advLib := &library{name: "advisory", hook: &counter{}}
+	lhPool, err := newPool(lhLib)
+	if err != nil {
+		return nil, err
+	}
+	advPool, err := newPool(advLib)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pgstore.New(lhPool)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		return nil, fmt.Errorf("lockbench: pgstore migrate: %w", err)
+	}
+	lh := leasehold.New(st)
+	// Dial every connection a cell may use, and prepare the statements on
+	// them, before any cell: otherwise the first cell of each contender pays
+	// for PostgreSQL forking its backends.
+	if err := warmPool(ctx, advPool, maxConc, func(ctx context.Context, conn *pgxpool.Conn) error {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(0)).Scan(&ok); err != nil {
+			return err
+		}
+		return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(0)).Scan(&ok)
+	}); err != nil {
+		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+	}
+	if err := warmPool(ctx, lhPool, maxConc, nil); err != nil {
+		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+	}
+	var warm errgroup
+	for w := range maxConc {
+		warm.Go(func() error {
+			l, err := lh.TryAcquire(ctx, fmt.Sprintf("warm-up:%d", w), dbTTL)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		})
+	}
+	if err := warm.Wait(); err != nil {
+		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+	}
+	d.cyclers = []*dbCycler{
+		{id: "leasehold", label: "leasehold (pgstore)", lib: lhLib,
+			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				return func(ctx context.Context, w int) error {
+					l, err := lh.TryAcquire(ctx, fmt.Sprintf("%s:%d", tag, w), dbTTL)
+					if err != nil {
+						return fmt.Errorf("acquire of a free key: %w", err)
+					}
+					return l.Release(ctx)
+				}, nil
+			}},
+		{id: "advisory", label: "pg_try_advisory_lock + pg_advisory_unlock", lib: advLib,
+			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				keys := make([]int64, conc)
+				for w := range keys {
+					h := fnv.New64a()
+					fmt.Fprintf(h, "%s:%d", tag, w)
+					keys[w] = int64(h.Sum64())
+				}
+				return func(ctx context.Context, w int) error {
+					conn, err := advPool.Acquire(ctx)
+					if err != nil {
+						return err
+					}
+					defer conn.Release()
+					var ok bool
+					if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", keys[w]).Scan(&ok); err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("pg_try_advisory_lock of a free key: false")
+					}
+					if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", keys[w]).Scan(&ok); err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("pg_advisory_unlock: false")
+					}
+					return nil
+				}, nil
+			}},
+	}
+	return d, nil
+}
+
+// warmPool holds n connections of pool at once (dialling them), runs use on
+// each when given, and gives them back.
+func warmPool(ctx context.Context, pool *pgxpool.Pool, n int, use func(context.Context, *pgxpool.Conn) error) error {
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		if use != nil {
+			if err := use(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// errgroup runs functions and keeps the first error: the little of
+// golang.org/x/sync/errgroup this file needs.
+type errgroup struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+func (g *errgroup) Go(f func() error) {
+	g.wg.Go(func() {
+		if err := f(); err != nil {
+			g.mu.Lock()
+			g.errs = append(g.errs, err)
+			g.mu.Unlock()
+		}
+	})
+}
+
+func (g *errgroup) Wait() error {
+	g.wg.Wait()
+	return errors.Join(g.errs...)
+}
