@@ -99,10 +99,16 @@ func TestReleaseCheck(t *testing.T) {
 	run(goenv, "go", "build", "-o", filepath.Join(bin, "leasehold"), "github.com/leasehold/leasehold/cmd/leasehold")
 
 	rs, es, ps := testserver.StartRedis(t), testserver.StartEtcd(t), testserver.StartPostgres(t)
+	ks := testserver.StartKubeAPIServer(t)
+	kubeconfig := filepath.Join(tmp, "kubeconfig")
+	if err := ks.WriteKubeconfig(kubeconfig, ""); err != nil {
+		t.Fatal(err)
+	}
 	out := run(append(os.Environ(),
 		"LEASEHOLD_REDIS_ADDR="+rs.Addr(),
 		"LEASEHOLD_ETCD_ENDPOINT="+es.Endpoints()[0],
 		"LEASEHOLD_PG_DSN="+ps.DSN(),
+		"LEASEHOLD_KUBECONFIG="+kubeconfig,
 	), filepath.Join(bin, "outside"))
 	if !strings.Contains(out, "release check: every backend took its lock") {
 		t.Errorf("the program did not finish")

@@ -16,6 +16,7 @@ var published = []string{
 	".",
 	"store/redisstore",
 	"store/etcdstore",
+	"store/kubestore",
 	"store/pgstore",
 	"fence/pgfence",
 	"prom",

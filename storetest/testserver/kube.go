@@ -124,7 +124,8 @@ type KubeAPIServer struct {
 }
 
 // NewKubeAPIServer starts an etcd and a kube-apiserver on it, on free ports
-// of 127.0.0.1, and waits (at most 60 s) until /readyz answers ok. The caller
+// of 127.0.0.1, and waits (at most 60 s) until /readyz answers ok and the
+// namespace "default" exists. The caller
 // must call Close. It fails with an error wrapping ErrKubeAPIServerNotFound
 // when there is no binary (see KubeAPIServerPath).
 func NewKubeAPIServer() (*KubeAPIServer, error) {
@@ -220,7 +221,7 @@ func newKubeAPIServer(bin string, etcd *EtcdServer, port int) (*KubeAPIServer, e
 			"--profiling=false",
 		},
 		dir: dir, env: kubeEnv(), out: path("kube-apiserver.log"), logs: []string{path("kube-apiserver.log")},
-		ready: s.check, readyWhat: "answer /readyz with ok", poll: kubePollInterval,
+		ready: s.check, readyWhat: "answer /readyz with ok and have the namespace default", poll: kubePollInterval,
 		exitCause:  portInUse,
 		stopSignal: syscall.SIGTERM, stopGrace: kubeStopTimeout,
 	}
@@ -245,31 +246,45 @@ func kubeEnv() []string {
 // program is how the supervisor runs this server.
 func (s *KubeAPIServer) program() program { return s.prog }
 
-// check returns nil when the server answers GET /readyz with 200 "ok". The
-// TLS handshake checks the certificate made for this server, so another
-// process that took the port does not pass.
+// check returns nil when the server answers GET /readyz with 200 "ok" and
+// the namespace "default" exists (the server creates it just after it is
+// ready; tests and programs may use it at once). The TLS handshake checks
+// the certificate made for this server, so another process that took the
+// port does not pass.
 func (s *KubeAPIServer) check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, kubeProbeTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Host()+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.token)
 	client, err := s.httpClient()
 	if err != nil {
 		return err
 	}
+	for _, path := range []string{"/readyz", "/api/v1/namespaces/default"} {
+		code, body, err := s.get(ctx, client, path)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK || path == "/readyz" && strings.TrimSpace(string(body)) != "ok" {
+			return fmt.Errorf("%s: %d %s", path, code, lastLine(body))
+		}
+	}
+	return nil
+}
+
+// get sends GET path with the token and returns the status and the start of
+// the body.
+func (s *KubeAPIServer) get(ctx context.Context, client *http.Client, path string) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, kubeProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Host()+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
-		return fmt.Errorf("/readyz: %s %s", resp.Status, lastLine(body))
-	}
-	return nil
+	return resp.StatusCode, body, nil
 }
 
 // lastLine is the last non-empty line of a /readyz answer: the verdict.

@@ -1,7 +1,8 @@
 // Command outside is a user's program, built by make release-check from the
 // published modules fetched through a module proxy. It takes a lock on every
 // backend (memstore in process; Redis, etcd and PostgreSQL at the addresses
-// in LEASEHOLD_REDIS_ADDR, LEASEHOLD_ETCD_ENDPOINT and LEASEHOLD_PG_DSN),
+// in LEASEHOLD_REDIS_ADDR, LEASEHOLD_ETCD_ENDPOINT and LEASEHOLD_PG_DSN;
+// Kubernetes Leases in the namespace default of LEASEHOLD_KUBECONFIG),
 // makes a fenced write to PostgreSQL, counts it all in Prometheus metrics and
 // runs a short drill without faults.
 package main
@@ -18,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/drill"
@@ -26,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/fence/pgfence"
 	"github.com/leasehold/leasehold/prom"
 	"github.com/leasehold/leasehold/store/etcdstore"
+	"github.com/leasehold/leasehold/store/kubestore"
 	"github.com/leasehold/leasehold/store/memstore"
 	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/store/redisstore"
@@ -69,6 +73,15 @@ func main() {
 	check("etcdstore.New", err)
 	lock("etcdstore", es, nil)
 	check("etcdstore: Close", es.Close())
+
+	kcfg, err := clientcmd.BuildConfigFromFlags("", env("LEASEHOLD_KUBECONFIG"))
+	check("kubeconfig", err)
+	kcs, err := kubernetes.NewForConfig(kcfg)
+	check("kubernetes client", err)
+	ks, err := kubestore.New(kcs, "default")
+	check("kubestore.New", err)
+	lock("kubestore", ks, nil)
+	check("kubestore: Close", ks.Close())
 
 	pool, err := pgxpool.New(ctx, env("LEASEHOLD_PG_DSN"))
 	check("pgxpool", err)

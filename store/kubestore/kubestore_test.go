@@ -1,0 +1,445 @@
+package kubestore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/store/kubestore"
+	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/storetest/testserver"
+)
+
+// One kube-apiserver (with its etcd) for the whole package, started by the
+// first test that needs it: it takes about 2.5 s to become ready.
+var (
+	sharedOnce sync.Once
+	shared     *testserver.KubeAPIServer
+	sharedErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		if err := shared.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	os.Exit(code)
+}
+
+// server returns the package's kube-apiserver, skipping the test when there
+// is no binary (failing it under CI=true).
+func server(t testing.TB) *testserver.KubeAPIServer {
+	t.Helper()
+	testserver.SkipWithoutKubeAPIServer(t)
+	sharedOnce.Do(func() {
+		start := time.Now()
+		shared, sharedErr = testserver.NewKubeAPIServer()
+		if sharedErr == nil {
+			fmt.Fprintf(os.Stderr, "kube-apiserver %s ready in %v\n", testserver.KubeVersion, time.Since(start).Round(time.Millisecond))
+		}
+	})
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+	return shared
+}
+
+// restConfig is the client configuration for srv, without client-go's
+// default rate limit (5 requests a second), which would throttle the
+// suite's parallel tests.
+func restConfig(srv *testserver.KubeAPIServer) *rest.Config {
+	return &rest.Config{
+		Host:            srv.Host(),
+		BearerToken:     srv.BearerToken(),
+		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()},
+		QPS:             1000,
+		Burst:           2000,
+	}
+}
+
+func newClient(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(restConfig(server(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// namespace creates a namespace of its own for the test.
+func namespace(t testing.TB, c kubernetes.Interface) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "leasehold-test-"}}
+	created, err := c.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created.Name
+}
+
+func newStore(t testing.TB, c kubernetes.Interface, ns string, opts ...kubestore.Option) *kubestore.Store {
+	t.Helper()
+	s, err := kubestore.New(c, ns, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	start := time.Now()
+	t.Cleanup(func() { t.Logf("storetest on kube-apiserver took %v", time.Since(start).Round(time.Millisecond)) })
+	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, ns) })
+}
+
+func TestNewRefusesBadArguments(t *testing.T) {
+	if _, err := kubestore.New(nil, "default"); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"", "Default", "a_b", strings.Repeat("n", 64)} {
+		if _, err := kubestore.New(c, ns); err == nil || !strings.Contains(err.Error(), "namespace") {
+			t.Errorf("New with namespace %q: %v, want an error naming the namespace", ns, err)
+		}
+	}
+	for _, p := range []string{"", "-x", "Locks-", "a.b", strings.Repeat("p", 64)} {
+		if _, err := kubestore.New(c, "default", kubestore.WithNamePrefix(p)); err == nil || !strings.Contains(err.Error(), "prefix") {
+			t.Errorf("New with name prefix %q: %v, want an error naming the prefix", p, err)
+		}
+	}
+}
+
+// Names are valid Lease names for any valid key, readable, and apart for
+// keys that differ only in what the readable part drops.
+func TestNames(t *testing.T) {
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kubestore.New(c, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"job:42", "Job:42", "job-42", "job 42", "é", "日本", "-", "x", strings.Repeat("K", driver.MaxKeyLen), strings.Repeat("é", driver.MaxKeyLen/2)}
+	names := map[string]string{}
+	for _, k := range keys {
+		n := s.Name(k)
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			t.Errorf("Name(%q) = %q: %v", k, n, errs)
+		}
+		if len(n) > 120 {
+			t.Errorf("Name(%q) = %q: %d bytes", k, n, len(n))
+		}
+		if other, ok := names[n]; ok {
+			t.Errorf("keys %q and %q share the name %q", k, other, n)
+		}
+		names[n] = k
+	}
+	if n := s.Name("job:42"); !strings.HasPrefix(n, "leasehold-job-42-") {
+		t.Errorf("Name(job:42) = %q, want the readable leasehold-job-42-<hash>", n)
+	}
+}
+
+// The Lease as kubectl shows it: holder, duration rounded up to seconds,
+// the key and fence annotations, the label; release keeps the Lease and its
+// fence and clears the holder.
+func TestLeaseLayout(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	s := newStore(t, c, ns)
+	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
+	fence, err := s.Acquire(ctx, key, tok, 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := c.CoordinationV1().Leases(ns).Get(ctx, s.Name(key), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h == nil || *h != tok {
+		t.Errorf("holderIdentity = %v, want the token", h)
+	}
+	if d := lease.Spec.LeaseDurationSeconds; d == nil || *d != 2 {
+		t.Errorf("leaseDurationSeconds = %v, want 2 (1.5 s rounded up)", d)
+	}
+	if lease.Annotations[kubestore.AnnotationKey] != key || lease.Annotations[kubestore.AnnotationFence] != strconv.FormatInt(fence, 10) {
+		t.Errorf("annotations = %v, want the key and fence %d", lease.Annotations, fence)
+	}
+	if lease.Labels[kubestore.LabelManagedBy] != kubestore.ManagedBy {
+		t.Errorf("labels = %v", lease.Labels)
+	}
+	// The first fence of a new Lease is the clock in µs.
+	if now := time.Now().UnixMicro(); fence > now || fence < now-int64(time.Minute/time.Microsecond) {
+		t.Errorf("first fence %d, want about the clock in µs (%d)", fence, now)
+	}
+	if err := s.Release(ctx, key, tok); err != nil {
+		t.Fatal(err)
+	}
+	lease, err = c.CoordinationV1().Leases(ns).Get(ctx, s.Name(key), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("Lease after release: %v (release must keep it)", err)
+	}
+	if lease.Spec.HolderIdentity != nil || lease.Annotations[kubestore.AnnotationFence] != strconv.FormatInt(fence, 10) {
+		t.Errorf("after release: holder %v, annotations %v; want no holder and the fence kept", lease.Spec.HolderIdentity, lease.Annotations)
+	}
+	for ttl, want := range map[time.Duration]int32{time.Millisecond: 1, time.Second: 1, time.Second + time.Millisecond: 2, driver.MaxTTL: 86400} {
+		k := storetest.Key(t)
+		if _, err := s.Acquire(ctx, k, tok, ttl); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.CoordinationV1().Leases(ns).Get(ctx, s.Name(k), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := l.Spec.LeaseDurationSeconds; d == nil || *d != want {
+			t.Errorf("TTL %v: leaseDurationSeconds %v, want %d", ttl, d, want)
+		}
+	}
+}
+
+// A Lease an operator deletes comes back with a fence above every fence it
+// issued: it restarts from the clock.
+func TestDeletedLeaseFenceStillRises(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	s := newStore(t, c, ns)
+	ctx, key := t.Context(), storetest.Key(t)
+	var last int64
+	for i := range 20 {
+		tok := leasehold.NewToken()
+		f, err := s.Acquire(ctx, key, tok, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f <= last {
+			t.Fatalf("cycle %d: fence %d after %d", i, f, last)
+		}
+		last = f
+		if err := s.Release(ctx, key, tok); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 4 {
+			if err := c.CoordinationV1().Leases(ns).Delete(ctx, s.Name(key), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Expiry is counted by the observer from its own first look at the current
+// version of the Lease, never from the holder's renewTime: a Lease whose
+// renewTime is an hour old but that a Store sees for the first time is held
+// for its full duration from then; a renewal (a new version) starts the
+// count again.
+func TestExpiryCountsFromTheObserversFirstLook(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	holder := newStore(t, c, ns)
+	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
+	if _, err := holder.Acquire(ctx, key, tok, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Make the Lease look stale by the holder's clock: renewTime an hour ago.
+	leases := c.CoordinationV1().Leases(ns)
+	lease, err := leases.Get(ctx, holder.Name(key), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	lease.Spec.RenewTime, lease.Spec.AcquireTime = &old, &old
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	waiter := newStore(t, c, ns)
+	first := time.Now()
+	_, err = waiter.Acquire(ctx, key, leasehold.NewToken(), time.Minute)
+	var held *leasehold.HeldError
+	if !errors.As(err, &held) || held.Remaining < 1500*time.Millisecond || held.Remaining > 2*time.Second {
+		t.Fatalf("waiter's first Acquire: %v, want held for about the whole 2 s", err)
+	}
+	// A renewal halfway restarts the waiter's count.
+	time.Sleep(time.Second) // the lease's own time passing, which is what is tested
+	if err := holder.Renew(ctx, key, tok, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	info, err := waiter.Inspect(ctx, key)
+	if err != nil || !info.Held || info.TTL < 1500*time.Millisecond {
+		t.Fatalf("waiter's Inspect after the renewal = %+v, %v; want held for about 2 s again", info, err)
+	}
+	// Without renewals the waiter takes over once it has seen the same
+	// version for 2 s, and not before.
+	deadline := time.Now().Add(10 * time.Second)
+	var fence int64
+	for {
+		fence, err = waiter.Acquire(ctx, key, leasehold.NewToken(), time.Minute)
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &held) || time.Now().After(deadline) {
+			t.Fatalf("waiter's Acquire: %v", err)
+		}
+		time.Sleep(min(held.Remaining, 100*time.Millisecond))
+	}
+	if took := time.Since(first); took < 3*time.Second {
+		t.Fatalf("took over %v after the first look, want >= 3 s (1 s, a renewal, then 2 s unchanged)", took)
+	}
+	if err := holder.Renew(ctx, key, tok, 2*time.Second); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("old holder's Renew after the takeover: %v, want ErrNotOwned", err)
+	}
+	if info, err := holder.Inspect(ctx, key); err != nil || info.Fence != fence {
+		t.Fatalf("Inspect = %+v, %v; want fence %d", info, err, fence)
+	}
+}
+
+// A Lease with the Store's name but another key (a collision, or someone
+// else's object) is never used as the lock.
+func TestForeignLeaseIsRefused(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	s := newStore(t, c, ns)
+	ctx, key := t.Context(), storetest.Key(t)
+	leases := c.CoordinationV1().Leases(ns)
+	for _, ann := range []map[string]string{
+		{kubestore.AnnotationKey: "another key", kubestore.AnnotationFence: "7"},
+		nil,
+		{kubestore.AnnotationKey: key, kubestore.AnnotationFence: "-3"},
+	} {
+		_ = leases.Delete(ctx, s.Name(key), metav1.DeleteOptions{})
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: s.Name(key), Annotations: ann}}
+		if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, key, "tok", time.Minute); err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Errorf("annotations %v: Acquire = %v, want an error", ann, err)
+		}
+		if _, err := s.Inspect(ctx, key); err == nil {
+			t.Errorf("annotations %v: Inspect succeeded", ann)
+		}
+		got, err := leases.Get(ctx, s.Name(key), metav1.GetOptions{})
+		if err != nil || got.Spec.HolderIdentity != nil {
+			t.Errorf("annotations %v: the Lease was written: %+v, %v", ann, got.Spec, err)
+		}
+	}
+}
+
+// With a backoff of an hour, only the release notification can hand the
+// lock to the waiter in time.
+func TestWaiterIsWokenByRelease(t *testing.T) {
+	const handOffs = 30
+	c := newClient(t)
+	store := storetest.NewBusySignal(newStore(t, c, namespace(t, c)))
+	lc := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
+	key := storetest.Key(t)
+	holder, err := lc.TryAcquire(t.Context(), key, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var took []time.Duration
+	for i := range handOffs {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		type result struct {
+			lease *leasehold.Lease
+			err   error
+			at    time.Time
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := lc.Acquire(ctx, key, time.Hour)
+			got <- result{l, err, time.Now()}
+		}()
+		store.WaitBusy(t, 2)
+		start := time.Now()
+		if err := holder.Release(t.Context()); err != nil {
+			cancel()
+			t.Fatalf("hand-off %d: Release: %v", i, err)
+		}
+		r := <-got
+		cancel()
+		if r.err != nil {
+			t.Fatalf("hand-off %d: waiter: %v", i, r.err)
+		}
+		took = append(took, r.at.Sub(start))
+		holder = r.lease
+	}
+	slices.Sort(took)
+	t.Logf("release → next owner over %d hand-offs: median %v, max %v", len(took), took[len(took)/2], took[len(took)-1])
+	if worst := took[len(took)-1]; worst > 10*time.Second {
+		t.Errorf("slowest hand-off %v: a waiter was not woken", worst)
+	}
+}
+
+// Bad input writes no Lease.
+func TestBadInputWritesNoLease(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	s := newStore(t, c, ns)
+	ctx := t.Context()
+	for i, err := range []error{
+		func() error { _, err := s.Acquire(ctx, "", "tok", time.Second); return err }(),
+		func() error { _, err := s.Acquire(ctx, "k", "to ken", time.Second); return err }(),
+		func() error { _, err := s.Acquire(ctx, "k", "tok", 25*time.Hour); return err }(),
+		s.Renew(ctx, "k", "tok", 0),
+		s.Release(ctx, "k\n", "tok"),
+		func() error { _, _, err := s.List(ctx, "*", "bad\nafter", 10); return err }(),
+	} {
+		if !errors.Is(err, leasehold.ErrInvalidArgument) {
+			t.Errorf("call %d: %v, want an invalid-argument error", i, err)
+		}
+	}
+	list, err := c.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 0 {
+		t.Fatalf("%d Leases (%v) after rejected calls, want 0", len(list.Items), err)
+	}
+}
+
+// A stopped server is an error, never "acquired" and never "busy".
+func TestUnreachableServerIsAnError(t *testing.T) {
+	cfg := restConfig(server(t))
+	cfg.Host = "https://127.0.0.1:1" // nothing listens on port 1
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, c, "default")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err = s.Acquire(ctx, "k", "tok", time.Second)
+	if err == nil || errors.Is(err, leasehold.ErrNotAcquired) || !strings.Contains(err.Error(), "kubestore: acquire") {
+		t.Fatalf("Acquire on no server: %v, want a kubestore error", err)
+	}
+	if strings.Contains(err.Error(), cfg.BearerToken) {
+		t.Fatal("the error holds the bearer token")
+	}
+	if err := s.Release(ctx, "k", "tok"); err == nil || errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatalf("Release on no server: %v, want a backend error", err)
+	}
+	if _, err := c.CoordinationV1().Leases("default").Get(ctx, "x", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.Fatal("no server answered NotFound")
+	}
+}

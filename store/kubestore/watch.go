@@ -1,0 +1,182 @@
+package kubestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/leasehold/leasehold/driver"
+)
+
+// keyWatch is one Kubernetes watch on a key's Lease, shared by that key's
+// waiters.
+type keyWatch struct {
+	cancel  context.CancelFunc         // ends the watch goroutine
+	ready   chan struct{}              // closed once the watch was first established
+	waiters map[chan struct{}]struct{} // woken when the Lease is seen free or deleted
+}
+
+var errClosed = errors.New("kubestore: store closed")
+
+// Close stops the watches that carry release notifications and waits for
+// their goroutines. It does not close the client (client-go clients need no
+// closing). Waiters still blocked on the Store fall back to their backoff;
+// lock operations keep working. Calling Close again does nothing. It always
+// returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	for _, w := range s.watches {
+		w.cancel()
+	}
+	s.watches = nil
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// WatchReleases implements driver.ReleaseNotifier with a watch on the key's
+// Lease (a field selector on its name). Waiters are woken when the Lease is
+// seen free (a release or a forced release clears its holder) or deleted.
+// An expiry writes nothing, so it wakes no one: a waiter learns the
+// holder's remaining time from its *leasehold.HeldError and tries again
+// then. One watch per key is shared by all of the Store's waiters on that
+// key.
+//
+// It returns once the server has accepted the watch, so a release after
+// that is not missed unless the watch breaks; it fails when ctx ends first,
+// or when the Store is closed. A watch that ends (the server closes every
+// watch after its --min-request-timeout, 30 to 60 minutes by default, or the
+// connection breaks) is made again by the Store, which then wakes the
+// waiters once, since a release may have been missed in between.
+func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := driver.ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	name := s.Name(key)
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, errClosed
+	}
+	w := s.watches[name]
+	if w == nil {
+		wctx, cancel := context.WithCancel(context.Background())
+		w = &keyWatch{cancel: cancel, ready: make(chan struct{}), waiters: make(map[chan struct{}]struct{})}
+		s.watches[name] = w
+		s.wg.Add(1)
+		go s.watch(wctx, name, w)
+	}
+	w.waiters[ch] = struct{}{}
+	s.mu.Unlock()
+
+	var once sync.Once
+	stop := func() { once.Do(func() { s.unwatch(name, w, ch) }) }
+	select {
+	case <-w.ready:
+		return ch, stop, nil
+	case <-s.done:
+		stop()
+		return nil, nil, errClosed
+	case <-ctx.Done():
+		stop()
+		return nil, nil, fmt.Errorf("kubestore: watch %q: not established: %w", key, context.Cause(ctx))
+	}
+}
+
+// unwatch removes one waiter, and ends the key's watch with its last waiter.
+func (s *Store) unwatch(name string, w *keyWatch, ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(w.waiters, ch)
+	if len(w.waiters) == 0 && s.watches[name] == w {
+		delete(s.watches, name)
+		w.cancel()
+	}
+}
+
+// wake gives every waiter of w a pending wake-up, without blocking.
+func (s *Store) wake(w *keyWatch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range w.waiters {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// Bounds of the pause before a broken watch is made again: short enough
+// that wake-ups resume soon after the server does, long enough that a
+// server that stays down is not asked in a spin.
+const (
+	minRewatchPause = 10 * time.Millisecond
+	maxRewatchPause = time.Second
+)
+
+// watch runs the watch of one Lease until ctx is cancelled (by the key's
+// last waiter, or by Close), making it again whenever it ends.
+func (s *Store) watch(ctx context.Context, name string, w *keyWatch) {
+	defer s.wg.Done()
+	established := false
+	pause := time.Duration(0)
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+	for {
+		wi, err := s.leases.Watch(ctx, opts)
+		if err == nil {
+			pause = 0
+			if !established {
+				established = true
+				close(w.ready)
+			} else {
+				s.wake(w) // a release may have gone unseen while it was down
+			}
+			s.readEvents(w, wi)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		pause = min(max(2*pause, minRewatchPause), maxRewatchPause)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+}
+
+// readEvents wakes w's waiters on each event that shows the Lease free or
+// deleted, until the watch ends. A watch started without a resourceVersion
+// first sends the Lease as it is: a free one wakes the waiters at once,
+// which only makes them look.
+func (s *Store) readEvents(w *keyWatch, wi watch.Interface) {
+	defer wi.Stop()
+	for ev := range wi.ResultChan() {
+		switch ev.Type {
+		case watch.Deleted:
+			s.wake(w)
+		case watch.Added, watch.Modified:
+			if lease, ok := ev.Object.(*coordinationv1.Lease); ok {
+				if h := lease.Spec.HolderIdentity; h == nil || *h == "" {
+					s.wake(w)
+				}
+			}
+		case watch.Error:
+			return // the server ended the watch (its history was compacted, say)
+		}
+	}
+}
