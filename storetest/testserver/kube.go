@@ -186,7 +186,7 @@ func newKubeAPIServer(bin string, etcd *EtcdServer, port int) (*KubeAPIServer, e
 		return fail(err)
 	}
 	s.ca = certPEM
-	saKey, err := pemPrivateKey()
+	saKey, saPub, err := serviceAccountKeys()
 	if err != nil {
 		return fail(err)
 	}
@@ -196,6 +196,7 @@ func newKubeAPIServer(bin string, etcd *EtcdServer, port int) (*KubeAPIServer, e
 		"serving.crt": certPEM,
 		"serving.key": keyPEM,
 		"sa.key":      saKey,
+		"sa.pub":      saPub,
 		"tokens.csv":  []byte(s.token + `,leasehold-test,leasehold-test,"system:masters"` + "\n"),
 	} {
 		if err := os.WriteFile(path(name), data, 0o600); err != nil {
@@ -215,7 +216,7 @@ func newKubeAPIServer(bin string, etcd *EtcdServer, port int) (*KubeAPIServer, e
 			"--authorization-mode=AlwaysAllow",
 			"--service-account-issuer=https://kubernetes.default.svc",
 			"--service-account-signing-key-file=" + path("sa.key"),
-			"--service-account-key-file=" + path("sa.key"),
+			"--service-account-key-file=" + path("sa.pub"),
 			// A setting the server requires; no traffic goes there.
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--profiling=false",
@@ -414,16 +415,22 @@ func selfSignedCert() (certPEM, keyPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
-// pemPrivateKey makes an ECDSA P-256 key (service-account tokens are then
-// signed with ES256), PEM-encoded as PKCS #8.
-func pemPrivateKey() ([]byte, error) {
+// serviceAccountKeys makes the ECDSA P-256 key pair that signs and checks
+// service-account tokens (ES256): the private key as PKCS #8 PEM, the public
+// key as PKIX PEM (the server reads no public key from a PKCS #8 file).
+func serviceAccountKeys() (private, public []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), nil
 }
