@@ -37,10 +37,15 @@
 //   - Acquire: Get the Lease; Create it when missing, else Update it when it
 //     is free or expired. Two round trips. A conflict (another client won
 //     the race) reads again, at most 5 rounds.
-//   - Release: Get, check the token, Update clearing the holder. Two round
-//     trips. The Lease is not deleted: it keeps the fence.
-//   - Renew: Get, check the token, Update renewTime and the duration. Two
-//     round trips. Every renewal is a write, even to the same TTL.
+//   - Release: Get, check the token, Update clearing the holder. The Lease
+//     is not deleted: it keeps the fence.
+//   - Renew: Get, check the token, Update renewTime and the duration. Every
+//     renewal is a write, even to the same TTL.
+//   - Release and Renew skip the Get when this Store wrote the Lease last
+//     (the acquire or the previous renewal) and its own count says it has
+//     not expired: they send the Update from the version that write
+//     returned, one round trip. If anyone wrote the Lease since, the Update
+//     fails with a conflict and they read and decide again.
 //   - Inspect: one Get.
 //   - WatchReleases: a watch on the Lease (a field selector on its name),
 //     created once per key and shared by that key's waiters in this Store.

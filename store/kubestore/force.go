@@ -93,7 +93,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 		clearHolder(next)
 		next.Annotations[AnnotationAudit] = string(bytes.TrimSpace(buf.Bytes()))
 		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {

@@ -65,7 +65,7 @@ const (
 
 // writeAttempts bounds the read-then-write rounds of one operation when its
 // write meets a conflict (the Lease changed between the read and the write:
-// another client acquired, renewed or released). Each conflict means someone
+// another client acquired, renewed or released) or finds the Lease deleted. Each conflict means someone
 // else's write succeeded, so the next read usually settles the answer.
 const writeAttempts = 5
 
@@ -113,6 +113,9 @@ type Store struct {
 type observation struct {
 	rv string    // the Lease's resourceVersion, compared for equality only
 	at time.Time // carries a monotonic reading: never compared with another host's time
+	// mine is that version as the Store's own write returned it, or nil:
+	// Renew and Release write from it without reading first. Never modified.
+	mine *coordinationv1.Lease
 }
 
 // New returns a Store that keeps its locks as Leases in namespace, through
@@ -278,10 +281,29 @@ func (s *Store) wrote(lease *coordinationv1.Lease, held bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if held {
-		s.remember(lease.Name, observation{rv: lease.ResourceVersion, at: now})
+		s.remember(lease.Name, observation{rv: lease.ResourceVersion, at: now, mine: lease})
 	} else {
 		delete(s.seen, lease.Name)
 	}
+}
+
+// cached returns the Lease as this Store last wrote it, if that is still
+// the latest version it knows of, held by token, and not expired by its
+// count; else nil. Renew and Release try their write from it, saving the
+// read: a conflict means it was not the latest, and they read then.
+func (s *Store) cached(name, token string) *coordinationv1.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.seen[name]
+	if !ok || o.mine == nil {
+		return nil
+	}
+	st := o.mine.Spec
+	if st.HolderIdentity == nil || *st.HolderIdentity != token || st.LeaseDurationSeconds == nil ||
+		time.Since(o.at) >= time.Duration(*st.LeaseDurationSeconds)*time.Second {
+		return nil
+	}
+	return o.mine
 }
 
 // forget drops the observation of a Lease found free or gone.
@@ -389,7 +411,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		}
 		next.Spec.LeaseTransitions = &transitions
 		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -417,6 +439,15 @@ func (s *Store) newLease(name, key, token string, secs int32, fence int64) *coor
 	return lease
 }
 
+// cachedFirst is cached on an operation's first attempt, nil on the others
+// (which follow a conflict, so they read).
+func (s *Store) cachedFirst(attempt int, name, token string) *coordinationv1.Lease {
+	if attempt > 0 {
+		return nil
+	}
+	return s.cached(name, token)
+}
+
 // owned reads key's Lease and checks that token holds it now, by this
 // Store's observation; it returns leasehold.ErrNotOwned when it does not.
 func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.Lease, lockState, error) {
@@ -439,25 +470,32 @@ func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.L
 
 // Release implements driver.Store: it reads key's Lease and, if token holds
 // it, clears its holder with a write guarded by the resourceVersion read.
-// The Lease stays, with its fence. Two round trips. It returns
+// The Lease stays, with its fence. Two round trips; one when this Store
+// wrote the Lease last (its acquire or renewal), since it then writes from
+// that version without reading, and reads only after a conflict. It returns
 // leasehold.ErrNotOwned when the Lease is missing, free, held by another
 // token, or expired by this Store's count.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	for range writeAttempts {
-		lease, _, err := s.owned(ctx, key, token)
-		if errors.Is(err, leasehold.ErrNotOwned) {
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("kubestore: release %q: %w", key, err)
+	name := s.Name(key)
+	for attempt := range writeAttempts {
+		lease := s.cachedFirst(attempt, name, token)
+		if lease == nil {
+			var err error
+			lease, _, err = s.owned(ctx, key, token)
+			if errors.Is(err, leasehold.ErrNotOwned) {
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("kubestore: release %q: %w", key, err)
+			}
 		}
 		next := lease.DeepCopy()
 		clearHolder(next)
 		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			continue // a renewal of ours, or a takeover: read again
 		}
 		if err != nil {
@@ -471,7 +509,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // Renew implements driver.Store: it reads key's Lease and, if token holds
 // it, writes a new renewTime and the new duration, guarded by the
-// resourceVersion read. Two round trips. Every renewal is a write, even to
+// resourceVersion read. Two round trips; one when this Store wrote the
+// Lease last, as for Release. Every renewal is a write, even to
 // the same TTL: the new resourceVersion is what tells waiters that the
 // holder is alive. It returns leasehold.ErrNotOwned when the Lease is
 // missing, free, held by another token, or expired by this Store's count.
@@ -479,14 +518,18 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	secs := seconds(ttl)
-	for range writeAttempts {
-		lease, _, err := s.owned(ctx, key, token)
-		if errors.Is(err, leasehold.ErrNotOwned) {
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("kubestore: renew %q: %w", key, err)
+	name, secs := s.Name(key), seconds(ttl)
+	for attempt := range writeAttempts {
+		lease := s.cachedFirst(attempt, name, token)
+		if lease == nil {
+			var err error
+			lease, _, err = s.owned(ctx, key, token)
+			if errors.Is(err, leasehold.ErrNotOwned) {
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("kubestore: renew %q: %w", key, err)
+			}
 		}
 		next := lease.DeepCopy()
 		next.Spec.LeaseDurationSeconds = &secs
@@ -500,7 +543,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		}
 		next.Spec.RenewTime = now
 		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
