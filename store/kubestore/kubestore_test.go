@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,5 +443,68 @@ func TestUnreachableServerIsAnError(t *testing.T) {
 	}
 	if _, err := c.CoordinationV1().Leases("default").Get(ctx, "x", metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		t.Fatal("no server answered NotFound")
+	}
+}
+
+// countRequests counts the HTTP requests a client sends.
+type countRequests struct {
+	n    atomic.Int64
+	next http.RoundTripper
+}
+
+func (c *countRequests) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// The round trips documented in doc.go, counted as requests on the wire.
+func TestRequestsPerOperation(t *testing.T) {
+	counter := &countRequests{}
+	cfg := restConfig(server(t))
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, c, namespace(t, c))
+	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
+	count := func(what string, want int64, op func() error) {
+		t.Helper()
+		before := counter.n.Load()
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := counter.n.Load() - before; got != want {
+			t.Errorf("%s: %d requests, want %d", what, got, want)
+		}
+	}
+	for i := range 2 {
+		count("acquire", 2, func() error { _, err := s.Acquire(ctx, key, tok, time.Minute); return err })
+		count("busy acquire", 1, func() error {
+			if _, err := s.Acquire(ctx, key, "other", time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+				return fmt.Errorf("got %v, want busy", err)
+			}
+			return nil
+		})
+		count("renew", 1, func() error { return s.Renew(ctx, key, tok, time.Minute) })
+		count("renew to another TTL", 1, func() error { return s.Renew(ctx, key, tok, 2*time.Minute) })
+		count("inspect", 1, func() error { _, err := s.Inspect(ctx, key); return err })
+		if i == 1 {
+			// Another Store renews: this one's version is stale, so its
+			// release meets a conflict and reads.
+			other := newStore(t, c, s.Namespace())
+			if err := other.Renew(ctx, key, tok, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			count("release after a foreign write", 3, func() error { return s.Release(ctx, key, tok) })
+		} else {
+			count("release", 1, func() error { return s.Release(ctx, key, tok) })
+		}
+		count("stale release", 1, func() error {
+			if err := s.Release(ctx, key, tok); !errors.Is(err, leasehold.ErrNotOwned) {
+				return fmt.Errorf("got %v, want ErrNotOwned", err)
+			}
+			return nil
+		})
 	}
 }
