@@ -41,7 +41,7 @@ func readAudit(lease *coordinationv1.Lease) ([]auditJSON, error) {
 	}
 	var recs []auditJSON
 	if err := json.Unmarshal([]byte(v), &recs); err != nil {
-		return nil, fmt.Errorf("Lease %s/%s: annotation %s: %w", lease.Namespace, lease.Name, AnnotationAudit, err)
+		return nil, fmt.Errorf("the Lease %s/%s: annotation %s: %w", lease.Namespace, lease.Name, AnnotationAudit, err)
 	}
 	return recs, nil
 }

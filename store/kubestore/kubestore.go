@@ -227,15 +227,15 @@ func decode(key string, lease *coordinationv1.Lease) (lockState, error) {
 	var st lockState
 	got, ok := lease.Annotations[AnnotationKey]
 	if !ok {
-		return st, fmt.Errorf("Lease %s/%s has no %s annotation: not a leasehold lock", lease.Namespace, lease.Name, AnnotationKey)
+		return st, fmt.Errorf("the Lease %s/%s has no %s annotation: not a leasehold lock", lease.Namespace, lease.Name, AnnotationKey)
 	}
 	if got != key {
-		return st, fmt.Errorf("Lease %s/%s is the lock of key %q, not of %q (a name collision): nothing was written",
+		return st, fmt.Errorf("the Lease %s/%s is the lock of key %q, not of %q (a name collision): nothing was written",
 			lease.Namespace, lease.Name, got, key)
 	}
 	f, err := strconv.ParseInt(lease.Annotations[AnnotationFence], 10, 64)
 	if err != nil || f <= 0 {
-		return st, fmt.Errorf("Lease %s/%s: annotation %s = %q is not a positive fence: nothing was written",
+		return st, fmt.Errorf("the Lease %s/%s: annotation %s = %q is not a positive fence: nothing was written",
 			lease.Namespace, lease.Name, AnnotationFence, lease.Annotations[AnnotationFence])
 	}
 	st.fence = f
