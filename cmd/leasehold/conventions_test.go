@@ -56,6 +56,19 @@ func TestStoreFromEnvironment(t *testing.T) {
 	url, _, c := startRedis(t)
 	l := acquire(t, c, "runs:ENV", time.Minute)
 	closed := closedAddr(t)
+	// Kubeconfigs with a password and a token the messages must not show:
+	// one that does not parse, one whose server is not there.
+	dir := t.TempDir()
+	badKubeconfig, closedKubeconfig := filepath.Join(dir, "bad"), filepath.Join(dir, "closed")
+	for path, data := range map[string]string{
+		badKubeconfig: "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: hunter2, password: hunter2\n",
+		closedKubeconfig: "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://" + closed + "\", insecure-skip-tls-verify: true}\n" +
+			"users:\n- name: u\n  user: {token: hunter2}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+	} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	r := runEnv(t, map[string]string{"LEASEHOLD_REDIS_URL": url}, "inspect", "-o", "json", l.Key())
 	var got lockJSON
@@ -89,6 +102,12 @@ func TestStoreFromEnvironment(t *testing.T) {
 			[]string{"postgres at " + closed, "LEASEHOLD_POSTGRES_DSN", "connection refused"}},
 		{map[string]string{"LEASEHOLD_POSTGRES_DSN": "host=127.0.0.1 port=x password=hunter2"}, 2,
 			[]string{"LEASEHOLD_POSTGRES_DSN (--postgres): invalid DSN"}},
+		{map[string]string{"LEASEHOLD_KUBECONFIG": filepath.Join(dir, "missing")}, 2,
+			[]string{"LEASEHOLD_KUBECONFIG (--kube): kubeconfig " + filepath.Join(dir, "missing")}},
+		{map[string]string{"LEASEHOLD_KUBECONFIG": badKubeconfig}, 2,
+			[]string{"LEASEHOLD_KUBECONFIG (--kube): kubeconfig " + badKubeconfig}},
+		{map[string]string{"LEASEHOLD_KUBECONFIG": closedKubeconfig}, 1,
+			[]string{"kube at https://" + closed}},
 	} {
 		for _, cmd := range [][]string{{"inspect", "runs:R1"}, {"ls", "*"}} {
 			r := runEnv(t, tc.env, cmd...)

@@ -26,7 +26,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--timeout", "0s", "inspect", "--redis", closed, "k"}, "--timeout must be between 1ns and 10m0s, not 0s"},
 		{[]string{"inspect", "--redis", closed}, "inspect needs KEY"},
 		{[]string{"inspect", "--redis", closed, "a", "b"}, "inspect takes 1 argument"},
-		{[]string{"inspect", "k"}, "no store selected: pass --redis, --etcd or --postgres"},
+		{[]string{"inspect", "k"}, "no store selected: pass --redis, --etcd, --postgres or --kube"},
 		{[]string{"ls", "x"}, "no store selected"},
 		{[]string{"ls", "--redis", closed}, "ls needs PATTERN"},
 		{[]string{"ls", "--redis", closed, "leader:[a-"}, "invalid pattern: the [ at character 8 is not closed"},

@@ -262,7 +262,7 @@ func isTerminal(w io.Writer) bool {
 // process to open the same store.
 func storeArgs(cmd *cobra.Command) []string {
 	var args []string
-	for _, name := range []string{"redis", "etcd", "postgres", "etcd-prefix", "pg-table", "timeout"} {
+	for _, name := range []string{"redis", "etcd", "postgres", "kube", "etcd-prefix", "pg-table", "kube-namespace", "kube-prefix", "timeout"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
 			args = append(args, "--"+name+"="+f.Value.String())
 		}
@@ -365,7 +365,7 @@ func parseScale(s string) (float64, error) {
 
 // anyStoreFlag reports whether a store was named on the command line.
 func anyStoreFlag(cmd *cobra.Command) bool {
-	for _, name := range []string{"redis", "etcd", "postgres"} {
+	for _, name := range []string{"redis", "etcd", "postgres", "kube"} {
 		if flagSet(cmd.Flags(), name) {
 			return true
 		}

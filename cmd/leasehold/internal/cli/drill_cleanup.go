@@ -72,6 +72,9 @@ func (a *app) leftover(b *backend) string {
 		table := a.global.pgTable
 		like := strings.ReplaceAll(drillKeysPrefix, "'", "''") + "%"
 		return fmt.Sprintf("left: the rows of %s whose key is LIKE '%s' (each keeps its fence); remove them with: psql \"$DSN\" -c \"DELETE FROM %s WHERE key LIKE '%s'\"", table, like, table, like)
+	case "kube":
+		ns, names := b.kubeNamespace, a.global.kubePrefix+"drill-"
+		return fmt.Sprintf("left: the Leases %s* of namespace %s (each keeps its key's fence); remove them with: kubectl -n %s get leases -o name | grep '/%s' | xargs -r kubectl -n %s delete", names, ns, ns, names, ns)
 	}
 	return "the drill's keys " + pattern + " may be left"
 }

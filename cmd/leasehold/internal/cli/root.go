@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/etcdstore"
+	"github.com/leasehold/leasehold/store/kubestore"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
 
@@ -64,6 +65,9 @@ type globalFlags struct {
 	redisURL      string
 	etcdEndpoints string
 	postgresDSN   string
+	kubeconfig    string
+	kubeNamespace string
+	kubePrefix    string
 	etcdPrefix    string
 	pgTable       string
 	timeout       time.Duration
@@ -127,10 +131,10 @@ func (a *app) rootCommand() *cobra.Command {
   audit [KEY]      the forced releases recorded in the store, newest first
   ttl              the TTL a lock path needs, checked against a takeover SLO
 
-Pick the store with exactly one of --redis, --etcd or --postgres (inspect, ls,
-lock, release and audit need one; ttl does not; drill runs in-process without one).
-Without a store flag, they take one of $LEASEHOLD_REDIS_URL, $LEASEHOLD_ETCD_ENDPOINTS
-or $LEASEHOLD_POSTGRES_DSN. -o json prints JSON (durations in seconds, lists as
+Pick the store with exactly one of --redis, --etcd, --postgres or --kube (inspect,
+ls, lock, release and audit need one; ttl does not; drill runs in-process without one).
+Without a store flag, they take one of $LEASEHOLD_REDIS_URL, $LEASEHOLD_ETCD_ENDPOINTS,
+$LEASEHOLD_POSTGRES_DSN or $LEASEHOLD_KUBECONFIG. -o json prints JSON (durations in seconds, lists as
 []). Shell completion: leasehold completion bash|zsh|fish. Errors are one line on stderr; exit code 0 means
 done, 1 that the command failed (store unreachable, SLO impossible, …),
 2 that the command line was wrong, 3 a drill that missed only its takeover
@@ -151,6 +155,9 @@ SLO; lock exits with its command's code, 124 (lock lost) or 125 (not acquired).`
 	pf.StringVar(&g.redisURL, "redis", "", "Redis URL (default $"+EnvRedisURL+"): host:port, redis://[user:password@]host:port/db, rediss:// for TLS, redis+sentinel://host:port[,host:port…]?master_name=NAME, redis+cluster://host:port[,host:port…] (more hosts also as ?addr=host:port; go-redis ParseURL, ParseFailoverURL, ParseClusterURL)")
 	pf.StringVar(&g.etcdEndpoints, "etcd", "", "etcd endpoints (default $"+EnvEtcdEndpoints+"), comma-separated host:port or http://host:port")
 	pf.StringVar(&g.postgresDSN, "postgres", "", "PostgreSQL URL or key=value DSN, as pgx takes it (default $"+EnvPostgresDSN+")")
+	pf.StringVar(&g.kubeconfig, "kube", "", "kubeconfig file of the Kubernetes API server whose Leases hold the locks (default $"+EnvKubeconfig+"); its current context is used")
+	pf.StringVar(&g.kubeNamespace, "kube-namespace", "", "with --kube: the namespace the applications' kubestore uses (default: the kubeconfig context's, else default)")
+	pf.StringVar(&g.kubePrefix, "kube-prefix", kubestore.DefaultNamePrefix, "with --kube: the Lease name prefix the applications' kubestore uses (its WithNamePrefix; the default is kubestore.DefaultNamePrefix)")
 	pf.StringVar(&g.tls.ca, "tls-ca", "", "with a rediss:// --redis: PEM file of the CAs that sign the server's certificate (default: the system's)")
 	pf.StringVar(&g.tls.cert, "tls-cert", "", "with a rediss:// --redis: PEM file of the client certificate (with --tls-key)")
 	pf.StringVar(&g.tls.key, "tls-key", "", "with a rediss:// --redis: PEM file of the client certificate's private key (with --tls-cert)")

@@ -17,16 +17,19 @@ import (
 // errNoStore is the answer of a command that needs a store when none was
 // named. The CLI has no default store: guessing one (a local Redis) could
 // show an empty inventory of the wrong system in the middle of an incident.
-var errNoStore = usageError{errors.New("no store selected: pass --redis, --etcd or --postgres")}
+var errNoStore = usageError{errors.New("no store selected: pass --redis, --etcd, --postgres or --kube")}
 
 // backend is the store a command runs against, and its names for messages.
 // inspect and ls use only the store's Inspect and its driver.Lister.
 type backend struct {
-	kind    string // "redis", "etcd" or "postgres"
+	kind    string // "redis", "etcd", "postgres" or "kube"
 	where   string // the address, for messages and output; never a password
 	timeout time.Duration
 	store   driver.Store
 	close   func()
+
+	// kubeNamespace is the namespace of a "kube" backend's Leases.
+	kubeNamespace string
 
 	// deleteKeys, when set, deletes store keys that no lease operation
 	// removes (a Redis fence counter): drill's cleanup uses it.
@@ -102,12 +105,14 @@ const (
 	EnvRedisURL      = "LEASEHOLD_REDIS_URL"
 	EnvEtcdEndpoints = "LEASEHOLD_ETCD_ENDPOINTS"
 	EnvPostgresDSN   = "LEASEHOLD_POSTGRES_DSN"
+	EnvKubeconfig    = "LEASEHOLD_KUBECONFIG"
 )
 
 // storeSources pairs each store flag with its environment variable.
 var storeSources = []struct{ flag, env string }{
 	{"redis", EnvRedisURL},
 	{"etcd", EnvEtcdEndpoints},
+	{"kube", EnvKubeconfig},
 	{"postgres", EnvPostgresDSN},
 }
 
@@ -148,6 +153,8 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command) (*backend, er
 					g.redisURL = v
 				case "etcd":
 					g.etcdEndpoints = v
+				case "kube":
+					g.kubeconfig = v
 				default:
 					g.postgresDSN = v
 				}
@@ -165,6 +172,8 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command) (*backend, er
 		return openRedis(ctx, name, g.redisURL, g.tls, g.timeout)
 	case "etcd":
 		return openEtcd(ctx, name, g.etcdEndpoints, g.etcdPrefix, g.timeout)
+	case "kube":
+		return openKube(ctx, name, g.kubeconfig, g.kubeNamespace, g.kubePrefix, g.timeout)
 	default:
 		return openPostgres(ctx, name, g.postgresDSN, g.pgTable, g.timeout)
 	}

@@ -1,0 +1,80 @@
+package main_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/kubestore"
+	"github.com/leasehold/leasehold/storetest/testserver"
+)
+
+// startKube starts a kube-apiserver, writes its kubeconfig and returns the
+// CLI's store flags for it and a kubestore on its namespace default (the
+// kubeconfig's, so the flags name no namespace).
+func startKube(t *testing.T) ([]string, *kubestore.Store) {
+	t.Helper()
+	srv := testserver.StartKubeAPIServer(t)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := srv.WriteKubeconfig(path, "default"); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(&rest.Config{
+		Host: srv.Host(), BearerToken: srv.BearerToken(),
+		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()}, QPS: 100, Burst: 200,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kubestore.New(cs, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return []string{"--kube", path}, st
+}
+
+// inspect, ls, release --force, audit, lock and drill on Kubernetes Leases.
+func TestKube(t *testing.T) {
+	storeArgs, st := startKube(t)
+	t.Run("inspect-ls", func(t *testing.T) {
+		c := leasehold.New(st)
+		leader := acquire(t, c, "leader:main", time.Minute)
+		run1 := acquire(t, c, "runs:E1", time.Minute)
+		job := acquire(t, c, "jobs:E2", time.Minute)
+		if err := job.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		acquire(t, c, "tenant-42", time.Minute)
+		checkInventory(t, storeArgs, []*leasehold.Lease{leader, run1}, job)
+		if out := ok(t, append(storeArgs, "inspect", "leader:main")...); !strings.Contains(out, "namespace default") {
+			t.Errorf("inspect does not name the namespace:\n%s", out)
+		}
+	})
+	t.Run("force-release", func(t *testing.T) {
+		forceReleaseCase(t, storeArgs, leasehold.New(st))
+	})
+	t.Run("lock", func(t *testing.T) {
+		// The forced release an operator would do: the library's Release
+		// with the token inspect --show-token read.
+		checkLockBasics(t, storeArgs, func(t *testing.T, key, token string) {
+			if err := st.Release(context.Background(), key, token); err != nil {
+				t.Fatalf("release %s with its token: %v", key, err)
+			}
+		})
+	})
+	t.Run("drill", func(t *testing.T) {
+		r := run(t, append(storeArgs, "drill", "--jobs", "10", "--takeover-slo", "1m", "--quiet", "--json")...)
+		var rep struct{ Cleanup string }
+		decode(t, r.stdout, &rep)
+		if r.code != 0 || !strings.Contains(rep.Cleanup, "kubectl -n default get leases") {
+			t.Fatalf("drill --kube: exit %d, cleanup %q; stderr:\n%s", r.code, rep.Cleanup, r.stderr)
+		}
+	})
+}
