@@ -46,6 +46,7 @@ const (
 type Client struct {
 	store          driver.Store
 	notifier       driver.ReleaseNotifier // nil when the store has none or wake-ups are off
+	queuer         driver.Queuer          // nil when the store has none or wake-ups are off
 	log            *slog.Logger
 	observers      []Observer
 	namespace      func(key string) string
@@ -175,6 +176,10 @@ func New(store driver.Store, opts ...Option) *Client {
 	c.storeName = storeName(store)
 	for _, o := range opts {
 		o(c)
+	}
+	if c.notifier != nil {
+		// Wake-ups on: waiters queue in the store when it can keep a queue.
+		c.queuer, _ = store.(driver.Queuer)
 	}
 	for _, o := range c.observers {
 		c.watchStore = c.watchStore || o.OnStoreCall != nil
@@ -311,7 +316,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
-	l, err := c.try(ctx, key, c.newToken(), ttl)
+	l, err := c.try(ctx, key, c.newToken(), ttl, 0)
 	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrInvalidArgument) {
 		return l, err
 	}
@@ -372,13 +377,13 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		return nil, err
 	}
 	token := c.newToken()
-	w := c.newWaiter(key, maxBackoff)
+	w := c.newWaiter(key, token, maxBackoff)
 	defer w.leave()
 	for {
 		if err := w.wait(ctx); err != nil {
 			return nil, err
 		}
-		l, err := c.try(ctx, key, token, ttl)
+		l, err := c.try(ctx, key, token, ttl, w.stay)
 		if w.answered(err, ttl) {
 			continue
 		}
@@ -389,8 +394,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 	}
 }
 
-// try is one acquire attempt with a given token.
-func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
+// try is one acquire attempt with a given token; stay > 0 makes it a queued
+// waiter's attempt (driver.Queuer), whose entry lives for stay.
+func (c *Client) try(ctx context.Context, key, token string, ttl, stay time.Duration) (*Lease, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
@@ -400,7 +406,11 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	sent := time.Now()
 	var fence int64
 	err := c.storeCall(ctx, "acquire", 1, func() (err error) {
-		fence, err = c.store.Acquire(ctx, key, token, ttl)
+		if stay > 0 {
+			fence, err = c.queuer.AcquireQueued(ctx, key, token, ttl, stay)
+		} else {
+			fence, err = c.store.Acquire(ctx, key, token, ttl)
+		}
 		return err
 	})
 	switch {
