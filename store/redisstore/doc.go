@@ -8,6 +8,17 @@
 // same cluster slot as the key for every key, with or without {hash tags}.
 // Releases are announced on ReleaseChannel(key).
 //
+// Waiters queue (driver.Queuer) in QueueKey(key), a sorted set of their
+// tokens by arrival, and QueueDeadlinesKey(key), a hash of each entry's
+// deadline in server milliseconds; both are in the key's slot, exist only
+// while someone waits, and expire with their latest entry. The acquire
+// script refuses a free key to anyone but the live head of a non-empty
+// queue, and a queued waiter's refused attempt joins or refreshes its entry
+// in the same call. Every script that reads the queue removes up to 16
+// expired heads first. A release publishes the head's token on
+// ReleaseChannel(key) ("" when no one is queued), and only that waiter's
+// WatchTurn is woken.
+//
 // Each operation is one Lua script, so one round trip once the script is
 // cached on the server (EVALSHA, with EVAL as the fallback). Acquire and
 // release must not run twice, so they are sent as commands go-redis does not

@@ -30,6 +30,15 @@ func FenceKey(key string) string { return redisslot.Companion("leasehold:fence:"
 // announced to waiters.
 func ReleaseChannel(key string) string { return "leasehold:released:" + key }
 
+// QueueKey returns the Redis key of key's waiter queue (a sorted set of
+// waiter tokens by arrival), and QueueDeadlinesKey that of their deadlines
+// (a hash); see driver.Queuer. Both are in key's cluster slot, as FenceKey,
+// and exist only while someone waits.
+func QueueKey(key string) string { return redisslot.Companion("leasehold:queue:", key) }
+
+// QueueDeadlinesKey: see QueueKey.
+func QueueDeadlinesKey(key string) string { return redisslot.Companion("leasehold:queued:", key) }
+
 var (
 	//go:embed acquire.lua
 	acquireLua string
@@ -39,10 +48,15 @@ var (
 	renewLua string
 	//go:embed inspect.lua
 	inspectLua string
+	//go:embed queue.lua
+	queueLib string
+	//go:embed leave.lua
+	leaveLua string
 
 	// Acquire and release must not run twice; renew and inspect may.
-	acquireScript = rscript.Once(rscript.Int64Lib + acquireLua)
-	releaseScript = rscript.Once(releaseLua)
+	acquireScript = rscript.Once(rscript.Int64Lib + queueLib + acquireLua)
+	releaseScript = rscript.Once(queueLib + releaseLua)
+	leaveScript   = rscript.New(queueLib + leaveLua)
 	renewScript   = rscript.New(renewLua)
 	inspectScript = rscript.New(inspectLua)
 )
@@ -53,6 +67,7 @@ var (
 	_ driver.BatchRenewer    = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
 	_ driver.ForceReleaser   = (*Store)(nil)
+	_ driver.Queuer          = (*Store)(nil)
 )
 
 // Store is a driver.Store on Redis. It is safe for concurrent use.
@@ -224,17 +239,41 @@ func millis(ttl time.Duration) int64 {
 // nothing, a key whose fence counter holds anything but a decimal in
 // 1..math.MaxInt64 (someone else wrote it) or has reached math.MaxInt64: the
 // error names the counter, and deleting it restarts it from the clock.
+//
+// A free key is refused to anyone but the live head of its waiter queue, when
+// waiters are queued (driver.Queuer).
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
+	return s.acquire(ctx, key, token, ttl, 0)
+}
+
+// AcquireQueued implements driver.Queuer: Acquire, joining or refreshing
+// token's place in key's queue, in the same script call, when refused. A
+// refused waiter behind the head gets a *leasehold.HeldError whose
+// Remaining is 0. It refuses a stay outside driver.MinTTL..driver.MaxTTL
+// with an *ArgumentError.
+func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
+		return 0, err
+	}
+	if err := driver.ValidateTTL(stay); err != nil {
+		return 0, &driver.ArgumentError{Arg: "stay", Reason: err.(*driver.ArgumentError).Reason}
+	}
+	return s.acquire(ctx, key, token, ttl, millis(stay))
+}
+
+// acquire runs the acquire script; stayMS 0 does not join the queue.
+func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duration, stayMS int64) (int64, error) {
 	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
 		if !s.evictionOK.Load() {
 			if err := s.checkEviction(ctx); err != nil {
 				return nil, err
 			}
 		}
-		return acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Slice()
+		return acquireScript.Run(ctx, s.client, []string{key, FenceKey(key), QueueKey(key), QueueDeadlinesKey(key)},
+			token, millis(ttl), stayMS, ReleaseChannel(key)).Slice()
 	}, func(res []any, err error) {
 		if _, granted, _ := acquireReply(res); err == nil && granted {
 			s.releaseLate(key, token)
@@ -281,7 +320,7 @@ const lateReleaseTimeout = 2 * time.Second
 func (s *Store) releaseLate(key, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateReleaseTimeout)
 	defer cancel()
-	if err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Err(); err != nil {
+	if err := releaseScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Err(); err != nil {
 		s.opts.log.Warn("redisstore: could not release a key taken after its acquire was left at its deadline; it stays held until its TTL runs out",
 			slog.String("key", key), slog.Any("error", err))
 	}
@@ -313,7 +352,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	n, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
-		return releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
+		return releaseScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Int64()
 	}, nil)
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", key, err)
@@ -322,6 +361,34 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return leasehold.ErrNotOwned
 	}
 	return nil
+}
+
+// releaseKeys are the release script's keys: the lock and its queue.
+func releaseKeys(key string) []string { return []string{key, QueueKey(key), QueueDeadlinesKey(key)} }
+
+// LeaveQueue implements driver.Queuer in one round trip.
+func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
+	if err := driver.ValidateRelease(key, token); err != nil {
+		return err
+	}
+	_, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
+		return leaveScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Int64()
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("redisstore: leave the queue of %q: %w", key, err)
+	}
+	return nil
+}
+
+// WatchTurn implements driver.Queuer on the key's release channel, shared
+// with WatchReleases: a release names the head's token, and only the watch
+// of that token (and the watches of WatchReleases) is woken. A message
+// naming no one (a release with no one queued, a ForceRelease) wakes all.
+func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := driver.ValidateRelease(key, token); err != nil {
+		return nil, nil, err
+	}
+	return s.subs.watch(ctx, ReleaseChannel(key), token)
 }
 
 // Renew implements driver.Store in one round trip.
@@ -443,7 +510,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.subs.watch(ctx, ReleaseChannel(key))
+	return s.subs.watch(ctx, ReleaseChannel(key), "")
 }
 
 var errClosed = errors.New("redisstore: store closed")
@@ -474,14 +541,14 @@ type change struct {
 }
 
 type channelWatch struct {
-	waiters   map[chan struct{}]struct{}
-	confirmed chan struct{} // closed when the server confirmed the subscription
+	waiters   map[chan struct{}]string // the token each waits for; "": any message
+	confirmed chan struct{}            // closed when the server confirmed the subscription
 	once      sync.Once
 }
 
 func (w *channelWatch) confirm() { w.once.Do(func() { close(w.confirmed) }) }
 
-func (s *subscriptions) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+func (s *subscriptions) watch(ctx context.Context, channel, token string) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
 	s.mu.Lock()
 	if s.closed {
@@ -499,11 +566,11 @@ func (s *subscriptions) watch(ctx context.Context, channel string) (<-chan struc
 	}
 	w := s.channels[channel]
 	if w == nil {
-		w = &channelWatch{waiters: make(map[chan struct{}]struct{}), confirmed: make(chan struct{})}
+		w = &channelWatch{waiters: make(map[chan struct{}]string), confirmed: make(chan struct{})}
 		s.channels[channel] = w
 		s.post(change{subscribe: true, channels: []string{channel}})
 	}
-	w.waiters[ch] = struct{}{}
+	w.waiters[ch] = token
 	s.mu.Unlock()
 
 	var once sync.Once
@@ -642,7 +709,10 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 		case *redis.Message:
 			s.mu.Lock()
 			if w := s.channels[m.Channel]; w != nil {
-				for ch := range w.waiters {
+				for ch, token := range w.waiters {
+					if token != "" && m.Payload != "" && m.Payload != token {
+						continue // a wake-up for another queued waiter
+					}
 					select {
 					case ch <- struct{}{}:
 					default: // a wake-up is already pending
