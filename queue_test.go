@@ -184,6 +184,11 @@ func TestStoreQueueServesClientsInArrivalOrder(t *testing.T) {
 			t.Errorf("client %d counts %d waiters, want 1", i, w)
 		}
 	}
+	waitFor(t, "every waiter to watch its turn", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.turns) == n
+	})
 	if stay := time.Duration(s.stayArg.Load()); stay < 2*time.Hour {
 		t.Errorf("entries stay %v, less than two backoff steps", stay)
 	}
@@ -233,7 +238,11 @@ func TestStoreQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	}()
 	waitFor(t, "a to queue", func() bool { return s.queueLen(key) == 1 })
 	got := acquireIn(t, ctx, b, key, "b")
-	waitFor(t, "b to queue", func() bool { return s.queueLen(key) == 2 })
+	waitFor(t, "b to queue and watch", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.queues[key]) == 2 && len(s.turns) == 2
+	})
 	quit()
 	if err := <-gaveUp; !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("a gave up with %v", err)

@@ -92,9 +92,14 @@ func (w *waiter) wait(ctx context.Context) error {
 		return nil
 	}
 	if !w.watched {
-		// Watch, then try once more so a release before the watch is not missed.
+		// Watch, then try once more so a release before the watch is not
+		// missed. A queued waiter the store put behind the head (no
+		// holder's time came back) skips that attempt: a release wakes the
+		// head, not it. Only if it became the head and the key was released
+		// in the moment before its watch does it miss a wake-up, and its
+		// first backoff step covers that.
 		w.watched = true
-		if w.watch(ctx) {
+		if w.watch(ctx) && (w.stay == 0 || !w.heldUntil.IsZero()) {
 			return nil
 		}
 	}

@@ -18,11 +18,19 @@ import (
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
-// countedStore counts the queued attempts of one Client's store; it embeds
-// the *redisstore.Store, so every ability stays.
+// countedStore counts the queued attempts and the turn watches of one
+// Client's store; it embeds the *redisstore.Store, so every ability stays.
 type countedStore struct {
 	*redisstore.Store
-	attempts *atomic.Int64
+	attempts, watches *atomic.Int64
+}
+
+func (s countedStore) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	turn, stop, err := s.Store.WatchTurn(ctx, key, token)
+	if err == nil {
+		s.watches.Add(1)
+	}
+	return turn, stop, err
 }
 
 func (s countedStore) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
@@ -62,11 +70,11 @@ func TestQueueIsFIFOAcrossClients(t *testing.T) {
 	key := storetest.Key(t)
 	rc := singleClient(shared.Addr())
 	defer rc.Close()
-	var attempts atomic.Int64
+	var attempts, watches atomic.Int64
 	const n = 8
 	clients := make([]*leasehold.Client, n+1)
 	for i := range clients {
-		s := countedStore{newStore(t, singleClient(shared.Addr())), &attempts}
+		s := countedStore{newStore(t, singleClient(shared.Addr())), &attempts, &watches}
 		clients[i] = leasehold.New(s, leasehold.WithBackoff(time.Hour, time.Hour))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -90,8 +98,13 @@ func TestQueueIsFIFOAcrossClients(t *testing.T) {
 		waitQueueLen(t, rc, key, int64(i+1))
 		time.Sleep(time.Millisecond)
 	}
-	// Every waiter made its first attempt and its attempt after the watch.
-	for attempts.Load() < 2*n {
+	// Every waiter watches its turn. The head made its first attempt and
+	// one after its watch; the others, told they are behind the head, only
+	// their first.
+	for watches.Load() < n || attempts.Load() < n+1 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d watches and %d attempts, want %d and %d", watches.Load(), attempts.Load(), n, n+1)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	before := attempts.Load()
@@ -211,8 +224,10 @@ func TestQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	ctx := t.Context()
 	rc := singleClient(shared.Addr())
 	defer rc.Close()
+	var attempts, watches atomic.Int64
 	newClient := func() *leasehold.Client {
-		return leasehold.New(newStore(t, singleClient(shared.Addr())), leasehold.WithBackoff(time.Hour, time.Hour))
+		s := countedStore{newStore(t, singleClient(shared.Addr())), &attempts, &watches}
+		return leasehold.New(s, leasehold.WithBackoff(time.Hour, time.Hour))
 	}
 	holder, err := newClient().TryAcquire(ctx, key, time.Minute)
 	if err != nil {
@@ -235,6 +250,9 @@ func TestQueueWaiterThatGivesUpLeaves(t *testing.T) {
 		got <- l
 	}()
 	waitQueueLen(t, rc, key, 2)
+	for watches.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
 	quit()
 	if err := <-quitted; !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiter that gave up: %v", err)
