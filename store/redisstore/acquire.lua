@@ -3,8 +3,7 @@
 -- in the same atomic step.
 -- KEYS[2] is the fence counter: it never expires and shares KEYS[1]'s slot.
 -- KEYS[3] and KEYS[4] are the queue (queue.lua). ARGV[3] is 0, or the ms a
--- waiter's queue entry lives (it joins or refreshes it when refused); ARGV[4]
--- is the release channel, to wake a head that may have missed its wake-up.
+-- waiter's queue entry lives (it joins or refreshes it when refused).
 -- Returns {1, fence as a decimal string} when acquired, {0, remaining ms of
 -- the holder} when not (-2: not held, or the caller is behind the head), and
 -- an error reply, having written nothing, when the counter is not a decimal
@@ -42,7 +41,7 @@ if pttl == -2 and (empty or head == tok) then
 end
 if pttl == -2 and head then
   -- Free, yet refused: the head may have missed its wake-up.
-  redis.pcall('PUBLISH', ARGV[4], head)
+  redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
 end
 if stay > 0 then
   lh_join(KEYS[3], KEYS[4], tok, now or lh_now(), stay)

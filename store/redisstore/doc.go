@@ -15,9 +15,9 @@
 // script refuses a free key to anyone but the live head of a non-empty
 // queue, and a queued waiter's refused attempt joins or refreshes its entry
 // in the same call. Every script that reads the queue removes up to 16
-// expired heads first. A release publishes the head's token on
-// ReleaseChannel(key) ("" when no one is queued), and only that waiter's
-// WatchTurn is woken.
+// expired heads first. A release publishes on ReleaseChannel(key) and on
+// TurnChannel(key, head's token), to which only the head's Store is
+// subscribed (WatchTurn).
 //
 // Each operation is one Lua script, so one round trip once the script is
 // cached on the server (EVALSHA, with EVAL as the fallback). Acquire and

@@ -10,6 +10,12 @@
 -- such a call.
 local LH_TRIM = 16
 
+-- lh_turn is the channel of tok's turn in key's queue, as TurnChannel
+-- spells it.
+local function lh_turn(key, tok)
+  return 'leasehold:turn:' .. #tok .. ':' .. tok .. ':' .. key
+end
+
 local function lh_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

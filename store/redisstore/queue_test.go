@@ -435,3 +435,39 @@ func TestQueueOnCluster(t *testing.T) {
 		})
 	}
 }
+
+// The scripts publish a head's wake-up on TurnChannel(key, token), for odd
+// keys and tokens too: a subscriber there hears the release.
+func TestTurnChannelIsTheScripts(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t, singleClient(shared.Addr()))
+	rc := singleClient(shared.Addr())
+	defer rc.Close()
+	for _, key := range []string{storetest.Key(t), "x}{y:" + storetest.Key(t), "lock:ü:{日本}:" + storetest.Key(t)} {
+		const token = "tok:with:colons~{x}"
+		ps := rc.Subscribe(ctx, redisstore.TurnChannel(key, token))
+		if _, err := ps.Receive(ctx); err != nil { // the confirmation
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcquireQueued(ctx, key, token, time.Minute, time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, key, "holder"); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		msg, err := ps.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("key %q: no wake-up on %q: %v", key, redisstore.TurnChannel(key, token), err)
+		}
+		_ = msg
+		if err := s.LeaveQueue(ctx, key, token); err != nil {
+			t.Fatal(err)
+		}
+		_ = ps.Close()
+	}
+}

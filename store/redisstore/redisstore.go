@@ -36,6 +36,15 @@ func ReleaseChannel(key string) string { return "leasehold:released:" + key }
 // and exist only while someone waits.
 func QueueKey(key string) string { return redisslot.Companion("leasehold:queue:", key) }
 
+// TurnChannel returns the pub/sub channel on which the waiter with token is
+// told that it is the head of key's queue and key may be free (a release,
+// or the leave of the waiter before it). One channel per waiter, so a
+// wake-up reaches the head's process alone, not every process subscribed
+// to the key.
+func TurnChannel(key, token string) string {
+	return "leasehold:turn:" + strconv.Itoa(len(token)) + ":" + token + ":" + key
+}
+
 // QueueDeadlinesKey: see QueueKey.
 func QueueDeadlinesKey(key string) string { return redisslot.Companion("leasehold:queued:", key) }
 
@@ -273,7 +282,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 			}
 		}
 		return acquireScript.Run(ctx, s.client, []string{key, FenceKey(key), QueueKey(key), QueueDeadlinesKey(key)},
-			token, millis(ttl), stayMS, ReleaseChannel(key)).Slice()
+			token, millis(ttl), stayMS).Slice()
 	}, func(res []any, err error) {
 		if _, granted, _ := acquireReply(res); err == nil && granted {
 			s.releaseLate(key, token)
@@ -372,7 +381,7 @@ func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
 		return err
 	}
 	_, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
-		return leaveScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Int64()
+		return leaveScript.Run(ctx, s.client, releaseKeys(key), token).Int64()
 	}, nil)
 	if err != nil {
 		return fmt.Errorf("redisstore: leave the queue of %q: %w", key, err)
@@ -380,15 +389,15 @@ func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// WatchTurn implements driver.Queuer on the key's release channel, shared
-// with WatchReleases: a release names the head's token, and only the watch
-// of that token (and the watches of WatchReleases) is woken. A message
-// naming no one (a release with no one queued, a ForceRelease) wakes all.
+// WatchTurn implements driver.Queuer with a subscription to
+// TurnChannel(key, token), on the Store's one pub/sub connection. A
+// ForceRelease does not publish there: the head finds out at its backoff
+// step.
 func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return nil, nil, err
 	}
-	return s.subs.watch(ctx, ReleaseChannel(key), token)
+	return s.subs.watch(ctx, TurnChannel(key, token))
 }
 
 // Renew implements driver.Store in one round trip.
@@ -510,7 +519,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.subs.watch(ctx, ReleaseChannel(key), "")
+	return s.subs.watch(ctx, ReleaseChannel(key))
 }
 
 var errClosed = errors.New("redisstore: store closed")
@@ -541,14 +550,14 @@ type change struct {
 }
 
 type channelWatch struct {
-	waiters   map[chan struct{}]string // the token each waits for; "": any message
-	confirmed chan struct{}            // closed when the server confirmed the subscription
+	waiters   map[chan struct{}]struct{}
+	confirmed chan struct{} // closed when the server confirmed the subscription
 	once      sync.Once
 }
 
 func (w *channelWatch) confirm() { w.once.Do(func() { close(w.confirmed) }) }
 
-func (s *subscriptions) watch(ctx context.Context, channel, token string) (<-chan struct{}, func(), error) {
+func (s *subscriptions) watch(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
 	s.mu.Lock()
 	if s.closed {
@@ -566,11 +575,11 @@ func (s *subscriptions) watch(ctx context.Context, channel, token string) (<-cha
 	}
 	w := s.channels[channel]
 	if w == nil {
-		w = &channelWatch{waiters: make(map[chan struct{}]string), confirmed: make(chan struct{})}
+		w = &channelWatch{waiters: make(map[chan struct{}]struct{}), confirmed: make(chan struct{})}
 		s.channels[channel] = w
 		s.post(change{subscribe: true, channels: []string{channel}})
 	}
-	w.waiters[ch] = token
+	w.waiters[ch] = struct{}{}
 	s.mu.Unlock()
 
 	var once sync.Once
@@ -709,10 +718,7 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 		case *redis.Message:
 			s.mu.Lock()
 			if w := s.channels[m.Channel]; w != nil {
-				for ch, token := range w.waiters {
-					if token != "" && m.Payload != "" && m.Payload != token {
-						continue // a wake-up for another queued waiter
-					}
+				for ch := range w.waiters {
 					select {
 					case ch <- struct{}{}:
 					default: // a wake-up is already pending
