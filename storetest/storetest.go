@@ -54,6 +54,9 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		{"ForceReleaseFreeKey", testForceReleaseFree},
 		{"ForceReleaseBadInput", testForceReleaseBadInput},
 		{"AuditOrder", testAuditOrder},
+		{"QueueServesInOrder", testQueueOrder},
+		{"QueueSkipsExpiredHead", testQueueExpiredHead},
+		{"QueueWakesTheHead", testQueueWakesHead},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
