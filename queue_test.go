@@ -263,6 +263,25 @@ func TestStoreQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	}
 }
 
+// A waiter whose backoff cap is longer than driver.MaxTTL asks for an entry
+// that lives driver.MaxTTL, which a store accepts.
+func TestStoreQueueStayIsAValidTTL(t *testing.T) {
+	s := newQueueStore()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	key := "queue:stay"
+	if _, err := s.Store.Acquire(ctx, key, "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err := leasehold.New(s, leasehold.WithBackoff(20*time.Hour, 20*time.Hour)).Acquire(ctx, key, time.Minute)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire: %v, want the deadline", err)
+	}
+	if stay := time.Duration(s.stayArg.Load()); driver.ValidateTTL(stay) != nil {
+		t.Errorf("entries stay %v, not a valid TTL", stay)
+	}
+}
+
 // An uncontended Acquire on a store that keeps a queue is one attempt and
 // no LeaveQueue; WithoutWakeups leaves the queue alone.
 func TestStoreQueueUncontendedAndWithoutWakeups(t *testing.T) {

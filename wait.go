@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // waiter is one waiting Acquire of a key, from its first attempt to its
@@ -197,8 +199,12 @@ const queueStayMargin = 500 * time.Millisecond
 // it, whose next attempt removes the expired entry: 3.5 s with the default
 // 1 s cap. A live waiter slower than this (a store round trip over the
 // margin) only loses its place: it joins again at the back.
+//
+// It is capped at driver.MaxTTL, the longest span a store takes, so a
+// backoff cap of 12 hours or more does not make every attempt invalid: such
+// a waiter's entry may lapse between attempts, and it joins again.
 func queueStay(maxBackoff time.Duration) time.Duration {
-	return 2*maxBackoff + queueStayMargin
+	return min(2*maxBackoff+queueStayMargin, driver.MaxTTL)
 }
 
 // storeLine is the line of a waiter queued in the store (driver.Queuer):
