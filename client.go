@@ -151,7 +151,9 @@ func hostPID() string {
 }
 
 // WithoutWakeups makes waiters poll on their backoff alone, unqueued, to
-// measure what the store's wake-ups buy. Production code has no reason to.
+// measure what the store's wake-ups buy. Production code has no reason to:
+// with a store that keeps a queue (driver.Queuer), such waiters take the key
+// only when no other Client's waiter is queued for it.
 func WithoutWakeups() Option {
 	return func(c *Client) { c.notifier = nil }
 }
@@ -330,7 +332,9 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // Acquire takes key for ttl, waiting while another owner holds it: woken by
 // the store's release notifications, else on a jittered backoff. A Client's
 // waiters for a key queue in arrival order and only the first talks to the
-// store (docs/design.md §5).
+// store; with a store that keeps a queue of its own (driver.Queuer) the
+// waiters of every Client queue there instead, in arrival order across
+// processes, and a release wakes the head alone (docs/design.md §5).
 //
 // When ctx ends first the error matches ErrNotAcquired and ctx's error. A
 // store failure is returned at once, not retried.
