@@ -1,6 +1,7 @@
 package leasehold_test
 
 import (
+	"context"
 	"runtime"
 	"strconv"
 	"testing"
@@ -20,27 +21,18 @@ func BenchmarkNewToken(b *testing.B) {
 
 func BenchmarkMemstoreAcquireRelease(b *testing.B) {
 	c := leasehold.New(memstore.New())
-	keys := make([]string, 64)
-	for i := range keys {
-		keys[i] = "bench:" + strconv.Itoa(i)
-	}
-	i := 0
-	for b.Loop() {
-		i++
-		l, err := c.TryAcquire(b.Context(), keys[i%64], time.Minute)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Release(b.Context()); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCycles(b, c.TryAcquire)
 }
 
 // BenchmarkAcquireUncontended is a waiting Acquire that finds its key free:
 // the cost of the waiting machinery when nobody waits.
 func BenchmarkAcquireUncontended(b *testing.B) {
 	c := leasehold.New(memstore.New())
+	benchCycles(b, c.Acquire)
+}
+
+// benchCycles runs acquire and release cycles over 64 keys, one goroutine.
+func benchCycles(b *testing.B, acquire func(context.Context, string, time.Duration) (*leasehold.Lease, error)) {
 	keys := make([]string, 64)
 	for i := range keys {
 		keys[i] = "bench:" + strconv.Itoa(i)
@@ -48,7 +40,7 @@ func BenchmarkAcquireUncontended(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		l, err := c.Acquire(b.Context(), keys[i%64], time.Minute)
+		l, err := acquire(b.Context(), keys[i%64], time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -39,14 +39,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
-
-// The bench is never a dependency of anything: these replaces apply only when
-// it is built on its own (GOWORK=off, as docs/benchmarks.md says to run it),
-// and point at this tree, which is what the report measures. A workspace
-// build maps the same versions to the same directories in go.work.
-replace (
-	github.com/leasehold/leasehold v0.1.0 => ../
-	github.com/leasehold/leasehold/store/etcdstore v0.1.0 => ../store/etcdstore
-	github.com/leasehold/leasehold/store/pgstore v0.1.0 => ../store/pgstore
-	github.com/leasehold/leasehold/store/redisstore v0.1.0 => ../store/redisstore
-)

@@ -3,7 +3,7 @@
 //
 // From the repository root:
 //
-//	cd bench && GOWORK=off go run . --out ../docs/benchmarks.md
+//	cd bench && go run . --out ../docs/benchmarks.md
 //
 // It starts its own redis-server on a free loopback port (or uses --redis,
 // which must be on loopback), measures raw round trips, uncontended
@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--out %s: its directory does not exist", *out)
 		}
 	}
-	cfg.Command = "cd bench && GOWORK=off go run ."
+	cfg.Command = "cd bench && go run ."
 	if len(args) > 0 {
 		cfg.Command += " " + strings.Join(args, " ")
 	}

@@ -318,3 +318,20 @@ func (f *faultTurns) next() string { return f.kinds[f.turn%len(f.kinds)] }
 
 // injected records an injection of kind.
 func (f *faultTurns) injected(kind string) { f.turn, f.kind = f.turn+1, kind }
+
+// runMultiNode runs a drill on a multi-node topology, then settle (which
+// waits for the topology's background fault work), and logs the report,
+// which it returns with its text.
+func runMultiNode(t *testing.T, cfg drill.Config, settle func()) (*report.Report, string) {
+	t.Helper()
+	start := time.Now()
+	rep, err := drill.Run(t.Context(), cfg)
+	settle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	_ = rep.WriteText(&out)
+	t.Logf("drill took %v\n%s", time.Since(start).Round(time.Millisecond), out.String())
+	return rep, out.String()
+}

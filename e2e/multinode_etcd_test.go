@@ -429,15 +429,7 @@ func TestMultiNodeEtcd(t *testing.T) {
 	cfg.Jobs = 50 // about 55 s at TTL 1 s, some 30 cluster faults
 	ttl := time.Duration(float64(time.Minute) * etcdDrillScale)
 	cfg.TakeoverSLO = check.DefaultTakeoverSLO(ttl) + etcdFailoverCost
-	start := time.Now()
-	rep, err := drill.Run(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.wg.Wait()
-	var out strings.Builder
-	_ = rep.WriteText(&out)
-	t.Logf("drill took %v\n%s", time.Since(start).Round(time.Millisecond), out.String())
+	rep, text := runMultiNode(t, cfg, c.wg.Wait)
 	c.mu.Lock()
 	fo, elected := slices.Clone(c.failovers), slices.Clone(c.elected)
 	c.mu.Unlock()
@@ -449,7 +441,7 @@ func TestMultiNodeEtcd(t *testing.T) {
 	}
 	logSlowTakeovers(t, rep)
 	if !rep.Safe() {
-		t.Fatalf("safety violations on the etcd cluster:\n%s", out.String())
+		t.Fatalf("safety violations on the etcd cluster:\n%s", text)
 	}
 	// Overlapping owners are logged, not asserted (none seen here): etcd 3.4
 	// (Debian's) may let a leader that was replaced or frozen still answer
@@ -492,11 +484,7 @@ func TestMultiNodeEtcdCanFail(t *testing.T) {
 	c := startEtcdCluster(t)
 	cfg := etcdDrill(t, c)
 	cfg.Jobs, cfg.NoFencing = 36, true // about 25 s; 4 to 8 stale writes seen
-	rep, err := drill.Run(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.wg.Wait()
+	rep, _ := runMultiNode(t, cfg, c.wg.Wait)
 	checkStaleWritesReported(t, rep)
 }
 

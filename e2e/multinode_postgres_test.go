@@ -688,16 +688,7 @@ func pgDrill(t *testing.T, c *pgCluster) drill.Config {
 // returns the report and the failovers.
 func runPGDrill(t *testing.T, c *pgCluster, cfg drill.Config) (*report.Report, []pgFailover) {
 	t.Helper()
-	start := time.Now()
-	rep, err := drill.Run(t.Context(), cfg)
-	c.drillOver.Store(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.wg.Wait()
-	var out strings.Builder
-	_ = rep.WriteText(&out)
-	t.Logf("drill took %v\n%s", time.Since(start).Round(time.Millisecond), out.String())
+	rep, _ := runMultiNode(t, cfg, func() { c.drillOver.Store(true); c.wg.Wait() })
 	c.mu.Lock()
 	fos, errs := slices.Clone(c.failovers), slices.Clone(c.errs)
 	c.mu.Unlock()

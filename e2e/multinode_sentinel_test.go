@@ -360,27 +360,18 @@ func TestMultiNodeSentinel(t *testing.T) {
 	cfg.Jobs = 250 // about 40 s at TTL 600 ms: some 5 failovers
 	// TTL 600 ms at the drill's default time scale, 1/100.
 	cfg.TakeoverSLO = check.DefaultTakeoverSLO(600*time.Millisecond) + sentinelFailoverCost
-	start := time.Now()
-	rep, err := drill.Run(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.wg.Wait()
-	var out strings.Builder
-	_ = rep.WriteText(&out)
+	rep, text := runMultiNode(t, cfg, s.wg.Wait)
 	overlaps := overlappingOwners(rep.History, rep.TTL)
 	s.mu.Lock()
 	fo := slices.Clone(s.failovers)
 	s.mu.Unlock()
 	slices.Sort(fo)
-	t.Logf("drill took %v\n%s", time.Since(start).Round(time.Millisecond), out.String())
 	t.Logf("overlapping owners seen by the store: %d; stale writes refused: %d; failovers measured: %v", overlaps, rep.StaleRefused, fo)
 	if !rep.Safe() {
-		t.Fatalf("safety violations with Sentinel failovers:\n%s", out.String())
+		t.Fatalf("safety violations with Sentinel failovers:\n%s", text)
 	}
 	// Reported, not asserted: on replicated stores the takeover includes
-	// the store's failover, and the etcd one is not understood yet (p99 of
-	// 5.5–9.8 s with a 1 s TTL); the issue keeps it open.
+	// the store's failover.
 	t.Logf("takeover p50 %v, p99 %v, SLO %v (%d takeovers)", rep.TakeoverP50, rep.TakeoverP99, rep.TakeoverSLO, rep.Takeovers)
 	if len(fo) == 0 || rep.StaleRefused == 0 {
 		t.Errorf("the drill proved little: %d failovers, %d stale writes refused", len(fo), rep.StaleRefused)
@@ -396,10 +387,6 @@ func TestMultiNodeSentinelCanFail(t *testing.T) {
 	s := startSentinelSet(t)
 	cfg := sentinelDrill(t, s)
 	cfg.Jobs, cfg.NoFencing = 40, true // about 8 s; a few stale writes
-	rep, err := drill.Run(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.wg.Wait()
+	rep, _ := runMultiNode(t, cfg, s.wg.Wait)
 	checkStaleWritesReported(t, rep)
 }
