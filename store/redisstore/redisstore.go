@@ -83,6 +83,7 @@ var (
 type Store struct {
 	client redis.UniversalClient
 	calls  rscript.Caller
+	batch  *rscript.Batcher // nil: WithoutBatching
 	subs   subscriptions
 	opts   options
 
@@ -96,6 +97,7 @@ type Option func(*options)
 type options struct {
 	log          *slog.Logger
 	warnEviction bool
+	noBatching   bool
 }
 
 // WithLogger sets where the Store reports an eviction policy it only warns
@@ -112,6 +114,14 @@ func WithLogger(l *slog.Logger) Option {
 // a server whose maxmemory-policy is not noeviction. Default: refuse, since
 // any other policy may evict a held lock and let a second owner in.
 func WithEvictionWarning() Option { return func(o *options) { o.warnEviction = true } }
+
+// WithoutBatching sends every Acquire, Release and Renew as a command of
+// its own, as go-redis's Process, under the caller's context. Default:
+// concurrent calls share round trips (see the package doc, "Batching"),
+// which go-redis hooks see as pipelines, which carry the context values of
+// one of the batch's callers, and in which a Renew beside an Acquire or a
+// Release is not retried after a network error.
+func WithoutBatching() Option { return func(o *options) { o.noBatching = true } }
 
 // New returns a Store that keeps its locks in client: a *redis.Client, a
 // failover (Sentinel) client or a *redis.ClusterClient, made as the
@@ -153,6 +163,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{client: client, calls: calls, opts: options{log: slog.Default()}}
 	for _, opt := range opts {
 		opt(&s.opts)
+	}
+	if !s.opts.noBatching {
+		s.batch = rscript.NewBatcher(client, calls, rscript.DefaultBatchSize)
 	}
 	s.subs.client = client
 	return s, nil
@@ -275,19 +288,21 @@ func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay 
 
 // acquire runs the acquire script; stayMS 0 does not join the queue.
 func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duration, stayMS int64) (int64, error) {
-	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
-		if !s.evictionOK.Load() {
-			if err := s.checkEviction(ctx); err != nil {
-				return nil, err
+	if !s.evictionOK.Load() {
+		_, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, s.checkEviction(ctx)
+		}, nil)
+		if err != nil {
+			return 0, acquireError(key, err)
+		}
+	}
+	res, err := s.run(ctx, acquireScript, []string{key, FenceKey(key), QueueKey(key), QueueDeadlinesKey(key)},
+		[]any{token, millis(ttl), stayMS}, func(cmd *redis.Cmd) {
+			res, err := cmd.Slice()
+			if _, granted, _ := acquireReply(res); err == nil && granted {
+				s.releaseLate(key, token)
 			}
-		}
-		return acquireScript.Run(ctx, s.client, []string{key, FenceKey(key), QueueKey(key), QueueDeadlinesKey(key)},
-			token, millis(ttl), stayMS).Slice()
-	}, func(res []any, err error) {
-		if _, granted, _ := acquireReply(res); err == nil && granted {
-			s.releaseLate(key, token)
-		}
-	})
+		}).Slice()
 	if err != nil {
 		return 0, acquireError(key, err)
 	}
@@ -355,14 +370,34 @@ func acquireError(key string, err error) error {
 	return fmt.Errorf("redisstore: acquire %q: %w", key, err)
 }
 
+// run runs sc through the Store's Batcher, or alone under ctx with
+// WithoutBatching; late, if not nil, gets the reply of a call left at
+// ctx's end.
+func (s *Store) run(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd)) *redis.Cmd {
+	if s.batch != nil {
+		return s.batch.Run(ctx, sc, keys, args, late)
+	}
+	var lateRes func(*redis.Cmd, error)
+	if late != nil {
+		lateRes = func(cmd *redis.Cmd, _ error) { late(cmd) }
+	}
+	cmd, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (*redis.Cmd, error) {
+		cmd := sc.Run(ctx, s.client, keys, args...)
+		return cmd, cmd.Err()
+	}, lateRes)
+	if cmd == nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
 // Release implements driver.Store in one round trip.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	n, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
-		return releaseScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Int64()
-	}, nil)
+	n, err := s.run(ctx, releaseScript, releaseKeys(key), []any{token, ReleaseChannel(key)}, nil).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", key, err)
 	}
@@ -405,9 +440,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	n, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
-		return renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
-	}, nil)
+	n, err := s.run(ctx, renewScript, []string{key}, []any{token, millis(ttl)}, nil).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}
