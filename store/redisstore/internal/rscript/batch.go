@@ -42,6 +42,8 @@ type Batcher struct {
 	mu     sync.Mutex
 	queue  []*pending // calls waiting for a flush, oldest first
 	flying int        // flushes in flight; the queue is empty while below batchFlights
+
+	queued func() // tests: called when a call waits for a flight
 }
 
 // NewBatcher returns a Batcher of the calls on client, checked by c, sending
@@ -83,26 +85,31 @@ func (b *Batcher) Run(ctx context.Context, sc Script, keys []string, args []any,
 	if err := ctx.Err(); err != nil {
 		return errCmd(ctx, fmt.Errorf("not sent: %w", ctxError(ctx, err)))
 	}
-	p := &pending{ctx: ctx, sc: sc, keys: keys, args: args, late: late, done: make(chan struct{})}
+	inline := !b.caller.detach || ctx.Done() == nil
 	b.mu.Lock()
+	if inline && b.flying < batchFlights {
+		// Alone, with go-redis following ctx on the socket (or nothing to
+		// follow): sent on the caller's goroutine under its own context,
+		// exactly as without a Batcher. The queue is empty: it only
+		// fills while all flights are taken.
+		b.flying++
+		b.mu.Unlock()
+		cmd := sc.Run(ctx, b.client, keys, args...)
+		b.handOn()
+		return cmd
+	}
+	p := &pending{ctx: ctx, sc: sc, keys: keys, args: args, late: late, done: make(chan struct{})}
 	b.queue = append(b.queue, p)
 	if b.flying >= batchFlights {
 		b.mu.Unlock()
+		if b.queued != nil {
+			b.queued()
+		}
 		return b.wait(p)
 	}
 	b.flying++
 	batch := b.take()
 	b.mu.Unlock()
-	if len(batch) == 1 && batch[0] == p && (!b.caller.detach || ctx.Done() == nil) {
-		// Alone, with go-redis following ctx on the socket (or nothing to
-		// follow): sent on the caller's goroutine under its own context,
-		// exactly as without a Batcher.
-		p.cmd = sc.Run(ctx, b.client, keys, args...)
-		p.state.Store(stDone)
-		close(p.done)
-		b.handOn()
-		return p.cmd
-	}
 	go b.fly(batch)
 	return b.wait(p)
 }
