@@ -147,7 +147,9 @@ func TestBatcherSharesRoundTrips(t *testing.T) {
 	errs := make([]error, calls)
 	var wg sync.WaitGroup
 	for i := range calls {
-		wg.Go(func() { replies[i], errs[i] = b.Run(t.Context(), incr, []string{fmt.Sprintf("{t}k:%d", i)}, nil, nil).Int64() })
+		wg.Go(func() {
+			replies[i], errs[i] = b.Run(t.Context(), incr, []string{fmt.Sprintf("{t}k:%d", i)}, nil, nil).Int64()
+		})
 		recv(t, queued, "a queued call")
 	}
 	close(g.open)
