@@ -80,7 +80,8 @@ type pending struct {
 // its command, which carries the reply or the error. It returns by ctx's
 // end, with an error wrapping ctx's: "not sent" while the call still
 // waited for a flush, or an error of unknown outcome once it was sent; late,
-// if not nil, then gets the command when its reply arrives.
+// if not nil, then gets the command when its reply arrives, on a goroutine
+// of its own.
 func (b *Batcher) Run(ctx context.Context, sc Script, keys []string, args []any, late func(*redis.Cmd)) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return errCmd(ctx, fmt.Errorf("not sent: %w", ctxError(ctx, err)))
@@ -194,7 +195,7 @@ func (b *Batcher) send(batch []*pending) {
 		if p.state.CompareAndSwap(stSent, stDone) {
 			close(p.done)
 		} else if p.late != nil {
-			p.late(p.cmd)
+			go p.late(p.cmd) // not on the flight: a late release is a round trip
 		}
 	}
 }
