@@ -44,7 +44,8 @@ func (p *pipeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // Concurrent Acquire, Renew and Release calls, batched together, each get
 // their own answer: owners of their own keys get rising fences, contenders
 // on one key exclude each other, and the calls the server refuses (a
-// corrupt fence counter, a renew of a key not owned) fail alone.
+// corrupt fence counter, a renew of a key not owned) fail alone. On a
+// single server, a cluster (split by node) and a failover client.
 func TestBatchedCallsUnderConcurrency(t *testing.T) {
 	cluster := testserver.StartRedisCluster(t, 3)
 	for name, client := range map[string]redis.UniversalClient{
@@ -52,6 +53,7 @@ func TestBatchedCallsUnderConcurrency(t *testing.T) {
 		"single, ctx timeouts":  redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true}),
 		"cluster":               clusterClient(cluster.Addrs()),
 		"cluster, ctx timeouts": redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true}),
+		"failover (Sentinel)":   redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: sentinelAddrs}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			pipes := &pipeCounter{}
