@@ -24,7 +24,14 @@ import (
 // FenceKey returns the Redis key that holds key's fence counter. It never
 // expires and is in the same cluster slot as key, whatever key looks like:
 // the three letters in braces are a hash tag picked for that slot.
-func FenceKey(key string) string { return redisslot.Companion("leasehold:fence:", key) }
+func FenceKey(key string) string { return redisslot.Companion(fencePrefix, key) }
+
+// The prefixes of the companion keys of a lock key (see redisslot.Companion).
+const (
+	fencePrefix  = "leasehold:fence:"
+	queuePrefix  = "leasehold:queue:"
+	queuedPrefix = "leasehold:queued:"
+)
 
 // ReleaseChannel returns the pub/sub channel on which a release of key is
 // announced to waiters.
@@ -34,7 +41,7 @@ func ReleaseChannel(key string) string { return "leasehold:released:" + key }
 // waiter tokens by arrival), and QueueDeadlinesKey that of their deadlines
 // (a hash); see driver.Queuer. Both are in key's cluster slot, as FenceKey,
 // and exist only while someone waits.
-func QueueKey(key string) string { return redisslot.Companion("leasehold:queue:", key) }
+func QueueKey(key string) string { return redisslot.Companion(queuePrefix, key) }
 
 // TurnChannel returns the pub/sub channel on which the waiter with token is
 // told that it is the head of key's queue and key may be free (a release,
@@ -46,7 +53,7 @@ func TurnChannel(key, token string) string {
 }
 
 // QueueDeadlinesKey: see QueueKey.
-func QueueDeadlinesKey(key string) string { return redisslot.Companion("leasehold:queued:", key) }
+func QueueDeadlinesKey(key string) string { return redisslot.Companion(queuedPrefix, key) }
 
 var (
 	//go:embed acquire.lua
@@ -296,7 +303,8 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 			return 0, acquireError(key, err)
 		}
 	}
-	res, err := s.run(ctx, acquireScript, []string{key, FenceKey(key), QueueKey(key), QueueDeadlinesKey(key)},
+	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
+	res, err := s.run(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
 		[]any{token, millis(ttl), stayMS}, func(cmd *redis.Cmd) {
 			res, err := cmd.Slice()
 			if _, granted, _ := acquireReply(res); err == nil && granted {
@@ -408,7 +416,10 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // releaseKeys are the release script's keys: the lock and its queue.
-func releaseKeys(key string) []string { return []string{key, QueueKey(key), QueueDeadlinesKey(key)} }
+func releaseKeys(key string) []string {
+	sfx := redisslot.Suffix(key)
+	return []string{key, queuePrefix + sfx, queuedPrefix + sfx}
+}
 
 // LeaveQueue implements driver.Queuer in one round trip.
 func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
