@@ -17,11 +17,12 @@ import (
 // added no throughput (64 goroutines fill flushes of 20 to 40 calls).
 const DefaultBatchSize = 64
 
-// batchFlights is how many flushes of one Batcher may be in flight at once.
-// One would leave the server idle while the client reads a flush's replies
-// and writes the next; two overlap the two, and more only split the same
-// calls into smaller flushes (measured on 2 shared cores).
-const batchFlights = 2
+// batchFlights is how many flushes of one Batcher may be in flight at once:
+// one, so that every call made meanwhile waits for the next flush and the
+// flushes are as large as the concurrency makes them (fewest syscalls per
+// call). Two or three, measured in interleaved rounds on 2 shared cores
+// (BenchmarkBatcherFlights), gave no steady gain at 1, 16 or 64 goroutines.
+const batchFlights = 1
 
 // Batcher sends the script calls of concurrent callers on one client
 // together: a call made while no flush is in flight goes out at once, alone
@@ -35,13 +36,14 @@ const batchFlights = 2
 // not retryable), so a renew sent beside an acquire is not retried either:
 // its caller gets the error.
 type Batcher struct {
-	client redis.UniversalClient
-	caller Caller
-	size   int
+	client  redis.UniversalClient
+	caller  Caller
+	size    int
+	flights int // batchFlights; tests and benchmarks may change it
 
 	mu     sync.Mutex
 	queue  []*pending // calls waiting for a flush, oldest first
-	flying int        // flushes in flight; the queue is empty while below batchFlights
+	flying int        // flushes in flight; the queue is empty while below flights
 
 	queued func() // tests: called when a call waits for a flight
 }
@@ -52,7 +54,7 @@ func NewBatcher(client redis.UniversalClient, c Caller, size int) *Batcher {
 	if size < 1 {
 		size = DefaultBatchSize
 	}
-	return &Batcher{client: client, caller: c, size: size}
+	return &Batcher{client: client, caller: c, size: size, flights: batchFlights}
 }
 
 // The states of a pending call. A call moves from queued to sent when a
@@ -88,7 +90,7 @@ func (b *Batcher) Run(ctx context.Context, sc Script, keys []string, args []any,
 	}
 	inline := !b.caller.detach || ctx.Done() == nil
 	b.mu.Lock()
-	if inline && b.flying < batchFlights {
+	if inline && b.flying < b.flights {
 		// Alone, with go-redis following ctx on the socket (or nothing to
 		// follow): sent on the caller's goroutine under its own context,
 		// exactly as without a Batcher. The queue is empty: it only
@@ -101,7 +103,7 @@ func (b *Batcher) Run(ctx context.Context, sc Script, keys []string, args []any,
 	}
 	p := &pending{ctx: ctx, sc: sc, keys: keys, args: args, late: late, done: make(chan struct{})}
 	b.queue = append(b.queue, p)
-	if b.flying >= batchFlights {
+	if b.flying >= b.flights {
 		b.mu.Unlock()
 		if b.queued != nil {
 			b.queued()

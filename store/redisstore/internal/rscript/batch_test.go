@@ -117,7 +117,7 @@ func newGated(t *testing.T, client redis.UniversalClient, g *gate, size int) (*B
 	queued := make(chan struct{}, 128)
 	b.queued = func() { queued <- struct{}{} }
 	var holders sync.WaitGroup
-	for i := range batchFlights {
+	for i := range b.flights {
 		holders.Go(func() {
 			if err := b.Run(context.Background(), hold, []string{fmt.Sprintf("{t}hold:%d", i)}, nil, nil).Err(); err != nil {
 				t.Errorf("holder %d: %v", i, err)
