@@ -253,9 +253,16 @@ func heldFor(pttl int64) time.Duration {
 }
 
 // Close stops the pub/sub connection that carries release notifications, if
-// one was opened, and waits for its goroutine. It does not close the client.
+// one was opened, and waits for its goroutine, and for the batched calls in
+// flight (see the package doc, "Batching"). It does not close the client.
 // Waiters still blocked on the Store fall back to their backoff.
-func (s *Store) Close() error { return s.subs.close() }
+func (s *Store) Close() error {
+	err := s.subs.close()
+	if s.batch != nil {
+		s.batch.Wait()
+	}
+	return err
+}
 
 // millis rounds a TTL up to whole milliseconds, Redis's unit, so the server
 // never holds a lease for less time than its owner believes it has.

@@ -46,6 +46,8 @@ type Batcher struct {
 	queue  []*pending // calls waiting for a flush, oldest first
 	flying int        // flushes in flight; the queue is empty while below flights
 
+	idle   *sync.Cond // on mu; broadcast when flying drops to 0
+
 	queued func() // tests: called when a call waits for a flight
 }
 
@@ -55,7 +57,9 @@ func NewBatcher(client redis.UniversalClient, c Caller, size int) *Batcher {
 	if size < 1 {
 		size = DefaultBatchSize
 	}
-	return &Batcher{client: client, caller: c, size: size, flights: batchFlights}
+	b := &Batcher{client: client, caller: c, size: size, flights: batchFlights}
+	b.idle = sync.NewCond(&b.mu)
+	return b
 }
 
 // The states of a pending call. A call moves from queued to sent when a
@@ -145,13 +149,31 @@ func (b *Batcher) take() []*pending {
 func (b *Batcher) handOn() {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
-		b.flying--
+		b.land()
 		b.mu.Unlock()
 		return
 	}
 	batch := b.take()
 	b.mu.Unlock()
 	go b.fly(batch)
+}
+
+// land ends a flight; b.mu is held.
+func (b *Batcher) land() {
+	if b.flying--; b.flying == 0 {
+		b.idle.Broadcast()
+	}
+}
+
+// Wait returns once no flush is in flight and no call waits for one: the
+// goroutines the Batcher started have ended. Calls made meanwhile are
+// waited for too.
+func (b *Batcher) Wait() {
+	b.mu.Lock()
+	for b.flying > 0 {
+		b.idle.Wait()
+	}
+	b.mu.Unlock()
 }
 
 // fly sends batch, then what was queued meanwhile, until the queue is empty.
@@ -162,7 +184,7 @@ func (b *Batcher) fly(batch []*pending) {
 		}
 		b.mu.Lock()
 		if len(b.queue) == 0 {
-			b.flying--
+			b.land()
 			b.mu.Unlock()
 			return
 		}

@@ -152,7 +152,24 @@ func TestBatcherSharesRoundTrips(t *testing.T) {
 		})
 		recv(t, queued, "a queued call")
 	}
+	waited := make(chan struct{})
+	go func() {
+		b.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while flights were held")
+	default:
+	}
 	close(g.open)
+	recv(t, waited, "Wait to return once the queue drained")
+	b.mu.Lock()
+	flying, waiting := b.flying, len(b.queue)
+	b.mu.Unlock()
+	if flying != 0 || waiting != 0 {
+		t.Fatalf("after Wait: %d flights, %d calls queued", flying, waiting)
+	}
 	holders.Wait()
 	wg.Wait()
 	for i := range calls {
