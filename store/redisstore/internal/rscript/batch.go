@@ -46,7 +46,7 @@ type Batcher struct {
 	queue  []*pending // calls waiting for a flush, oldest first
 	flying int        // flushes in flight; the queue is empty while below flights
 
-	idle   *sync.Cond // on mu; broadcast when flying drops to 0
+	idle *sync.Cond // on mu; broadcast when flying drops to 0
 
 	queued func() // tests: called when a call waits for a flight
 }
