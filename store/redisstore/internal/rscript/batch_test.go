@@ -417,3 +417,38 @@ func TestBatcherConcurrentAccounting(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// failPipes fails every pipeline before it is sent, as a hook may.
+type failPipes struct{ gate }
+
+func (f *failPipes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				return errors.New("refused by a hook")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A pipeline failed as a whole before it went out: every call gets the
+// error, none an empty answer.
+func TestBatcherPipelineFailedByHook(t *testing.T) {
+	client, _ := singleClient(t)
+	g := newGate()
+	b, queued, holders := newGated(t, client, g, 8)
+	client.AddHook(&failPipes{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			if err := b.Run(t.Context(), incr, []string{fmt.Sprintf("{t}f:%d", i)}, nil, nil).Err(); err == nil || !strings.Contains(err.Error(), "refused by a hook") {
+				t.Errorf("call %d: %v, want the hook's error", i, err)
+			}
+		})
+		recv(t, queued, "a queued call")
+	}
+	close(g.open)
+	holders.Wait()
+	wg.Wait()
+}

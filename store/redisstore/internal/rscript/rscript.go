@@ -98,7 +98,8 @@ func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 		cmds[i] = newCmd(ctx, "evalsha", call.sc.Hash(), call.keys, call.args)
 		_ = pipe.Process(ctx, call.sc.wrap(cmds[i]))
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
+	_, err := pipe.Exec(ctx) // each command carries its own error
+	stampUnanswered(cmds, err)
 	var missing []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -113,8 +114,23 @@ func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 		cmds[i] = newCmd(ctx, "eval", calls[i].sc.src, calls[i].keys, calls[i].args)
 		_ = pipe.Process(ctx, calls[i].sc.wrap(cmds[i]))
 	}
-	_, _ = pipe.Exec(ctx)
+	_, err = pipe.Exec(ctx)
+	stampUnanswered(cmds, err)
 	return cmds
+}
+
+// stampUnanswered gives the pipeline's error to the commands it left with
+// neither a reply nor an error (a hook that failed the pipeline before it
+// was sent), so that none reads as an empty answer.
+func stampUnanswered(cmds []*redis.Cmd, err error) {
+	if err == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(err)
+		}
+	}
 }
 
 // wrap is cmd as sent for sc: not retried once written when sc must not
