@@ -33,8 +33,8 @@
 // nothing more than before. Calls made while a flush is in flight queue,
 // and go out together as one go-redis Pipeline on the application's client
 // (the pipeline pool of go-redis) when it returns: up to 64 calls per flush
-// (rscript.DefaultBatchSize; the server runs them back to back, well under
-// a millisecond), one flush in flight per Store. A cluster client splits
+// (the server runs them back to back, in well under a millisecond), one
+// flush in flight per Store. A cluster client splits
 // a flush by node and sends the parts concurrently, following MOVED and ASK
 // per call; a failover client sends it to the current primary. Calls the
 // server answers NOSCRIPT (not run: a restart or SCRIPT FLUSH) are sent
