@@ -27,6 +27,7 @@ var (
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
 	_ driver.ForceReleaser   = (*Store)(nil)
+	_ driver.Queuer          = (*Store)(nil)
 )
 
 // Option configures a Store. The zero set of options is valid.
@@ -50,6 +51,10 @@ type Store struct {
 	// answers. Renew uses it to tell an unchanged TTL from a new one.
 	minTTL atomic.Int64
 
+	queued entries // the queue entries the Store made for its waiters
+
+	ctx     context.Context // cancelled by Close: ends the turn watches
+	cancel  context.CancelFunc
 	mu      sync.Mutex
 	watches map[string]*keyWatch // by lock key; one shared watch per key
 	closed  bool
@@ -84,6 +89,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(s)
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -99,6 +105,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.cancel()
 	for _, w := range s.watches {
 		w.cancel()
 	}
@@ -174,50 +181,172 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 
 // Acquire implements driver.Store in two round trips: a lease grant, then
 // one transaction that puts the lock key on that lease and touches the fence
-// key only if the lock key does not exist. The fence is the revision of that
+// key only if the lock key does not exist and key's waiter queue is empty
+// (driver.Queuer: no barging). The fence is the revision of that
 // transaction.
 //
-// When the key is held it returns a *leasehold.HeldError with the holder's
-// remaining TTL, after one more round trip in which the unused lease is
-// revoked and the holder's lease is looked up at the same time. Any other
-// error means etcd could not answer; the lease of an acquire whose outcome
-// is unknown is then revoked when the context still allows it, which undoes
-// the acquire if it was applied.
+// When the key is held, or waiters are queued, it returns a
+// *leasehold.HeldError with the holder's remaining TTL (0 when the key is
+// free), after one more round trip in which the unused lease is revoked and
+// the holder's lease is looked up at the same time. Any other error means
+// etcd could not answer; the lease of an acquire whose outcome is unknown is
+// then revoked when the context still allows it, which undoes the acquire if
+// it was applied.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
+	return s.acquire(ctx, key, token, ttl, 0)
+}
+
+// acquire is Acquire, and AcquireQueued when stay > 0.
+func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	fail := func(err error) (int64, error) { return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err) }
+	lk, qp := s.LockKey(key), s.QueuePrefix(key)
+	ek := qp + token
+	var (
+		entry      queueEntry
+		known      bool             // the Store made token's entry: it is at entry.rev, unless gone
+		entryLease clientv3.LeaseID // the lease of the entry this attempt makes when refused
+	)
+	if stay > 0 {
+		entry, known = s.queued.get(ek)
+	}
 	lease, err := s.grant(ctx, ttl)
 	if err != nil {
-		return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err)
+		return fail(err)
 	}
-	lk := s.LockKey(key)
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
-		Then(clientv3.OpPut(lk, token, clientv3.WithLease(lease)), clientv3.OpPut(s.FenceKey(key), "")).
-		Else(clientv3.OpGet(lk, clientv3.WithKeysOnly())).
-		Commit()
+	if stay > 0 && !known {
+		if entryLease, err = s.grant(ctx, stay); err != nil {
+			s.revoke(ctx, lease)
+			return fail(err)
+		}
+	}
+
+	// Free, and no waiter ahead: the queue is empty, or its first entry by
+	// CreateRevision is token's own (all entries were created at or after
+	// it; the range is not empty, since token's entry is in it).
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
+	then := []clientv3.Op{clientv3.OpPut(lk, token, clientv3.WithLease(lease)), clientv3.OpPut(s.FenceKey(key), "")}
+	if known {
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.CreateRevision(ek), "=", entry.rev),
+			clientv3.Compare(clientv3.CreateRevision(qp), ">", entry.rev-1).WithPrefix())
+		then = append(then, clientv3.OpDelete(ek))
+	} else {
+		// An empty range compares as one key of CreateRevision 0.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix())
+	}
+	// Refused: the holder, token's entry (put first when it is new), and
+	// then the queue's head.
+	els := []clientv3.Op{clientv3.OpGet(lk, clientv3.WithKeysOnly())}
+	if entryLease != 0 {
+		els = append(els, clientv3.OpPut(ek, "", clientv3.WithLease(entryLease)))
+	}
+	if stay > 0 {
+		els = append(els, clientv3.OpGet(ek, clientv3.WithKeysOnly()),
+			clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+	}
+	sent := time.Now()
+	resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 	if err != nil {
 		s.revoke(ctx, lease)
-		return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err)
+		if entryLease != 0 {
+			s.revoke(ctx, entryLease)
+		}
+		return fail(err)
 	}
 	if resp.Succeeded {
+		if known {
+			s.queued.forget(ek)
+			s.revokeLater(entry.lease)
+		}
+		if entryLease != 0 {
+			s.revokeLater(entryLease)
+		}
 		return resp.Header.Revision, nil
+	}
+	if len(resp.Responses) != len(els) {
+		s.revoke(ctx, lease)
+		return fail(fmt.Errorf("%d answers in the transaction, want %d", len(resp.Responses), len(els)))
 	}
 
 	var holder clientv3.LeaseID
-	if len(resp.Responses) == 1 {
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
-			holder = clientv3.LeaseID(kvs[0].Lease)
-		}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		holder = clientv3.LeaseID(kvs[0].Lease)
 	}
-	var wg sync.WaitGroup
+	behind := false // token's entry is behind the queue's head
+	refresh := clientv3.LeaseID(0)
+	if stay > 0 {
+		gets := resp.Responses[len(els)-2:]
+		var mine, head int64
+		if kvs := gets[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			mine = kvs[0].CreateRevision
+		}
+		if kvs := gets[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			head = kvs[0].CreateRevision
+		}
+		switch {
+		case mine == 0:
+			// The entry the Store knew is gone (its lease expired): join
+			// again, at the back, in one more attempt.
+			s.queued.forget(ek)
+			s.revoke(ctx, lease)
+			return s.acquire(ctx, key, token, ttl, stay)
+		case entryLease != 0:
+			s.queued.put(ek, queueEntry{rev: mine, lease: entryLease, until: sent.Add(stay)})
+		default:
+			refresh = entry.lease
+		}
+		behind = head != mine
+	}
+
+	var (
+		wg         sync.WaitGroup
+		refreshErr error
+	)
 	wg.Go(func() { s.revoke(ctx, lease) })
-	// The holder's TTL is a hint for waiters; not knowing it is no error.
-	left, _ := s.remaining(ctx, holder)
+	if refresh != 0 {
+		wg.Go(func() {
+			// Keeps the entry's place: a keep-alive does not write the key.
+			sent := time.Now()
+			if _, refreshErr = s.client.KeepAliveOnce(ctx, refresh); refreshErr == nil {
+				s.queued.touch(ek, entry.rev, sent.Add(stay))
+			}
+		})
+	}
+	var left time.Duration
+	if holder != 0 && !behind {
+		// The holder's TTL is a hint for the head; not knowing it is no error.
+		left, _ = s.remaining(ctx, holder)
+	}
 	wg.Wait()
+	if errors.Is(refreshErr, rpctypes.ErrLeaseNotFound) {
+		s.queued.forget(ek) // expired since the transaction: the next attempt joins again
+	}
 	return 0, &leasehold.HeldError{Key: key, Remaining: left}
 }
+
+// revokeLater revokes a lease that no key is attached to any more, on a
+// goroutine of its own bounded by revokeLaterTimeout, so that the caller
+// does not wait for it. The Store waits for it in Close.
+func (s *Store) revokeLater(id clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return // expires by itself
+	}
+	s.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(s.ctx, revokeLaterTimeout)
+		defer cancel()
+		s.revoke(ctx, id)
+	})
+}
+
+// revokeLaterTimeout bounds a revoke made after the call that freed the
+// lease: a lease that is not revoked expires by itself, so a few round
+// trips on a loaded cluster are enough.
+const revokeLaterTimeout = 2 * time.Second
 
 // Release implements driver.Store: one transaction deletes the lock key
 // only if it still holds token (never by key alone), then the owner's lease
