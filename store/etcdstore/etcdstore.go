@@ -51,7 +51,8 @@ type Store struct {
 	// answers. Renew uses it to tell an unchanged TTL from a new one.
 	minTTL atomic.Int64
 
-	queued entries // the queue entries the Store made for its waiters
+	queued entries   // the queue entries the Store made for its waiters
+	leases leasePool // the leases the Store granted: in use, and idle for reuse
 
 	ctx     context.Context // cancelled by Close: ends the turn watches
 	cancel  context.CancelFunc
@@ -112,6 +113,7 @@ func (s *Store) Close() error {
 	s.watches = nil
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.revokeIdle()
 	return nil
 }
 
@@ -125,44 +127,9 @@ func (s *Store) LockKey(key string) string { return s.prefix + "lock/" + key }
 // expiries.
 func (s *Store) FenceKey(key string) string { return s.prefix + "fence/" + key }
 
-// seconds rounds a TTL up to whole seconds, the unit of etcd leases, so that
-// the server never holds a lease for less time than its owner believes.
-func seconds(ttl time.Duration) int64 {
-	return int64((ttl + time.Second - 1) / time.Second)
-}
-
-// grant creates a lease of ttl rounded up to whole seconds (and raised by
-// the server to its minimum TTL).
-func (s *Store) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
-	want := seconds(ttl)
-	resp, err := s.client.Grant(ctx, want)
-	if err != nil {
-		return 0, fmt.Errorf("grant lease: %w", err)
-	}
-	if resp.TTL > want {
-		for cur := s.minTTL.Load(); resp.TTL > cur && !s.minTTL.CompareAndSwap(cur, resp.TTL); cur = s.minTTL.Load() {
-		}
-	}
-	return resp.ID, nil
-}
-
-// grantedTTL is the TTL, in seconds, that a grant for ttl gets from the
-// server, as far as the Store has learned the server's minimum.
-func (s *Store) grantedTTL(ttl time.Duration) int64 {
-	return max(seconds(ttl), s.minTTL.Load())
-}
-
-// revoke revokes a lease that no key of a current owner is attached to. It
-// is best effort: a lease that is not revoked expires by itself.
-func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
-	if id != 0 {
-		_, _ = s.client.Revoke(ctx, id)
-	}
-}
-
 // remaining returns a lease's remaining time, rounded up to whole seconds
-// (etcd reports it rounded down) but never above the lease's TTL; 0 for a
-// lease that is gone.
+// (etcd reports it rounded down) but never above the lease's TTL less
+// leaseSlack, the TTL its owner asked for; 0 for a lease that is gone.
 func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
 	if id == 0 {
 		return 0, nil
@@ -176,7 +143,8 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 	case resp.TTL < 0:
 		return 0, nil
 	}
-	return time.Duration(min(resp.TTL+1, resp.GrantedTTL)) * time.Second, nil
+	asked := max(resp.GrantedTTL-int64(leaseSlack/time.Second), 1)
+	return time.Duration(min(resp.TTL+1, asked)) * time.Second, nil
 }
 
 // Acquire implements driver.Store in two round trips: a lease grant, then
@@ -201,6 +169,12 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 
 // acquire is Acquire, and AcquireQueued when stay > 0.
 func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	return s.acquireOnce(ctx, key, token, ttl, stay, false)
+}
+
+// acquireOnce is acquire; retried: this is the one more attempt made after
+// an idle lease was found revoked, or a known entry gone.
+func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay time.Duration, retried bool) (int64, error) {
 	fail := func(err error) (int64, error) { return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err) }
 	lk, qp := s.LockKey(key), s.QueuePrefix(key)
 	ek := qp + token
@@ -212,13 +186,13 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	if stay > 0 {
 		entry, known = s.queued.get(ek)
 	}
-	lease, err := s.grant(ctx, ttl)
+	lease, err := s.takeLease(ctx, ttl)
 	if err != nil {
 		return fail(err)
 	}
 	if stay > 0 && !known {
-		if entryLease, err = s.grant(ctx, stay); err != nil {
-			s.revoke(ctx, lease)
+		if entryLease, err = s.takeLease(ctx, stay); err != nil {
+			s.freeLease(lease)
 			return fail(err)
 		}
 	}
@@ -249,25 +223,29 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	}
 	sent := time.Now()
 	resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
+		// An idle lease was revoked from outside (etcdctl lease revoke):
+		// nothing was written. Try once more with fresh leases.
+		s.leases.forget(lease)
+		s.leases.forget(entryLease)
+		return s.acquireOnce(ctx, key, token, ttl, stay, true)
+	}
 	if err != nil {
+		// The outcome is unknown: revoking undoes the acquire, and the
+		// join, if they were applied.
 		s.revoke(ctx, lease)
-		if entryLease != 0 {
-			s.revoke(ctx, entryLease)
-		}
+		s.revoke(ctx, entryLease)
 		return fail(err)
 	}
 	if resp.Succeeded {
-		if known {
-			s.queued.forget(ek)
-			s.revokeLater(entry.lease)
+		if e, ok := s.queued.forget(ek); known && ok && e.lease == entry.lease {
+			s.freeLease(entry.lease) // the transaction deleted the entry
 		}
-		if entryLease != 0 {
-			s.revokeLater(entryLease)
-		}
+		s.freeLease(entryLease)
 		return resp.Header.Revision, nil
 	}
+	s.freeLease(lease) // no key was put on it
 	if len(resp.Responses) != len(els) {
-		s.revoke(ctx, lease)
 		return fail(fmt.Errorf("%d answers in the transaction, want %d", len(resp.Responses), len(els)))
 	}
 
@@ -291,8 +269,8 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 			// The entry the Store knew is gone (its lease expired): join
 			// again, at the back, in one more attempt.
 			s.queued.forget(ek)
-			s.revoke(ctx, lease)
-			return s.acquire(ctx, key, token, ttl, stay)
+			s.leases.forget(entry.lease)
+			return s.acquireOnce(ctx, key, token, ttl, stay, retried)
 		case entryLease != 0:
 			s.queued.put(ek, queueEntry{rev: mine, lease: entryLease, until: sent.Add(stay)})
 		default:
@@ -305,12 +283,11 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 		wg         sync.WaitGroup
 		refreshErr error
 	)
-	wg.Go(func() { s.revoke(ctx, lease) })
 	if refresh != 0 {
 		wg.Go(func() {
 			// Keeps the entry's place: a keep-alive does not write the key.
 			sent := time.Now()
-			if _, refreshErr = s.client.KeepAliveOnce(ctx, refresh); refreshErr == nil {
+			if _, refreshErr = s.keepAlive(ctx, refresh); refreshErr == nil {
 				s.queued.touch(ek, entry.rev, sent.Add(stay))
 			}
 		})
@@ -327,31 +304,12 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	return 0, &leasehold.HeldError{Key: key, Remaining: left}
 }
 
-// revokeLater revokes a lease that no key is attached to any more, on a
-// goroutine of its own bounded by revokeLaterTimeout, so that the caller
-// does not wait for it. The Store waits for it in Close.
-func (s *Store) revokeLater(id clientv3.LeaseID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return // expires by itself
-	}
-	s.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(s.ctx, revokeLaterTimeout)
-		defer cancel()
-		s.revoke(ctx, id)
-	})
-}
 
-// revokeLaterTimeout bounds a revoke made after the call that freed the
-// lease: a lease that is not revoked expires by itself, so a few round
-// trips on a loaded cluster are enough.
-const revokeLaterTimeout = 2 * time.Second
-
-// Release implements driver.Store: one transaction deletes the lock key
-// only if it still holds token (never by key alone), then the owner's lease
-// is revoked, best effort, in a second round trip. It returns
-// leasehold.ErrNotOwned when the key is absent or holds another token.
+// Release implements driver.Store in one round trip: one transaction
+// deletes the lock key only if it still holds token (never by key alone).
+// The owner's lease, which no key is on any more, is kept for reuse when the
+// Store granted it, and revoked otherwise. It returns leasehold.ErrNotOwned
+// when the key is absent or holds another token.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
@@ -369,7 +327,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	if len(resp.Responses) == 1 {
 		for _, kv := range resp.Responses[0].GetResponseDeleteRange().GetPrevKvs() {
-			s.revoke(ctx, clientv3.LeaseID(kv.Lease))
+			if id := clientv3.LeaseID(kv.Lease); id != 0 && !s.leases.free(id) {
+				s.revoke(ctx, id)
+			}
 		}
 	}
 	return nil
@@ -377,9 +337,10 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // Renew implements driver.Store. It reads the lock key and, if it still
 // holds token, keeps its lease alive once: two round trips. When ttl differs
-// from the lease's TTL, it then grants a lease of the new TTL, moves the key
-// onto it in a transaction that checks the token again, and revokes the old
-// lease: five round trips in all. It returns leasehold.ErrNotOwned when the
+// from the lease's TTL, it then takes a lease of the new TTL (an idle one,
+// or a new grant), moves the key onto it in a transaction that checks the
+// token again, and keeps the old lease for reuse (or revokes it, when the
+// Store did not grant it): three to five round trips in all. It returns leasehold.ErrNotOwned when the
 // key is absent, holds another token, or its lease has expired.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
@@ -395,7 +356,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	// The lease is this owner's: only its acquire or renew attached it.
 	if old := clientv3.LeaseID(get.Kvs[0].Lease); old != 0 {
-		ka, err := s.client.KeepAliveOnce(ctx, old)
+		ka, err := s.keepAlive(ctx, old)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return leasehold.ErrNotOwned // expired since the read
@@ -406,7 +367,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		}
 	}
 
-	lease, err := s.grant(ctx, ttl)
+	lease, err := s.takeLease(ctx, ttl)
 	if err != nil {
 		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
 	}
@@ -420,15 +381,17 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return fmt.Errorf("etcdstore: renew %q: move to a new lease: %w", key, err)
 	}
 	if !resp.Succeeded {
-		s.revoke(ctx, lease)
+		s.freeLease(lease) // no key was put on it
 		return leasehold.ErrNotOwned
 	}
-	// Revoke the lease the key was on just before the move (a concurrent
+	// Free the lease the key was on just before the move (a concurrent
 	// renew of the same owner may have moved it too). It is never the
-	// key's current lease: every move grants a fresh one.
+	// key's current lease: every move takes one no key is on.
 	if len(resp.Responses) == 1 {
 		if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
-			s.revoke(ctx, clientv3.LeaseID(prev.Lease))
+			if id := clientv3.LeaseID(prev.Lease); id != 0 && !s.leases.free(id) {
+				s.revoke(ctx, id)
+			}
 		}
 	}
 	return nil

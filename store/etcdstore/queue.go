@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasehold/leasehold/driver"
@@ -123,23 +122,28 @@ func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay 
 }
 
 // LeaveQueue implements driver.Queuer: one request deletes token's entry
-// (the lease of an entry the Store made is revoked, which deletes it), and
-// the watch of the waiter behind it sees the deletion. Leaving without an
+// (its lease, which no key is on any more, is kept for reuse), and the
+// watch of the waiter behind it sees the deletion. Leaving without an
 // entry deletes nothing and is no error.
 func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
 	ek := s.QueuePrefix(key) + token
-	if e, ok := s.queued.forget(ek); ok {
-		_, err := s.client.Revoke(ctx, e.lease)
-		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return nil
+	e, known := s.queued.forget(ek)
+	resp, err := s.client.Delete(ctx, ek, clientv3.WithPrevKV())
+	if err != nil {
+		if known {
+			s.revokeLater(e.lease) // which deletes the entry, if the delete did not
 		}
-		// The entry may sit on another lease (a lost reply); delete it by name.
-	}
-	if _, err := s.client.Delete(ctx, ek); err != nil {
 		return fmt.Errorf("etcdstore: leave the queue of %q: %w", key, err)
+	}
+	if known {
+		if len(resp.PrevKvs) == 1 && clientv3.LeaseID(resp.PrevKvs[0].Lease) == e.lease {
+			s.freeLease(e.lease) // no key is on it any more
+		} else {
+			s.leases.forget(e.lease) // expired, or the entry is on another
+		}
 	}
 	return nil
 }
