@@ -304,7 +304,6 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 	return 0, &leasehold.HeldError{Key: key, Remaining: left}
 }
 
-
 // Release implements driver.Store in one round trip: one transaction
 // deletes the lock key only if it still holds token (never by key alone).
 // The owner's lease, which no key is on any more, is kept for reuse when the
