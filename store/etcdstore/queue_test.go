@@ -251,9 +251,9 @@ func TestQueueSkipsACrashedHead(t *testing.T) {
 }
 
 // An entry that is not kept alive expires by itself: the waiter behind it
-// gets the key within the entry's lease (stay rounded up to the server's
-// minimum TTL, 2 s on the test server) plus etcd's expiry timer, and not
-// before the stay.
+// gets the key within the entry's lease (the stay rounded up to seconds,
+// plus the second of slack: 2 s) plus etcd's expiry timer, and not before
+// the stay.
 func TestQueueEntryExpires(t *testing.T) {
 	key := storetest.Key(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
