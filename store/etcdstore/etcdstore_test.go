@@ -592,3 +592,91 @@ func TestRequestsPerOperation(t *testing.T) {
 		})
 	}
 }
+
+// A reused lease holds the new lock for at least its TTL from the acquire
+// on, as a new one would; a lease idle for a second or more is not reused;
+// an idle lease revoked from outside costs the next acquire a retry on a
+// new lease, not an error.
+func TestReusedLeaseHoldsTheFullTTL(t *testing.T) {
+	client := newClient(t, shared.Endpoints())
+	s := newStore(t, client)
+	ctx, key := t.Context(), storetest.Key(t)
+	cycle := func(tok string) (clientv3.LeaseID, int64) {
+		t.Helper()
+		if _, err := s.Acquire(ctx, key, tok, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Get(ctx, s.LockKey(key))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("lock key: %v, %v", resp, err)
+		}
+		id := clientv3.LeaseID(resp.Kvs[0].Lease)
+		ttl, err := client.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, key, tok); err != nil {
+			t.Fatal(err)
+		}
+		return id, ttl.TTL
+	}
+	first, _ := cycle("a")
+	// etcd reports whole seconds, rounded down: 5 means at least 5 s left.
+	if _, left := cycle("b"); left < 5 {
+		t.Errorf("a lock of 5 s on a lease with %d s left", left)
+	}
+	// Idle for over a second: stale, so a new lease.
+	time.Sleep(leaseSlackForTest + 100*time.Millisecond)
+	third, left := cycle("c")
+	if third == first {
+		t.Errorf("a lease idle for over %v was reused", leaseSlackForTest)
+	}
+	if left < 5 {
+		t.Errorf("a lock of 5 s on a new lease with %d s left", left)
+	}
+	// Revoked while idle: the next acquire gets a lease of its own.
+	if _, err := client.Revoke(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	if fourth, left := cycle("d"); fourth == third || left < 5 {
+		t.Errorf("after the idle lease %x was revoked, the lock went on lease %x with %d s left", third, fourth, left)
+	}
+}
+
+// leaseSlackForTest is etcdstore's leaseSlack: how long an idle lease may be
+// reused after its grant or last keep-alive.
+const leaseSlackForTest = time.Second
+
+// Each lock expires on its own TTL, whatever the Store does with its other
+// locks: renewing one does not keep another alive.
+func TestEachLockExpiresOnItsOwn(t *testing.T) {
+	client := newClient(t, shared.Endpoints())
+	s := newStore(t, client)
+	ctx := t.Context()
+	kept, left := storetest.Key(t)+"-kept", storetest.Key(t)+"-left"
+	for _, k := range []string{kept, left} {
+		if _, err := s.Acquire(ctx, k, "tok", time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if err := s.Renew(ctx, kept, "tok", time.Second); err != nil {
+			t.Fatalf("renewing the kept lock: %v", err)
+		}
+		info, err := s.Inspect(ctx, left)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lock no one renews is still held 15 s after it was taken for 1 s")
+		}
+		time.Sleep(100 * time.Millisecond) // the renewal period of the kept lock
+	}
+	if info, err := s.Inspect(ctx, kept); err != nil || !info.Held {
+		t.Fatalf("the renewed lock: %+v, %v; want held", info, err)
+	}
+}
