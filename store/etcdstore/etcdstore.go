@@ -129,7 +129,7 @@ func (s *Store) FenceKey(key string) string { return s.prefix + "fence/" + key }
 
 // remaining returns a lease's remaining time, rounded up to whole seconds
 // (etcd reports it rounded down) but never above the lease's TTL less
-// leaseSlack, the TTL its owner asked for; 0 for a lease that is gone.
+// the lease's TTL; 0 for a lease that is gone.
 func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
 	if id == 0 {
 		return 0, nil
@@ -143,8 +143,7 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 	case resp.TTL < 0:
 		return 0, nil
 	}
-	asked := max(resp.GrantedTTL-int64(leaseSlack/time.Second), 1)
-	return time.Duration(min(resp.TTL+1, asked)) * time.Second, nil
+	return time.Duration(min(resp.TTL+1, resp.GrantedTTL)) * time.Second, nil
 }
 
 // Acquire implements driver.Store in two round trips: a lease grant, then
@@ -186,12 +185,13 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 	if stay > 0 {
 		entry, known = s.queued.get(ek)
 	}
-	lease, err := s.takeLease(ctx, ttl)
+	lease, refresh, err := s.takeLease(ctx, ttl)
 	if err != nil {
 		return fail(err)
 	}
+	refreshEntry := false
 	if stay > 0 && !known {
-		if entryLease, err = s.takeLease(ctx, stay); err != nil {
+		if entryLease, refreshEntry, err = s.takeLease(ctx, stay); err != nil {
 			s.freeLease(lease)
 			return fail(err)
 		}
@@ -221,11 +221,26 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 		els = append(els, clientv3.OpGet(ek, clientv3.WithKeysOnly()),
 			clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
 	}
+	// A reused lease is kept alive at the same time as the transaction is
+	// sent: whichever etcd handles first, the lease then lasts its TTL from
+	// after this moment, the start of the lock in its owner's view, as a
+	// lease granted now would.
+	var (
+		kas               sync.WaitGroup
+		kaErr, entryKAErr error
+	)
+	if refresh {
+		kas.Go(func() { _, kaErr = s.keepAlive(ctx, lease) })
+	}
+	if refreshEntry {
+		kas.Go(func() { _, entryKAErr = s.keepAlive(ctx, entryLease) })
+	}
 	sent := time.Now()
 	resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	kas.Wait()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
-		// An idle lease was revoked from outside (etcdctl lease revoke):
-		// nothing was written. Try once more with fresh leases.
+		// An idle lease expired or was revoked from outside (etcdctl lease
+		// revoke): nothing was written. Try once more with new leases.
 		s.leases.forget(lease)
 		s.leases.forget(entryLease)
 		return s.acquireOnce(ctx, key, token, ttl, stay, true)
@@ -237,14 +252,40 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 		s.revoke(ctx, entryLease)
 		return fail(err)
 	}
+	if resp.Succeeded && kaErr != nil {
+		// The lock is on a lease whose TTL may not have been reset: the
+		// lease expired right after the transaction (the lock went with
+		// it), or etcd's answer was lost. Undo, and try once more, with a
+		// new lease, or give up.
+		s.revoke(ctx, lease)
+		if entryKAErr == nil {
+			s.freeLease(entryLease)
+		}
+		if e, ok := s.queued.forget(ek); known && ok && e.lease == entry.lease {
+			s.freeLease(entry.lease) // the transaction deleted the entry
+		}
+		if errors.Is(kaErr, rpctypes.ErrLeaseNotFound) && !retried {
+			return s.acquireOnce(ctx, key, token, ttl, stay, true)
+		}
+		return fail(fmt.Errorf("keep the reused lease alive: %w", kaErr))
+	}
+	if entryKAErr != nil {
+		s.leases.forget(entryLease) // not reused: its TTL is in doubt
+	}
 	if resp.Succeeded {
 		if e, ok := s.queued.forget(ek); known && ok && e.lease == entry.lease {
 			s.freeLease(entry.lease) // the transaction deleted the entry
 		}
-		s.freeLease(entryLease)
+		if entryKAErr == nil {
+			s.freeLease(entryLease)
+		}
 		return resp.Header.Revision, nil
 	}
-	s.freeLease(lease) // no key was put on it
+	if kaErr == nil {
+		s.freeLease(lease) // no key was put on it
+	} else {
+		s.leases.forget(lease) // not reused: its TTL is in doubt
+	}
 	if len(resp.Responses) != len(els) {
 		return fail(fmt.Errorf("%d answers in the transaction, want %d", len(resp.Responses), len(els)))
 	}
@@ -254,7 +295,7 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 		holder = clientv3.LeaseID(kvs[0].Lease)
 	}
 	behind := false // token's entry is behind the queue's head
-	refresh := clientv3.LeaseID(0)
+	keepEntry := clientv3.LeaseID(0) // the known entry's lease, kept alive below
 	if stay > 0 {
 		gets := resp.Responses[len(els)-2:]
 		var mine, head int64
@@ -271,10 +312,13 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 			s.queued.forget(ek)
 			s.leases.forget(entry.lease)
 			return s.acquireOnce(ctx, key, token, ttl, stay, retried)
+		case entryLease != 0 && errors.Is(entryKAErr, rpctypes.ErrLeaseNotFound):
+			// The new entry's reused lease had run out: the entry went
+			// with it, and the next attempt joins again.
 		case entryLease != 0:
 			s.queued.put(ek, queueEntry{rev: mine, lease: entryLease, until: sent.Add(stay)})
 		default:
-			refresh = entry.lease
+			keepEntry = entry.lease
 		}
 		behind = head != mine
 	}
@@ -283,11 +327,11 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 		wg         sync.WaitGroup
 		refreshErr error
 	)
-	if refresh != 0 {
+	if keepEntry != 0 {
 		wg.Go(func() {
 			// Keeps the entry's place: a keep-alive does not write the key.
 			sent := time.Now()
-			if _, refreshErr = s.keepAlive(ctx, refresh); refreshErr == nil {
+			if _, refreshErr = s.keepAlive(ctx, keepEntry); refreshErr == nil {
 				s.queued.touch(ek, entry.rev, sent.Add(stay))
 			}
 		})
@@ -336,11 +380,11 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // Renew implements driver.Store. It reads the lock key and, if it still
 // holds token, keeps its lease alive once: two round trips. When ttl differs
-// from the lease's TTL, it then takes a lease of the new TTL (an idle one,
-// or a new grant), moves the key onto it in a transaction that checks the
-// token again, and keeps the old lease for reuse (or revokes it, when the
-// Store did not grant it): three to five round trips in all. It returns leasehold.ErrNotOwned when the
-// key is absent, holds another token, or its lease has expired.
+// from the lease's TTL, it then grants a lease of the new TTL, moves the key
+// onto it in a transaction that checks the token again, and keeps the old
+// lease for reuse (or revokes it, when the Store did not grant it): four
+// round trips in all. It returns leasehold.ErrNotOwned when the key is
+// absent, holds another token, or its lease has expired.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
@@ -366,7 +410,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		}
 	}
 
-	lease, err := s.takeLease(ctx, ttl)
+	lease, err := s.grant(ctx, seconds(ttl))
 	if err != nil {
 		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
 	}

@@ -11,21 +11,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// leaseSlack is what every lease the Store grants has beyond the TTL asked
-// for, once rounded up to whole seconds: one second, etcd's unit. It lets a
-// lease granted or kept alive less than leaseSlack ago carry a new lock (or
-// queue entry) without a round trip: etcd still holds it at least the TTL
-// asked for from the acquire on, since it counts the lease's TTL from when
-// it handled the grant or keep-alive, after the Store sent it. The price is
-// that a lock whose holder is gone can stay up to leaseSlack longer than it
-// did with a lease granted for each acquire.
-const leaseSlack = time.Second
+// leaseReuseMargin is how long before its TTL runs out, counted from the
+// send time of its grant or last keep-alive, an idle lease is no longer
+// reused: it may be gone by the time the acquire reaches etcd, which would
+// cost the acquire a retry. A quarter of a second covers a few round trips
+// on a loaded machine; etcd's TTLs are whole seconds.
+const leaseReuseMargin = 250 * time.Millisecond
 
-// Bounds of the idle leases a Store keeps for reuse. A lease is reused only
-// within leaseSlack of its grant or last keep-alive, so an idle lease is
-// worth keeping only as long as as many goroutines reuse it; 256 per TTL is
-// more than the concurrency one Store sees in practice, and 16 TTLs more
-// than an application uses. A lease beyond them is revoked.
+// Bounds of the idle leases a Store keeps for reuse: 256 per TTL is more
+// than the concurrency one Store sees in practice, and 16 TTLs more than an
+// application uses. A lease beyond them is revoked.
 const (
 	poolPerTTL = 256
 	poolTTLs   = 16
@@ -45,16 +40,17 @@ func seconds(ttl time.Duration) int64 {
 
 // leaseInfo is what the Store knows of a lease it granted.
 type leaseInfo struct {
-	ttl   int64     // the TTL asked for, whole seconds; granted with leaseSlack more
+	ttl   int64     // the TTL asked for, whole seconds
 	fresh time.Time // when the grant or keep-alive that last reset it was sent
 	idle  bool      // in the pool: no key is on it
 }
 
 // leasePool holds the leases the Store granted and has not revoked or given
 // up: those its locks and queue entries are on, and idle ones, with no key,
-// kept for reuse. Reusing a lease makes an acquire one transaction, and a
-// release one transaction too, where a lease per acquire costs a grant and a
-// revoke more: two raft writes and two round trips.
+// kept for reuse. Reusing a lease makes an acquire one transaction (and a
+// keep-alive of the lease, sent alongside, which etcd's leader answers
+// without a raft write), and a release one transaction, where a lease per
+// acquire costs a grant and a revoke more: two raft writes.
 type leasePool struct {
 	mu      sync.Mutex
 	owned   map[clientv3.LeaseID]leaseInfo
@@ -62,9 +58,10 @@ type leasePool struct {
 	sweepAt int
 }
 
-// take returns an idle lease for ttl seconds that is fresh enough to carry a
-// new key, dropping the stale ones it meets (etcd expires them by itself).
-func (p *leasePool) take(ttl int64, now time.Time) (clientv3.LeaseID, bool) {
+// take returns an idle lease for ttl seconds that is surely still alive,
+// and when its grant or last keep-alive was sent, dropping those it meets
+// that may have run out (etcd expires them by itself).
+func (p *leasePool) take(ttl int64, now time.Time) (clientv3.LeaseID, time.Time, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ids := p.idle[ttl]
@@ -72,16 +69,16 @@ func (p *leasePool) take(ttl int64, now time.Time) (clientv3.LeaseID, bool) {
 		id := ids[len(ids)-1]
 		ids = ids[:len(ids)-1]
 		info, ok := p.owned[id]
-		if ok && now.Sub(info.fresh) < leaseSlack {
+		if ok && now.Sub(info.fresh) < time.Duration(ttl)*time.Second-leaseReuseMargin {
 			info.idle = false
 			p.owned[id] = info
 			p.setIdle(ttl, ids)
-			return id, true
+			return id, info.fresh, true
 		}
 		delete(p.owned, id)
 	}
 	p.setIdle(ttl, ids)
-	return 0, false
+	return 0, time.Time{}, false
 }
 
 func (p *leasePool) setIdle(ttl int64, ids []clientv3.LeaseID) {
@@ -106,7 +103,7 @@ func (p *leasePool) add(id clientv3.LeaseID, info leaseInfo) {
 		// were force-released. Idle ones among them are skipped by take.
 		now := time.Now()
 		for id, info := range p.owned {
-			if now.Sub(info.fresh) > time.Duration(info.ttl)*time.Second+leaseSlack {
+			if now.Sub(info.fresh) > time.Duration(info.ttl)*time.Second {
 				delete(p.owned, id)
 			}
 		}
@@ -168,21 +165,26 @@ func (p *leasePool) drain() []clientv3.LeaseID {
 	return ids
 }
 
-// takeLease returns a lease for ttl on which no key is: an idle one granted
-// or kept alive less than leaseSlack ago, else a new one.
-func (s *Store) takeLease(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+// takeLease returns a lease for ttl on which no key is: an idle one, else a
+// new one. refresh: the lease is an idle one that may have less than ttl
+// left, so the caller must keep it alive, sent no earlier than the request
+// that puts a key on it, before it counts on the key (the rounding of ttl
+// up to seconds can spare that for a lease reused soon enough).
+func (s *Store) takeLease(ctx context.Context, ttl time.Duration) (id clientv3.LeaseID, refresh bool, err error) {
 	want := seconds(ttl)
-	if id, ok := s.leases.take(want, time.Now()); ok {
-		return id, nil
+	now := time.Now()
+	if id, fresh, ok := s.leases.take(want, now); ok {
+		return id, now.Sub(fresh) > time.Duration(want)*time.Second-ttl, nil
 	}
-	return s.grant(ctx, want)
+	id, err = s.grant(ctx, want)
+	return id, false, err
 }
 
-// grant creates a lease of want+leaseSlack seconds (raised by the server to
-// its minimum TTL) and tracks it.
+// grant creates a lease of want seconds (raised by the server to its
+// minimum TTL) and tracks it.
 func (s *Store) grant(ctx context.Context, want int64) (clientv3.LeaseID, error) {
 	sent := time.Now()
-	ask := want + int64(leaseSlack/time.Second)
+	ask := want
 	resp, err := s.client.Grant(ctx, ask)
 	if err != nil {
 		return 0, fmt.Errorf("grant lease: %w", err)
@@ -198,7 +200,7 @@ func (s *Store) grant(ctx context.Context, want int64) (clientv3.LeaseID, error)
 // grantedTTL is the TTL, in seconds, that a grant for ttl gets from the
 // server, as far as the Store has learned the server's minimum.
 func (s *Store) grantedTTL(ttl time.Duration) int64 {
-	return max(seconds(ttl)+int64(leaseSlack/time.Second), s.minTTL.Load())
+	return max(seconds(ttl), s.minTTL.Load())
 }
 
 // freeLease takes back a lease of the Store's that no key is attached to any
