@@ -13,35 +13,42 @@
 // # Leases
 //
 // Every lock has a lease of its own, so it expires on its own TTL whatever
-// the Store's other locks do. A lease is granted for the TTL rounded up to
-// whole seconds, plus one second of slack, and a lease that no key is on
-// any more (after a release, a refused acquire, a TTL change, a waiter
-// taking the key) is kept by the Store and reused for the next lock (or
-// queue entry) of the same TTL taken within one second of the lease's grant
-// or last keep-alive: etcd then still holds it for at least the TTL asked
-// for from that acquire on. So an acquire and a release are one transaction
-// each in the steady state, as with concurrency.Mutex on a session lease,
-// where a lease per acquire cost a grant and a revoke more. An idle lease
-// that is not reused in time is dropped, and expires in etcd by itself;
-// Close revokes the idle leases. Up to 256 idle leases per TTL are kept, for
-// up to 16 TTLs.
+// the Store's other locks do. A lease that no key is on any more (after a
+// release, a refused acquire, a TTL change, a waiter taking the key) is kept
+// by the Store, idle, and carries the next lock (or queue entry) of the same
+// TTL, rounded up to seconds: the acquire sends a keep-alive of that lease
+// alongside its transaction, so whichever etcd handles first, the lease lasts
+// its whole TTL from after the acquire was sent, as a lease granted for it
+// would. A keep-alive is answered by etcd's leader without a raft write. So
+// in the steady state an acquire is one transaction (and the keep-alive, in
+// parallel) and a release is one transaction: two raft writes per cycle, as
+// with concurrency.Mutex on a session lease, where a lease per acquire cost
+// a grant and a revoke more. An acquire whose transaction took the key but
+// whose keep-alive found the lease gone (it ran out in between) revokes
+// nothing, and tries once more on a new lease; one whose keep-alive failed
+// otherwise revokes the lease, which undoes the acquire, and returns the
+// error. An idle lease is not reused within 250 ms of the end of its TTL,
+// counted from the sending of its grant or last keep-alive; it is dropped,
+// and expires in etcd by itself. Close revokes the idle leases. Up to 256
+// idle leases per TTL are kept, for up to 16 TTLs.
 //
 // # Operations and round trips
 //
 //   - Acquire: one Txn: if the lock key does not exist (CreateRevision == 0)
 //     and the key's queue is empty (the CreateRevision compare over its
 //     prefix is 0: an empty range compares as 0, a key never does), put the
-//     lock key on a lease and put the fence key. One round trip, and a lease
-//     Grant before it when no idle lease is fresh enough. When the key is
-//     held, one more round trip asks for the holder's TimeToLive.
+//     lock key on a lease and put the fence key. One round trip, with a
+//     KeepAliveOnce of the reused lease in parallel, or a lease Grant before
+//     it when no idle lease is at hand. When the key is held, one more round
+//     trip asks for the holder's TimeToLive.
 //   - Release: one Txn deletes the lock key only if its value is the
 //     caller's token, never by key alone (the mistake of etcd#22082): one
 //     round trip. The owner's lease is kept for reuse.
 //   - Renew: Get the lock key and check the token, then KeepAliveOnce its
 //     lease: two round trips. A renew to a different TTL then moves the key
 //     onto a lease of that TTL (an idle one, or a new grant) in a Txn that
-//     checks the token again, and keeps the old lease for reuse: three
-//     round trips, four with a grant.
+//     checks the token again, and keeps the old lease for reuse: four
+//     round trips.
 //   - AcquireQueued (driver.Queuer): the Acquire Txn, which also requires
 //     that no queue entry was created before the waiter's own, and deletes
 //     that entry when it takes the key. Refused, a waiter without an entry
@@ -72,19 +79,19 @@
 //     cluster, so fences rise strictly per key, and across all keys, through
 //     releases, expiries, leader changes and member restarts.
 //   - Time is etcd's: a lease expires when the leader's clock says so; the
-//     clients' clocks play no part (the Store's own clock only measures how
-//     long ago it sent a lease's grant or keep-alive, to decide whether the
-//     lease may be reused). A lease TTL is a whole number of seconds, so the
-//     Store rounds every TTL up and adds the second of slack: the server
-//     never holds a lock for less time than its owner asked for, but may
-//     hold it for up to two seconds more. etcd also raises a lease to its minimum TTL, 1.5
+//     clients' clocks play no part (the Store's own clock only decides
+//     whether an idle lease is too close to its end to be worth reusing). A
+//     lease TTL is a whole number of seconds, so the Store rounds every TTL
+//     up: the server never holds a lock for less time than its owner asked
+//     for, but may hold it for up to a second more. etcd also raises a lease to its minimum TTL, 1.5
 //     election timeouts rounded up to seconds (2 s with etcd's default
 //     election timeout of 1 s): a TTL of 100 ms holds the key for 2 s on
 //     such a cluster. etcd revokes expired leases on a timer, so a key
 //     disappears up to about half a second after its lease ran out.
 //   - Inspect and the Remaining of a *leasehold.HeldError report the lease's
-//     remaining time as etcd does, in whole seconds, rounded up here (never
-//     above the TTL asked for: the lease's TTL less the second of slack).
+//     remaining time as etcd does, in whole seconds, rounded up here
+//     (never above the lease's TTL) so that a waiter does not try again
+//     before the lease can be gone.
 //   - An etcd that cannot be reached, or cannot reach a quorum, gives an
 //     error, never a false "acquired" and never leasehold.ErrNotAcquired.
 //     Every request is bounded by the caller's context.
@@ -116,8 +123,7 @@
 //   - Waiters of every process queue in etcd, in order of their entries'
 //     CreateRevision (driver.Queuer), and a free key is refused to anyone
 //     but the queue's head, TryAcquire included. An entry lives on a lease
-//     of the waiter's stay (rounded up to seconds, plus the second of
-//     slack) from its last attempt: a waiter that crashed, paused or left
+//     of the waiter's stay (rounded up to seconds) from its last attempt: a waiter that crashed, paused or left
 //     without a word holds the queue up until etcd expires that lease (up
 //     to about half a second late), and then the waiter behind it, whose
 //     watch sees the entry go, attempts at once. A waiter whose entry

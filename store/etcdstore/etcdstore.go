@@ -294,7 +294,7 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		holder = clientv3.LeaseID(kvs[0].Lease)
 	}
-	behind := false // token's entry is behind the queue's head
+	behind := false                  // token's entry is behind the queue's head
 	keepEntry := clientv3.LeaseID(0) // the known entry's lease, kept alive below
 	if stay > 0 {
 		gets := resp.Responses[len(els)-2:]
