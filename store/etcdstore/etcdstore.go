@@ -54,6 +54,9 @@ type Store struct {
 	queued entries   // the queue entries the Store made for its waiters
 	leases leasePool // the leases the Store granted: in use, and idle for reuse
 
+	kaMu sync.Mutex
+	ka   *kaStream // the keep-alive stream; nil until the first, or after it broke
+
 	ctx     context.Context // cancelled by Close: ends the turn watches
 	cancel  context.CancelFunc
 	mu      sync.Mutex
@@ -405,7 +408,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 			return leasehold.ErrNotOwned // expired since the read
 		case err != nil:
 			return fmt.Errorf("etcdstore: renew %q: keep lease alive: %w", key, err)
-		case ka.TTL == s.grantedTTL(ttl):
+		case ka == s.grantedTTL(ttl):
 			return nil
 		}
 	}

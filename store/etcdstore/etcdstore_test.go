@@ -458,6 +458,10 @@ func TestStoppedServerIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A renewal opens the Store's keep-alive stream, which the stop breaks.
+	if err := held.Renew(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -517,6 +521,18 @@ func TestStoppedServerIsAnError(t *testing.T) {
 	if err := held.Release(ctx3); err != nil {
 		t.Fatalf("Release after the server came back: %v", err)
 	}
+	// The next lock reuses the released lease, and keeps it alive on a new
+	// keep-alive stream.
+	again, err := c.TryAcquire(ctx3, "job:3", time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquire after the server came back: %v", err)
+	}
+	if err := again.Renew(ctx3, time.Minute); err != nil {
+		t.Fatalf("Renew after the server came back: %v", err)
+	}
+	if err := again.Release(ctx3); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // countRPCs counts the requests a client sends, unary calls and streams,
@@ -533,13 +549,29 @@ func (c *countRPCs) options() []grpc.DialOption {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			c.n.Add(1)
+			cs, err := streamer(ctx, desc, cc, method, opts...)
 			if strings.HasSuffix(method, "/LeaseKeepAlive") {
-				c.lease.Add(1)
+				// The Store's keep-alive stream stays open: each
+				// keep-alive is a message on it.
+				return countSends{cs, c}, err
 			}
-			return streamer(ctx, desc, cc, method, opts...)
+			c.n.Add(1)
+			return cs, err
 		}),
 	}
+}
+
+// countSends counts each message sent on a keep-alive stream as a lease
+// request.
+type countSends struct {
+	grpc.ClientStream
+	c *countRPCs
+}
+
+func (s countSends) SendMsg(m any) error {
+	s.c.n.Add(1)
+	s.c.lease.Add(1)
+	return s.ClientStream.SendMsg(m)
 }
 
 // The round trips documented in doc.go, counted as requests on the wire:

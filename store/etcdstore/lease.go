@@ -211,10 +211,10 @@ func (s *Store) freeLease(id clientv3.LeaseID) {
 	}
 }
 
-// keepAlive keeps id alive once, and records it.
-func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+// keepAlive keeps id alive once, and records it: its TTL in seconds.
+func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) (int64, error) {
 	sent := time.Now()
-	ka, err := s.client.KeepAliveOnce(ctx, id)
+	ka, err := s.keepAliveTTL(ctx, id)
 	switch {
 	case err == nil:
 		s.leases.refreshed(id, sent)
