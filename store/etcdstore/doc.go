@@ -19,7 +19,11 @@
 // TTL, rounded up to seconds: the acquire sends a keep-alive of that lease
 // alongside its transaction, so whichever etcd handles first, the lease lasts
 // its whole TTL from after the acquire was sent, as a lease granted for it
-// would. A keep-alive is answered by etcd's leader without a raft write. So
+// would. A keep-alive is answered by etcd's leader without a raft write, and
+// the Store sends all its one-off keep-alives (reused leases, queue entries,
+// renewals) as messages on one LeaseKeepAlive stream of its own, where
+// clientv3's KeepAliveOnce opens a stream per call; a stream that breaks is
+// made again, and the keep-alives it lost sent once more. So
 // in the steady state an acquire is one transaction (and the keep-alive, in
 // parallel) and a release is one transaction: two raft writes per cycle, as
 // with concurrency.Mutex on a session lease, where a lease per acquire cost
@@ -38,17 +42,16 @@
 //     and the key's queue is empty (the CreateRevision compare over its
 //     prefix is 0: an empty range compares as 0, a key never does), put the
 //     lock key on a lease and put the fence key. One round trip, with a
-//     KeepAliveOnce of the reused lease in parallel, or a lease Grant before
+//     keep-alive of the reused lease in parallel, or a lease Grant before
 //     it when no idle lease is at hand. When the key is held, one more round
 //     trip asks for the holder's TimeToLive.
 //   - Release: one Txn deletes the lock key only if its value is the
 //     caller's token, never by key alone (the mistake of etcd#22082): one
 //     round trip. The owner's lease is kept for reuse.
-//   - Renew: Get the lock key and check the token, then KeepAliveOnce its
-//     lease: two round trips. A renew to a different TTL then moves the key
-//     onto a lease of that TTL (an idle one, or a new grant) in a Txn that
-//     checks the token again, and keeps the old lease for reuse: four
-//     round trips.
+//   - Renew: Get the lock key and check the token, then keep its lease
+//     alive once: two round trips. A renew to a different TTL then grants a
+//     lease of that TTL, moves the key onto it in a Txn that checks the
+//     token again, and keeps the old lease for reuse: four round trips.
 //   - AcquireQueued (driver.Queuer): the Acquire Txn, which also requires
 //     that no queue entry was created before the waiter's own, and deletes
 //     that entry when it takes the key. Refused, a waiter without an entry
@@ -151,6 +154,7 @@
 // watch (WatchReleases), and one per waiter that watches its turn
 // (WatchTurn); the key's last waiter, or the waiter, stops it, and Close
 // stops all of them and waits for them. A lease that cannot be kept for
-// reuse is revoked on a goroutine of its own, bounded by 2 s. List looks
+// reuse is revoked on a goroutine of its own, bounded by 2 s. One goroutine
+// reads the keep-alive stream while it is open; Close ends it. List looks
 // leases up on up to 16 goroutines of its own, which end before it returns.
 package etcdstore
