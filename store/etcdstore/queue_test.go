@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/etcdstore"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // The comparisons the acquire transaction relies on, on a real etcd: a
@@ -95,6 +96,7 @@ func waitQueueLen(t *testing.T, client *clientv3.Client, s *etcdstore.Store, key
 type countedStore struct {
 	*etcdstore.Store
 	attempts, watches *atomic.Int64
+	answered          *atomic.Int64 // attempts that returned; nil: not counted
 }
 
 func (s countedStore) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
@@ -107,7 +109,11 @@ func (s countedStore) WatchTurn(ctx context.Context, key, token string) (<-chan 
 
 func (s countedStore) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	s.attempts.Add(1)
-	return s.Store.AcquireQueued(ctx, key, token, ttl, stay)
+	fence, err := s.Store.AcquireQueued(ctx, key, token, ttl, stay)
+	if s.answered != nil {
+		s.answered.Add(1)
+	}
+	return fence, err
 }
 
 type indexed struct {
@@ -128,7 +134,7 @@ func TestQueueIsFIFOAcrossClients(t *testing.T) {
 	const n = 8
 	clients := make([]*leasehold.Client, n+1)
 	for i := range clients {
-		s := countedStore{newStore(t, newClient(t, shared.Endpoints())), &attempts, &watches}
+		s := countedStore{newStore(t, newClient(t, shared.Endpoints())), &attempts, &watches, nil}
 		clients[i] = leasehold.New(s, leasehold.WithBackoff(time.Hour, time.Hour))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -301,7 +307,7 @@ func TestQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	rs := newStore(t, reader)
 	var attempts, watches atomic.Int64
 	newLH := func() *leasehold.Client {
-		s := countedStore{newStore(t, newClient(t, shared.Endpoints())), &attempts, &watches}
+		s := countedStore{newStore(t, newClient(t, shared.Endpoints())), &attempts, &watches, nil}
 		return leasehold.New(s, leasehold.WithBackoff(time.Hour, time.Hour))
 	}
 	holder, err := newLH().TryAcquire(ctx, key, time.Minute)
@@ -414,5 +420,75 @@ func TestQueuePrefixIsApart(t *testing.T) {
 				t.Errorf("the queue of %q is under the queue of %q", other, k)
 			}
 		}
+	}
+}
+
+// A turn watch outlives an etcd restart: the watch breaks while the server
+// is down and is made again after a fresh read, so the head (with an hour
+// of backoff: only a wake-up moves it) is woken by the first release after
+// the restart.
+func TestQueueWakesTheHeadAfterARestart(t *testing.T) {
+	srv := testserver.StartEtcd(t)
+	key := storetest.Key(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	client := newClient(t, srv.Endpoints())
+	s := newStore(t, client)
+	if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var attempts, watches, answered atomic.Int64
+	wc := newClient(t, srv.Endpoints())
+	c := leasehold.New(countedStore{newStore(t, wc), &attempts, &watches, &answered}, leasehold.WithBackoff(time.Hour, time.Hour))
+	got := make(chan *leasehold.Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, key, time.Minute)
+		if err != nil && ctx.Err() == nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	// Its first attempt, its watch, and the attempt after the watch, all
+	// answered: the server stops while the waiter only watches.
+	for watches.Load() < 1 || answered.Load() < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the waiter did not watch its turn")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter's client is connected again before the release, so that
+	// the attempt the wake-up makes does not meet the broken connection
+	// (etcd's client does not retry a write; the wait would end with the
+	// error, as a store failure ends any wait).
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		_, err := wc.Get(rctx, "reconnected?")
+		rcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the waiter's client did not reconnect: %v", err)
+		}
+	}
+	if err := s.Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the head was not woken by a release after the restart")
 	}
 }
