@@ -22,8 +22,10 @@
 // would. A keep-alive is answered by etcd's leader without a raft write, and
 // the Store sends all its one-off keep-alives (reused leases, queue entries,
 // renewals) as messages on one LeaseKeepAlive stream of its own, where
-// clientv3's KeepAliveOnce opens a stream per call; a stream that breaks is
-// made again, and the keep-alives it lost sent once more. So
+// clientv3's KeepAliveOnce opens a stream per call; a keep-alive that
+// finds no stream (it cannot be opened), or whose stream breaks first, is
+// sent again with KeepAliveOnce, which rides out a short outage within the
+// caller's context, and the next one opens a new stream. So
 // in the steady state an acquire is one transaction (and the keep-alive, in
 // parallel) and a release is one transaction: two raft writes per cycle, as
 // with concurrency.Mutex on a session lease, where a lease per acquire cost

@@ -29,41 +29,36 @@ type kaReply struct {
 	err error
 }
 
-// errStreamBroken marks a keep-alive whose stream broke before the answer;
-// a keep-alive is idempotent, so it is sent once more on a new stream.
+// errStreamBroken is the answer to a keep-alive whose stream broke first.
 var errStreamBroken = errors.New("keep-alive stream broken")
 
 // keepAliveTTL keeps id alive once and returns its TTL in seconds;
-// rpctypes.ErrLeaseNotFound when the lease is gone.
+// rpctypes.ErrLeaseNotFound when the lease is gone. Without a stream (it
+// cannot be opened, or the Store is closed), or when the stream breaks
+// before the answer, it keeps the lease alive with clientv3's KeepAliveOnce,
+// which rides out a short outage within ctx; a keep-alive is idempotent,
+// so sending it again does no harm.
 func (s *Store) keepAliveTTL(ctx context.Context, id clientv3.LeaseID) (int64, error) {
-	for attempt := 0; ; attempt++ {
-		ch, err := s.sendKeepAlive(id)
-		if errors.Is(err, errClosed) {
-			// After Close, one stream per call, as clientv3 does.
-			ka, err := s.client.KeepAliveOnce(ctx, id)
-			if err != nil {
-				return 0, err
+	if ch, err := s.sendKeepAlive(id); err == nil {
+		select {
+		case r := <-ch:
+			switch {
+			case r.err != nil:
+				// The stream broke first: below.
+			case r.ttl <= 0:
+				return 0, rpctypes.ErrLeaseNotFound
+			default:
+				return r.ttl, nil
 			}
-			return ka.TTL, nil
-		}
-		if err == nil {
-			select {
-			case r := <-ch:
-				err = r.err
-				if err == nil {
-					if r.ttl <= 0 {
-						return 0, rpctypes.ErrLeaseNotFound
-					}
-					return r.ttl, nil
-				}
-			case <-ctx.Done():
-				return 0, context.Cause(ctx)
-			}
-		}
-		if !errors.Is(err, errStreamBroken) || attempt == 1 || ctx.Err() != nil {
-			return 0, err
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
 		}
 	}
+	ka, err := s.client.KeepAliveOnce(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return ka.TTL, nil
 }
 
 // sendKeepAlive sends a keep-alive of id on the Store's stream, making the
@@ -131,7 +126,7 @@ func (s *Store) readKeepAlives(st *kaStream) {
 }
 
 // breakStream retires st: the next keep-alive makes a new stream, and the
-// callers waiting on st are told to send again. s.kaMu is held.
+// callers waiting on st are told it broke. s.kaMu is held.
 func (s *Store) breakStream(st *kaStream) {
 	if st.broken {
 		return
