@@ -279,6 +279,50 @@ func TestQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	}
 }
 
+// A forced release wakes the head of the key's queue on its own channel, as
+// a release does: with an hour's backoff, only that wake-up can move it.
+func TestQueueForceReleaseWakesTheHead(t *testing.T) {
+	key := storetest.Key(t)
+	ctx := t.Context()
+	rc := singleClient(shared.Addr())
+	defer rc.Close()
+	var attempts, watches atomic.Int64
+	operator := newStore(t, singleClient(shared.Addr()))
+	holder, err := leasehold.New(operator).TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := leasehold.New(countedStore{newStore(t, singleClient(shared.Addr())), &attempts, &watches},
+		leasehold.WithBackoff(time.Hour, time.Hour))
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, key, time.Minute)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueueLen(t, rc, key, 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for watches.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := operator.ForceRelease(ctx, key, "test: stuck holder", "queue_test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the head was not woken by the forced release")
+	}
+	if !errors.Is(holder.Release(ctx), leasehold.ErrNotOwned) {
+		t.Error("the forced-out holder still owns the key")
+	}
+}
+
 // A newcomer's TryAcquire does not take a free key a live waiter is queued
 // for; the waiter does, and its entry goes in the same step.
 func TestQueueNoBarging(t *testing.T) {
