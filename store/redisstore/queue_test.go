@@ -61,6 +61,23 @@ func waitQueueLen(t *testing.T, rc redis.UniversalClient, key string, n int64) {
 	}
 }
 
+// releaseWhenWoken waits up to 10 s for a waiter's lease on got (nil: the
+// waiter failed and said so) and releases it; else it fails with msg.
+func releaseWhenWoken(t *testing.T, got <-chan *leasehold.Lease, msg string) {
+	t.Helper()
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
+	}
+}
+
 // Eight Clients, each with its own Store and go-redis client as separate
 // processes would have, queue for one key one after another: they get it in
 // arrival order, and each hand-off is one attempt, by the head alone (the
@@ -266,17 +283,7 @@ func TestQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case l := <-got:
-		if l == nil {
-			t.FailNow()
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter behind the one that gave up was not woken")
-	}
+	releaseWhenWoken(t, got, "the waiter behind the one that gave up was not woken")
 }
 
 // A forced release wakes the head of the key's queue on its own channel, as
@@ -465,17 +472,7 @@ func TestQueueOnCluster(t *testing.T) {
 				t.Error("a newcomer took a key a waiter was woken for")
 				_ = newcomer.Release(ctx, key, "newcomer")
 			}
-			select {
-			case l := <-got:
-				if l == nil {
-					t.FailNow()
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the queued waiter was not woken")
-			}
+			releaseWhenWoken(t, got, "the queued waiter was not woken")
 		})
 	}
 }
