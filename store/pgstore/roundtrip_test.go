@@ -194,8 +194,8 @@ func TestTTLReachesServerRoundedUp(t *testing.T) {
 	serverSees := func(what string) string {
 		t.Helper()
 		args := rec.last()
-		if len(args) != 3 {
-			t.Fatalf("%s sent %d arguments, want 3", what, len(args))
+		if len(args) < 3 {
+			t.Fatalf("%s sent %d arguments, want the TTL third", what, len(args))
 		}
 		var text string
 		if err := pool.QueryRow(ctx, "SELECT $1::interval::text", args[2]).Scan(&text); err != nil {
