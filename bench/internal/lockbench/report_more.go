@@ -106,8 +106,15 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 		p("leasehold: `TryAcquire` + `Release` through `leasehold.New(pgstore)`, one Client. Advisory:")
 		p("on a connection taken from the pool for the cycle, `SELECT pg_try_advisory_lock($1)`, then")
 		p("`SELECT pg_advisory_unlock($1)`, and the connection back (session-level locks). Each side has its")
-		p("own pgxpool; round trips are its statements, counted by a pgx tracer. pgstore has no option to")
-		p("leave out the release's `pg_notify`, so its cost is not separated here.")
+		p("own pgxpool; round trips are its statements, counted by a pgx tracer. pgstore's release")
+		p("sends `pg_notify` only when a waiter is queued for the key, so no NOTIFY here.")
+		p("")
+		p("The other rows take pgstore apart, each on its own pool: `pgstore.Store` Acquire + Release")
+		p("called directly (no Client); and raw statements on a table of pgstore's shape, one per")
+		p("operation as pgstore sends them: the lease row alone (conditional upsert of owner and expiry,")
+		p("then an UPDATE clearing them), + the fence (max(last + 1, clock) in the same row, and the")
+		p("holder's TTL read back), + a `pg_notify` in every release. The last is pgstore's cycle before")
+		p("its waiters table.")
 	}
 	p("")
 	other := ""
@@ -122,7 +129,7 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 	p("")
 	var vs []string
 	for _, row := range rows {
-		if row.ID != "leasehold" {
+		if ids := r.dbIDs[kind]; len(ids) > 1 && row.ID == ids[1] {
 			vs = append(vs, fmt.Sprintf("%s at %d", times(row.VsLeasehold), row.Concurrency))
 		}
 	}
@@ -185,8 +192,9 @@ func issue18Targets(b *strings.Builder, r *Result, s Summary) {
 		}
 		var vs []string
 		ok, seen := true, false
+		ids := r.dbIDs[d.kind]
 		for _, row := range d.rows {
-			if row.ID == "leasehold" {
+			if len(ids) < 2 || row.ID != ids[1] { // the contender the target names
 				continue
 			}
 			vs = append(vs, fmt.Sprintf("%d: %s", row.Concurrency, times(row.VsLeasehold)))

@@ -206,7 +206,7 @@ func (c Config) cellCounts() (flat, contended int) {
 		flat += 2 * len(c.DBConcurrency)
 	}
 	if c.Runs(SectionPostgres) {
-		flat += 2 * len(c.DBConcurrency)
+		flat += 6 * len(c.DBConcurrency) // newPostgresBench's contenders
 	}
 	return flat, contended
 }
