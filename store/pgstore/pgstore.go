@@ -70,7 +70,7 @@ type Store struct {
 	table   string // as given, for messages
 	channel string
 
-	migrateSQL, acquireSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
+	migrateSQL, acquireSQL, acquireQueuedSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
 
 	// waiters is the waiter queues' table (see waitersName), and its
 	// statements.
@@ -132,6 +132,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		channel:           c.channel,
 		migrateSQL:        fmt.Sprintf(migrateSQL, t),
 		acquireSQL:        fmt.Sprintf(acquireSQL, t, w),
+		acquireQueuedSQL:  fmt.Sprintf(acquireQueuedSQL, t, w),
 		releaseSQL:        fmt.Sprintf(releaseSQL, t, w),
 		renewSQL:          fmt.Sprintf(renewSQL, t),
 		inspectSQL:        fmt.Sprintf(inspectSQL, t),
@@ -174,11 +175,7 @@ func checkIdent(arg, whole, part string) error {
 //
 // The waiters table holds the FIFO queue of each key's waiters
 // (driver.Queuer): one row per waiting Acquire, by arrival (seq), valid until
-// deadline. A statement that reads a queue looks at its first 17 rows only
-// (queueTrim + 1, below): its head is the first of them that is live, and the
-// expired rows in front of the head, at most queueTrim of them, are deleted
-// by the acquire statement. So every statement stays short however many
-// waiters died at once.
+// deadline. Its head is the oldest row whose deadline has not passed.
 const (
 	migrateSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
 	key        text PRIMARY KEY,
@@ -209,10 +206,17 @@ const (
 
 	// queueHead is the token of the live head of key $1's queue, other
 	// than $2 (a releaser's token, never queued; a leaver's, whose row the
-	// statement's snapshot still shows), looking at its first 17 rows.
-	queueHead = `SELECT token FROM (
-		SELECT token, seq, deadline FROM %[2]s WHERE key = $1 AND token <> $2 ORDER BY seq LIMIT 17
-	) f WHERE deadline > now() ORDER BY seq LIMIT 1`
+	// statement's snapshot still shows).
+	queueHead = `SELECT token FROM %[2]s
+	 WHERE key = $1 AND token <> $2 AND deadline > now() ORDER BY seq LIMIT 1`
+
+	// queueAhead has a row when a live waiter other than $2 is ahead of
+	// $2's row in key $1's queue, or anywhere in it when $2 has no row:
+	// then $2 may not take the key. $2's own row counts as live, its
+	// caller being alive and calling now.
+	queueAhead = `SELECT FROM %[2]s o
+	 WHERE o.key = $1 AND o.token <> $2 AND o.deadline > now()
+	   AND o.seq < coalesce((SELECT m.seq FROM %[2]s m WHERE m.key = $1 AND m.token = $2), 9223372036854775807)`
 
 	// acquireSQL takes a free key (no row, or a released or expired one)
 	// and raises its fence in the same row to max(last fence + 1, the
@@ -224,62 +228,69 @@ const (
 	// are exact; before 14 it is a double, exact to well under a
 	// microsecond for dates this century.
 	//
-	// The key is taken only if the queue (front) is empty or $2 is its
-	// live head (gate); the caller's own row counts as live, as the caller
-	// is alive and refreshing it now. The winner's row goes in the same
-	// statement (served); a refused caller with a stay ($4 > 0) joins the
-	// back or keeps its place with a new deadline (joined); the expired
-	// rows in front of the head go (trimmed). When the first 17 rows are
-	// all expired, no one may take the key in this call (count(*) <= 16
-	// is the whole queue seen).
+	// The key is taken only if no live waiter is queued ahead of $2
+	// (queueAhead): a plain Acquire does not jump the queue. In the same
+	// statement the winner's row goes (served).
 	//
-	// The second column is the holder's remaining TTL, NULL for a queued
-	// caller behind the head (it has no reason to try at the holder's
-	// expiry). That read uses the statement's snapshot, so it is NULL in
-	// the rare race where the holder's row was written after the statement
-	// started; the caller then gets a HeldError without a TTL. The third
-	// column is a wake-up of the head, sent when the key is free and the
-	// caller was refused for it: the head may have missed its wake-up.
+	// The second column is the holder's remaining TTL. That read uses the
+	// statement's snapshot, so it is NULL in the rare race where the
+	// holder's row was written after the statement started; the caller
+	// then gets a HeldError without a TTL.
 	//
 	// Every acquire of a key locks the key's lease row (ON CONFLICT DO
 	// UPDATE locks the row before it judges the WHERE), so the acquires of
-	// a key run one after another, and a gate read from a snapshot can only
-	// let through a caller that the row then judges again.
-	acquireSQL = `WITH front AS (
-	SELECT token, seq, deadline > now() OR token = $2 AS live
-	  FROM %[2]s WHERE key = $1 ORDER BY seq LIMIT 17
-), head AS (
-	SELECT token, seq FROM front WHERE live ORDER BY seq LIMIT 1
-), gate AS (
-	SELECT coalesce((SELECT token = $2 FROM head), (SELECT count(*) <= 16 FROM front)) AS may
-), trimmed AS (
-	DELETE FROM %[2]s WHERE key = $1 AND token IN (
-		SELECT token FROM front
-		 WHERE NOT live AND seq < coalesce((SELECT seq FROM head), 9223372036854775807)
-		 ORDER BY seq LIMIT 16)
-), acquired AS (
+	// a key run one after another, and a queue read from the snapshot can
+	// only let through a caller that the row then judges again.
+	//
+	// The statement is written for its usual case, a key no one waits
+	// for: then the queue costs a few probes of the waiters table's
+	// indexes, each finding nothing, and every other step is skipped by a
+	// filter evaluated once (docs/design.md §5 gives the measured cost).
+	acquireSQL = acquireSteps + `
+SELECT (SELECT fence FROM acquired),
+       (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
+
+	// acquireQueuedSQL is acquireSQL for a waiter: refused, the caller
+	// joins the back of the queue or keeps its place, its row valid for
+	// $5 from now (joined); and the second column is NULL for a caller
+	// behind the head (it has no reason to try at the holder's expiry).
+	// It also deletes up to 16 expired rows of the key's queue, the oldest
+	// first (pruned): the waiters' polls collect the rows of waiters that
+	// died. And its third column is a wake-up of the head, sent when the
+	// key is free and the caller was refused for it: the head may have
+	// missed its wake-up. A plain Acquire, the uncontended case, does
+	// neither, and pays nothing for them (they cost about a fifth of its
+	// time; design.md §5).
+	acquireQueuedSQL = acquireSteps + `, pruned AS (
+	DELETE FROM %[2]s WHERE key = $1 AND seq = ANY (ARRAY(
+		SELECT seq FROM %[2]s WHERE key = $1 AND token <> $2 AND deadline <= now() ORDER BY seq LIMIT 16))
+), joined AS (
+	INSERT INTO %[2]s (key, token, deadline)
+	SELECT $1, $2, now() + $5::interval WHERE NOT EXISTS (SELECT FROM acquired)
+	ON CONFLICT (key, token) DO UPDATE SET deadline = EXCLUDED.deadline
+)
+SELECT a.fence,
+       CASE WHEN a.fence IS NULL AND NOT EXISTS (` + queueAhead + `)
+            THEN (SELECT expires_at - now() FROM %[1]s WHERE key = $1) END,
+       ` + acquireWake + `
+  FROM (SELECT (SELECT fence FROM acquired) AS fence) a`
+
+	acquireSteps = `WITH acquired AS (
 	INSERT INTO %[1]s AS l (key, token, fence, expires_at)
 	SELECT $1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval
-	  FROM gate WHERE may
+	 WHERE NOT EXISTS (` + queueAhead + `)
 	ON CONFLICT (key) DO UPDATE
 	   SET token = EXCLUDED.token, fence = greatest(l.fence + 1, EXCLUDED.fence), expires_at = EXCLUDED.expires_at
 	 WHERE l.expires_at IS NULL OR l.expires_at <= now()
 	RETURNING l.fence
 ), served AS (
 	DELETE FROM %[2]s WHERE key = $1 AND token = $2 AND EXISTS (SELECT FROM acquired)
-), joined AS (
-	INSERT INTO %[2]s (key, token, deadline)
-	SELECT $1, $2, now() + $4::interval
-	 WHERE $4::interval > interval '0' AND NOT EXISTS (SELECT FROM acquired)
-	ON CONFLICT (key, token) DO UPDATE SET deadline = EXCLUDED.deadline
-)
-SELECT a.fence,
-       CASE WHEN a.fence IS NULL AND ($4::interval = interval '0' OR g.may)
-            THEN (SELECT expires_at - now() FROM %[1]s WHERE key = $1) END,
-       (SELECT pg_notify($5, ` + turnPayload + `) FROM head h
-         WHERE a.fence IS NULL AND h.token <> $2
-           AND NOT EXISTS (SELECT FROM %[1]s WHERE key = $1 AND expires_at > now()))
-  FROM gate g LEFT JOIN acquired a ON true`
+)`
+
+	// acquireWake is acquireQueuedSQL's wake-up of the head.
+	acquireWake = `(SELECT pg_notify($4, ` + turnPayload + `) FROM (` + queueHead + `) h
+         WHERE a.fence IS NULL
+           AND NOT EXISTS (SELECT FROM %[1]s WHERE key = $1 AND expires_at > now()))`
 
 	// releaseSQL clears the owner but keeps the row, so the fence goes on
 	// rising, and, only when a live waiter is queued, queues a
@@ -323,13 +334,13 @@ SELECT pg_notify($3, ` + turnPayload + `)
  LIMIT $3`
 )
 
-// queueTrim is the most expired rows at the front of a key's queue that one
-// acquire statement deletes (the statements above spell it, and the 17 rows
-// they look at, as literals). It bounds the work of one statement however
-// many waiters died at once: K dead rows at the front take ceil(K / 16)
-// acquires of the key to clear, and every waiter's poll is one. It matches
-// redisstore's LH_TRIM.
-const queueTrim = 16
+// queuePrune is the most expired rows of a key's queue that one queued
+// acquire deletes (acquireQueuedSQL spells it as a literal). It bounds the
+// writes of one statement however many waiters died at once: K dead rows
+// take ceil(K / 16) polls of the key's waiters to clear. Expired rows not
+// yet deleted are only skipped: reading past one costs an index entry. It
+// matches redisstore's LH_TRIM.
+const queuePrune = 16
 
 // waitersName is the name of the waiters table that goes with the lease
 // table named table (its last part): table + "_waiters", or, when that is
@@ -440,7 +451,18 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 		fence     *int64
 		remaining *time.Duration
 	)
-	err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl), interval(stay), s.channel).Scan(&fence, &remaining, nil)
+	var row pgx.Row
+	if stay > 0 {
+		row = s.pool.QueryRow(ctx, s.acquireQueuedSQL, key, token, interval(ttl), s.channel, interval(stay))
+	} else {
+		row = s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl))
+	}
+	var err error
+	if stay > 0 {
+		err = row.Scan(&fence, &remaining, nil)
+	} else {
+		err = row.Scan(&fence, &remaining)
+	}
 	if err != nil {
 		return 0, s.opError("acquire", key, err)
 	}
