@@ -87,8 +87,8 @@ type Store struct {
 }
 
 // New returns a Store that keeps its leases in pool's database. It does not
-// touch the database: call Migrate once (at deployment or start-up) to create
-// the table.
+// touch the database: call Migrate once (at deployment or start-up, and after
+// an upgrade) to create the tables.
 //
 // The Store does not own the pool: Close the Store before the pool. Lock
 // operations run on pooled connections; release notifications are read on
@@ -371,11 +371,14 @@ func interval(ttl time.Duration) pgtype.Interval {
 }
 
 // Migrate creates the lease table if it does not exist: key text PRIMARY
-// KEY, token text, fence bigint NOT NULL, expires_at timestamptz; and the
-// forced releases' table, the lease table's name + "_audit" (see
-// ForceRelease), with an index on (key, at). It is
-// safe to call from many processes at once (they queue on a transaction
-// advisory lock) and on every start-up. It never alters an existing table.
+// KEY, token text, fence bigint NOT NULL, expires_at timestamptz; the
+// waiters table (see the package doc); and the forced releases' table, the
+// lease table's name + "_audit" (see ForceRelease), with an index on
+// (key, at). It is safe to call from many processes at once (they queue on a
+// transaction advisory lock) and on every start-up. It never alters an
+// existing table, so on a database made by an earlier version it adds the
+// tables that version did not have and keeps the leases; run it after
+// upgrading, as lock operations fail until the waiters table exists.
 func (s *Store) Migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// CREATE TABLE IF NOT EXISTS is not safe against itself: two
@@ -576,7 +579,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	return info, nil
 }
 
-// WatchReleases implements driver.ReleaseNotifier with LISTEN/NOTIFY.
+// WatchReleases implements driver.ReleaseNotifier with LISTEN/NOTIFY. A
+// release is announced only when a waiter is queued for the key (a Client's
+// waiters always are) and on a forced release: driver.ReleaseNotifier allows
+// that of a Queuer.
 // All watches of a Store share one connection, which LISTENs on the Store's
 // channel once; the key travels in the notification's payload. The first
 // watch opens that connection and starts the goroutine that reads it (Close

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"sync"
 	"time"
 
@@ -31,6 +32,10 @@ type dbCycler struct {
 	id, label string
 	lib       *library // its counter; no go-redis client
 	prepare   func(ctx context.Context, tag string, conc int) (func(ctx context.Context, w int) error, error)
+	// serverCPU, when set, reads the CPU time used so far by the server
+	// processes that serve this contender, and a set that identifies them:
+	// a cell's figure is known only when the set did not change.
+	serverCPU func(ctx context.Context) (cpu time.Duration, who string, ok bool)
 }
 
 // dbBench is the etcd or PostgreSQL section's server, clients and
@@ -173,6 +178,7 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 		}
 		cfg.MaxConns = int32(maxConc + 4)
 		cfg.ConnConfig.Tracer = pgTracer{lib.hook}
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName(lib)
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, err
@@ -266,6 +272,21 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 	if err := warm.Wait(); err != nil {
 		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
 	}
+	admin, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		return nil, fmt.Errorf("lockbench: postgres: %w", err)
+	}
+	d.closers = append(d.closers, func() { _ = admin.Close(context.Background()) })
+	var adminMu sync.Mutex
+	defer func() {
+		for _, c := range d.cyclers {
+			c.serverCPU = func(ctx context.Context) (time.Duration, string, bool) {
+				adminMu.Lock()
+				defer adminMu.Unlock()
+				return backendCPU(ctx, admin, appName(c.lib))
+			}
+		}
+	}()
 	d.cyclers = []*dbCycler{
 		{id: "leasehold", label: "leasehold (pgstore)", lib: lhLib,
 			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
@@ -410,6 +431,37 @@ var pgParts = []*pgPart{
 	{id: "row", label: "parts: the lease row alone (upsert, clear)", acquire: partRowAcquire, release: partRelease},
 	{id: "fence", label: "parts: row + fence", acquire: partFenceAcquire, release: partRelease},
 	{id: "notify", label: "parts: row + fence + NOTIFY on every release (pgstore before its waiters table)", acquire: partFenceAcquire, release: partNotifyRelease},
+}
+
+// appName is the application_name of the connections of lib's pool, by
+// which backendCPU finds their server processes.
+func appName(lib *library) string { return "lockbench " + lib.name }
+
+// backendCPU sums the CPU time the server processes of the connections named
+// app have used (on-CPU time from /proc/PID/schedstat, in nanoseconds: the
+// server runs on this machine), and returns their sorted PIDs as who.
+func backendCPU(ctx context.Context, admin *pgx.Conn, app string) (time.Duration, string, bool) {
+	rows, err := admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid", app)
+	if err != nil {
+		return 0, "", false
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(pids) == 0 {
+		return 0, "", false
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			return 0, "", false
+		}
+		var ns int64
+		if _, err := fmt.Sscan(string(b), &ns); err != nil {
+			return 0, "", false
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, fmt.Sprint(pids), true
 }
 
 // warmPool holds n connections of pool at once (dialling them), runs use on

@@ -114,17 +114,33 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 		p("operation as pgstore sends them: the lease row alone (conditional upsert of owner and expiry,")
 		p("then an UPDATE clearing them), + the fence (max(last + 1, clock) in the same row, and the")
 		p("holder's TTL read back), + a `pg_notify` in every release. The last is pgstore's cycle before")
-		p("its waiters table.")
+		p("its waiters table. Server CPU is the on-CPU time of the PostgreSQL backends of the contender's")
+		p("connections (`/proc/PID/schedstat`, found by `application_name`), client CPU this process's,")
+		p("both per cycle, medians of the rounds.")
 	}
 	p("")
 	other := ""
 	if ids := r.dbIDs[kind]; len(ids) > 1 {
 		other = r.labels[kind+"/"+ids[1]]
 	}
-	p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it |")
-	p("|---:|---|---:|---:|---:|")
-	for _, row := range rows {
-		p("| %d | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold))
+	if kind == SectionPostgres {
+		// CPU per cycle, medians of the rounds: a machine shared with other
+		// work moves the rates far more than the CPU a cycle takes.
+		p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it | server CPU per cycle | client CPU per cycle |")
+		p("|---:|---|---:|---:|---:|---:|---:|")
+		for _, row := range rows {
+			server, client := "—", "—"
+			if row.CPU.Known {
+				server, client = us(row.CPU.Server), us(row.CPU.Client)
+			}
+			p("| %d | %s | %s | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold), server, client)
+		}
+	} else {
+		p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it |")
+		p("|---:|---|---:|---:|---:|")
+		for _, row := range rows {
+			p("| %d | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold))
+		}
 	}
 	p("")
 	var vs []string
