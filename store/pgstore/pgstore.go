@@ -256,18 +256,25 @@ SELECT (SELECT fence FROM acquired),
 	// behind the head (it has no reason to try at the holder's expiry).
 	// It also deletes up to 16 expired rows of the key's queue, the oldest
 	// first (pruned): the waiters' polls collect the rows of waiters that
-	// died. And its third column is a wake-up of the head, sent when the
+	// died. A poll locks its own row (joined, which pruned's filter makes
+	// run first) before any other, and skips rows another statement has
+	// locked: so two late waiters pruning each other's rows while each
+	// refreshes its own wait for one another at most one way, never in a
+	// deadlock. And its third column is a wake-up of the head, sent when the
 	// key is free and the caller was refused for it: the head may have
 	// missed its wake-up. A plain Acquire, the uncontended case, does
 	// neither, and pays nothing for them (they cost about a fifth of its
 	// time; design.md §5).
-	acquireQueuedSQL = acquireSteps + `, pruned AS (
-	DELETE FROM %[2]s WHERE key = $1 AND seq = ANY (ARRAY(
-		SELECT seq FROM %[2]s WHERE key = $1 AND token <> $2 AND deadline <= now() ORDER BY seq LIMIT 16))
-), joined AS (
+	acquireQueuedSQL = acquireSteps + `, joined AS (
 	INSERT INTO %[2]s (key, token, deadline)
 	SELECT $1, $2, now() + $5::interval WHERE NOT EXISTS (SELECT FROM acquired)
 	ON CONFLICT (key, token) DO UPDATE SET deadline = EXCLUDED.deadline
+	RETURNING 1
+), pruned AS (
+	DELETE FROM %[2]s WHERE key = $1 AND seq = ANY (ARRAY(
+		SELECT seq FROM %[2]s
+		 WHERE key = $1 AND token <> $2 AND deadline <= now() AND (SELECT count(*) FROM joined) >= 0
+		 ORDER BY seq LIMIT 16 FOR UPDATE SKIP LOCKED))
 )
 SELECT a.fence,
        CASE WHEN a.fence IS NULL AND NOT EXISTS (` + queueAhead + `)

@@ -323,3 +323,41 @@ func TestMigrateUpgradesTheOldSchema(t *testing.T) {
 		t.Fatalf("the waiter after the release: fence %d, %v; want above 42", f, err)
 	}
 }
+
+// Waiters whose rows have all expired poll at once, each pruning the others'
+// rows while refreshing its own: every poll is answered, none fails (a
+// deadlock between two of them would fail one).
+func TestLateWaitersPruneEachOtherWithoutDeadlock(t *testing.T) {
+	key := storetest.Key(t)
+	s := newStore(t, newPool(t, shared.DSN(), func(c *pgxpool.Config) { c.MaxConns = 10 }))
+	ctx := t.Context()
+	holder := leasehold.NewToken()
+	if _, err := s.Acquire(ctx, key, holder, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	const waiters, polls = 8, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, waiters)
+	for range waiters {
+		tok := leasehold.NewToken()
+		wg.Go(func() {
+			for range polls {
+				// A stay of a millisecond: the row has expired by every
+				// other waiter's next poll.
+				_, err := s.AcquireQueued(ctx, key, tok, time.Minute, time.Millisecond)
+				if !errors.Is(err, leasehold.ErrNotAcquired) {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a late waiter's poll: %v", err)
+	}
+	if err := s.Release(ctx, key, holder); err != nil {
+		t.Fatal(err)
+	}
+}
