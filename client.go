@@ -304,9 +304,12 @@ func (c *Client) Store() driver.Store { return c.store }
 func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 
 // TryAcquire makes one attempt to take key for ttl. It returns an error
-// matching ErrNotAcquired (a *HeldError) when another owner holds the key,
-// the store's error when the store failed, and ctx's error, never
-// ErrNotAcquired, when ctx ended before an answer.
+// matching ErrNotAcquired (a *HeldError) when another owner holds the key
+// or, on a store that keeps a queue of waiters (Redis, etcd, PostgreSQL),
+// when a waiter of any Client is queued for it: a free key goes to the
+// waiter that came first, not to whoever asks without waiting
+// (docs/design.md §5). It returns the store's error when the store failed,
+// and ctx's error, never ErrNotAcquired, when ctx ended before an answer.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)

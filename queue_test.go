@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -307,4 +308,51 @@ func TestStoreQueueUncontendedAndWithoutWakeups(t *testing.T) {
 	if q := s.queued.Load(); q != 1 {
 		t.Errorf("WithoutWakeups made %d queued attempts", q-1)
 	}
+}
+
+// A waiter behind the head of a store's queue, once its turn watch is in
+// place, polls only once per backoff cap (to keep its entry alive): its turn
+// comes with a wake-up, so the short backoff steps of a head would only cost
+// the store round trips. Fake clock: 400 ms in which a head's backoff from
+// 10 ms would have polled five more times.
+func TestStoreQueueWaiterBehindTheHeadPollsAtTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueStore()
+		ctx := t.Context()
+		holder, err := leasehold.New(s).TryAcquire(ctx, "queue:behind", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := leasehold.New(s, leasehold.WithBackoff(time.Hour, time.Hour))
+		behind := leasehold.New(s, leasehold.WithBackoff(10*time.Millisecond, time.Second))
+		done := make(chan error, 2)
+		for _, c := range []*leasehold.Client{head, behind} {
+			go func() {
+				l, err := c.Acquire(ctx, "queue:behind", time.Minute)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				done <- err
+			}()
+			synctest.Wait()
+		}
+		if got := s.queueLen("queue:behind"); got != 2 {
+			t.Fatalf("%d waiters queued, want 2", got)
+		}
+		time.Sleep(400 * time.Millisecond)
+		synctest.Wait()
+		// head: its joining attempt; behind: its joining attempt and one
+		// after its watch was in place.
+		if got := s.queued.Load(); got != 3 {
+			t.Errorf("%d queued attempts in 400 ms, want 3", got)
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	})
 }

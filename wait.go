@@ -26,6 +26,7 @@ type waiter struct {
 	token   string        // the Acquire's token: its name in a store's queue
 	stay    time.Duration // > 0: the waiter queues in the store (storeLine), its entry living this long
 	inQueue bool          // the store may hold the waiter's entry: leave takes it out
+	behind  bool          // the store's queue has another live head: wait to be woken, polling only to stay queued
 	elem    *list.Element // the waiter's place in a waitQueue
 	turn    chan struct{} // closed when the waiter is a waitQueue's head
 
@@ -105,7 +106,16 @@ func (w *waiter) wait(ctx context.Context) error {
 			return nil
 		}
 	}
-	wait := jitter(w.backoff)
+	step := w.backoff
+	if w.behind {
+		// Behind the head, a wake-up is sent when this waiter's turn comes
+		// (the release after it became the head, or the head's leave), so
+		// it polls only to keep its entry alive and to trim dead heads:
+		// once a backoff cap, within its stay (queueStay). A lost wake-up
+		// costs it at most that step.
+		step = w.maxBackoff
+	}
+	wait := jitter(step)
 	if !w.heldUntil.IsZero() {
 		// The holder's lease runs out first: try right after it does.
 		wait = min(wait, max(time.Until(w.heldUntil)+time.Millisecond, 0))
@@ -172,9 +182,15 @@ func (w *waiter) answered(err error, ttl time.Duration) (busy bool) {
 		return false
 	}
 	w.woken, w.heldUntil = false, time.Time{}
-	if held := (*HeldError)(nil); errors.As(err, &held) && held.Remaining > 0 {
+	held := (*HeldError)(nil)
+	if errors.As(err, &held) && held.Remaining > 0 {
 		w.heldUntil = time.Now().Add(held.Remaining)
 	}
+	// A store's queue answers a waiter behind its head with no holder's
+	// time (driver.Queuer). Only a waiter whose turn watch was in place
+	// before this attempt is sure to hear of its turn; until then it keeps
+	// its backoff, since its turn may have come before the watch.
+	w.behind = w.stay > 0 && w.released != nil && held != nil && held.Remaining <= 0
 	return true
 }
 

@@ -61,6 +61,23 @@ func waitQueueLen(t *testing.T, rc redis.UniversalClient, key string, n int64) {
 	}
 }
 
+// releaseWhenWoken waits up to 10 s for a waiter's lease on got (nil: the
+// waiter failed and said so) and releases it; else it fails with msg.
+func releaseWhenWoken(t *testing.T, got <-chan *leasehold.Lease, msg string) {
+	t.Helper()
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
+	}
+}
+
 // Eight Clients, each with its own Store and go-redis client as separate
 // processes would have, queue for one key one after another: they get it in
 // arrival order, and each hand-off is one attempt, by the head alone (the
@@ -266,16 +283,50 @@ func TestQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case l := <-got:
-		if l == nil {
-			t.FailNow()
+	releaseWhenWoken(t, got, "the waiter behind the one that gave up was not woken")
+}
+
+// A forced release wakes the head of the key's queue on its own channel, as
+// a release does: with an hour's backoff, only that wake-up can move it.
+func TestQueueForceReleaseWakesTheHead(t *testing.T) {
+	key := storetest.Key(t)
+	ctx := t.Context()
+	rc := singleClient(shared.Addr())
+	defer rc.Close()
+	var attempts, watches atomic.Int64
+	operator := newStore(t, singleClient(shared.Addr()))
+	holder, err := leasehold.New(operator).TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := leasehold.New(countedStore{newStore(t, singleClient(shared.Addr())), &attempts, &watches},
+		leasehold.WithBackoff(time.Hour, time.Hour))
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, key, time.Minute)
+		if err == nil {
+			err = l.Release(ctx)
 		}
-		if err := l.Release(ctx); err != nil {
+		got <- err
+	}()
+	waitQueueLen(t, rc, key, 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for watches.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := operator.ForceRelease(ctx, key, "test: stuck holder", "queue_test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter behind the one that gave up was not woken")
+		t.Fatal("the head was not woken by the forced release")
+	}
+	if !errors.Is(holder.Release(ctx), leasehold.ErrNotOwned) {
+		t.Error("the forced-out holder still owns the key")
 	}
 }
 
@@ -421,17 +472,7 @@ func TestQueueOnCluster(t *testing.T) {
 				t.Error("a newcomer took a key a waiter was woken for")
 				_ = newcomer.Release(ctx, key, "newcomer")
 			}
-			select {
-			case l := <-got:
-				if l == nil {
-					t.FailNow()
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the queued waiter was not woken")
-			}
+			releaseWhenWoken(t, got, "the queued waiter was not woken")
 		})
 	}
 }

@@ -443,9 +443,9 @@ func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
 }
 
 // WatchTurn implements driver.Queuer with a subscription to
-// TurnChannel(key, token), on the Store's one pub/sub connection. A
-// ForceRelease does not publish there: the head finds out at its backoff
-// step.
+// TurnChannel(key, token), on the Store's one pub/sub connection. Release,
+// ForceRelease, LeaveQueue, and an attempt refused on a free key publish
+// there.
 func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return nil, nil, err

@@ -210,7 +210,7 @@ func (c Config) cellCounts() (flat, contended int) {
 		flat += 2 * len(c.DBConcurrency)
 	}
 	if c.Runs(SectionPostgres) {
-		flat += 2 * len(c.DBConcurrency)
+		flat += 6 * len(c.DBConcurrency) // newPostgresBench's contenders
 	}
 	return flat, contended
 }
@@ -486,7 +486,17 @@ func (r *runner) round(ctx context.Context, round int, d, hd time.Duration, into
 					if err != nil {
 						return err
 					}
-					return load(ctx, c, r.p, ct.lib, conc, d, op)
+					if ct.serverCPU == nil {
+						return load(ctx, c, r.p, ct.lib, conc, d, op)
+					}
+					before, who, ok := ct.serverCPU(ctx)
+					if err := load(ctx, c, r.p, ct.lib, conc, d, op); err != nil {
+						return err
+					}
+					after, whoAfter, okAfter := ct.serverCPU(ctx)
+					c.serverCPU = after - before
+					c.cpuKnown = ok && okAfter && who == whoAfter && c.clientCPU > 0
+					return nil
 				}})
 			}
 			groups = append(groups, g)
