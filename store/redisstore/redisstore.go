@@ -254,7 +254,8 @@ func heldFor(pttl int64) time.Duration {
 
 // Close stops the pub/sub connection that carries release notifications, if
 // one was opened, and waits for its goroutine, and for the batched calls in
-// flight (see the package doc, "Batching"). It does not close the client.
+// flight (see the package doc, "Batching") and the releases of acquires their
+// callers left (bounded by lateReleaseTimeout). It does not close the client.
 // Waiters still blocked on the Store fall back to their backoff.
 func (s *Store) Close() error {
 	err := s.subs.close()

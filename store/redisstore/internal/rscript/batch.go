@@ -46,7 +46,8 @@ type Batcher struct {
 	queue  []*pending // calls waiting for a flush, oldest first
 	flying int        // flushes in flight; the queue is empty while below flights
 
-	idle *sync.Cond // on mu; broadcast when flying drops to 0
+	lates int        // late handlers running
+	idle  *sync.Cond // on mu; broadcast when flying and lates are both 0
 
 	queued func() // tests: called when a call waits for a flight
 }
@@ -160,17 +161,29 @@ func (b *Batcher) handOn() {
 
 // land ends a flight; b.mu is held.
 func (b *Batcher) land() {
-	if b.flying--; b.flying == 0 {
+	if b.flying--; b.flying == 0 && b.lates == 0 {
 		b.idle.Broadcast()
 	}
 }
 
-// Wait returns once no flush is in flight and no call waits for one: the
-// goroutines the Batcher started have ended. Calls made meanwhile are
-// waited for too.
+// runLate hands p's reply to its late handler.
+func (b *Batcher) runLate(p *pending) {
+	defer func() {
+		b.mu.Lock()
+		if b.lates--; b.flying == 0 && b.lates == 0 {
+			b.idle.Broadcast()
+		}
+		b.mu.Unlock()
+	}()
+	p.late(p.cmd)
+}
+
+// Wait returns once no flush is in flight, no call waits for one and no
+// late handler runs: the goroutines the Batcher started have ended. Calls
+// made meanwhile are waited for too.
 func (b *Batcher) Wait() {
 	b.mu.Lock()
-	for b.flying > 0 {
+	for b.flying > 0 || b.lates > 0 {
 		b.idle.Wait()
 	}
 	b.mu.Unlock()
@@ -220,7 +233,10 @@ func (b *Batcher) send(batch []*pending) {
 		if p.state.CompareAndSwap(stSent, stDone) {
 			close(p.done)
 		} else if p.late != nil {
-			go p.late(p.cmd) // not on the flight: a late release is a round trip
+			b.mu.Lock()
+			b.lates++
+			b.mu.Unlock()
+			go b.runLate(p) // not on the flight: a late release is a round trip
 		}
 	}
 }
