@@ -136,5 +136,7 @@
 // and waits for them. Without ContextTimeoutEnabled each call also runs on a
 // goroutine of its own (see New). A batched flush runs on a goroutine that
 // ends when the queue is empty, at the latest when the client's timeouts or
-// the calls' deadlines end its round trip.
+// the calls' deadlines end its round trip, and the release of an acquire
+// whose caller left the batch on one that ends within 2 s; Close waits for
+// both.
 package redisstore
