@@ -46,6 +46,7 @@ const (
 type Client struct {
 	store          driver.Store
 	notifier       driver.ReleaseNotifier // nil when the store has none or wake-ups are off
+	queuer         driver.Queuer          // nil when the store has none or wake-ups are off
 	log            *slog.Logger
 	observers      []Observer
 	namespace      func(key string) string
@@ -150,7 +151,9 @@ func hostPID() string {
 }
 
 // WithoutWakeups makes waiters poll on their backoff alone, unqueued, to
-// measure what the store's wake-ups buy. Production code has no reason to.
+// measure what the store's wake-ups buy. Production code has no reason to:
+// with a store that keeps a queue (driver.Queuer), such waiters take the key
+// only when no other Client's waiter is queued for it.
 func WithoutWakeups() Option {
 	return func(c *Client) { c.notifier = nil }
 }
@@ -175,6 +178,10 @@ func New(store driver.Store, opts ...Option) *Client {
 	c.storeName = storeName(store)
 	for _, o := range opts {
 		o(c)
+	}
+	if c.notifier != nil {
+		// Wake-ups on: waiters queue in the store when it can keep a queue.
+		c.queuer, _ = store.(driver.Queuer)
 	}
 	for _, o := range c.observers {
 		c.watchStore = c.watchStore || o.OnStoreCall != nil
@@ -297,9 +304,12 @@ func (c *Client) Store() driver.Store { return c.store }
 func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 
 // TryAcquire makes one attempt to take key for ttl. It returns an error
-// matching ErrNotAcquired (a *HeldError) when another owner holds the key,
-// the store's error when the store failed, and ctx's error, never
-// ErrNotAcquired, when ctx ended before an answer.
+// matching ErrNotAcquired (a *HeldError) when another owner holds the key
+// or, on a store that keeps a queue of waiters (Redis, etcd, PostgreSQL),
+// when a waiter of any Client is queued for it: a free key goes to the
+// waiter that came first, not to whoever asks without waiting
+// (docs/design.md §5). It returns the store's error when the store failed,
+// and ctx's error, never ErrNotAcquired, when ctx ended before an answer.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
@@ -311,7 +321,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
-	l, err := c.try(ctx, key, c.newToken(), ttl)
+	l, err := c.try(ctx, key, c.newToken(), ttl, 0)
 	if err == nil || errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrInvalidArgument) {
 		return l, err
 	}
@@ -325,7 +335,9 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // Acquire takes key for ttl, waiting while another owner holds it: woken by
 // the store's release notifications, else on a jittered backoff. A Client's
 // waiters for a key queue in arrival order and only the first talks to the
-// store (docs/design.md §5).
+// store; with a store that keeps a queue of its own (driver.Queuer) the
+// waiters of every Client queue there instead, in arrival order across
+// processes, and a release wakes the head alone (docs/design.md §5).
 //
 // When ctx ends first the error matches ErrNotAcquired and ctx's error. A
 // store failure is returned at once, not retried.
@@ -372,13 +384,13 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		return nil, err
 	}
 	token := c.newToken()
-	w := c.newWaiter(key, maxBackoff)
+	w := c.newWaiter(key, token, maxBackoff)
 	defer w.leave()
 	for {
 		if err := w.wait(ctx); err != nil {
 			return nil, err
 		}
-		l, err := c.try(ctx, key, token, ttl)
+		l, err := c.try(ctx, key, token, ttl, w.stay)
 		if w.answered(err, ttl) {
 			continue
 		}
@@ -389,8 +401,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 	}
 }
 
-// try is one acquire attempt with a given token.
-func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) (*Lease, error) {
+// try is one acquire attempt with a given token; stay > 0 makes it a queued
+// waiter's attempt (driver.Queuer), whose entry lives for stay.
+func (c *Client) try(ctx context.Context, key, token string, ttl, stay time.Duration) (*Lease, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
@@ -400,7 +413,11 @@ func (c *Client) try(ctx context.Context, key, token string, ttl time.Duration) 
 	sent := time.Now()
 	var fence int64
 	err := c.storeCall(ctx, "acquire", 1, func() (err error) {
-		fence, err = c.store.Acquire(ctx, key, token, ttl)
+		if stay > 0 {
+			fence, err = c.queuer.AcquireQueued(ctx, key, token, ttl, stay)
+		} else {
+			fence, err = c.store.Acquire(ctx, key, token, ttl)
+		}
 		return err
 	})
 	switch {

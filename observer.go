@@ -75,7 +75,7 @@ type RenewEvent struct {
 
 // StoreCallEvent describes one call to the store.
 type StoreCallEvent struct {
-	Op    string // "acquire", "release", "renew" or "renew_batch"
+	Op    string // "acquire", "release", "renew", "renew_batch" or "leave" (a waiter leaving a store-kept queue)
 	Store string // the store's package: "redisstore", "memstore", …
 	Items int    // leases in the call: 1, or a batch's size
 	Took  time.Duration

@@ -72,6 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.ScaleWindows, "scale-windows", cfg.ScaleWindows, "renewal intervals each scale cell is measured over; the report gives medians")
 	fs.IntVar(&cfg.ScaleCompare, "scale-compare", cfg.ScaleCompare, "lease count at which a goroutine per lease calling Lease.Renew is measured too, to compare (0: not)")
 	out := fs.String("out", "", "file for the markdown report, with "+chartName+" written beside it (default: standard output, no chart)")
+	fs.BoolVar(&cfg.Unbatched, "unbatched", false, "also measure uncontended cycles of leasehold on a Store made with redisstore.WithoutBatching")
 	quiet := fs.Bool("quiet", false, "no progress lines on standard error")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -57,7 +57,9 @@ type ReleaseNotifier interface {
 	// WatchReleases returns a channel that receives a value after key is
 	// released by its owner, and a function that stops the watch and must be
 	// called exactly once. Several releases may be coalesced into one value.
-	// Expiries are not notified.
+	// Expiries are not notified. A store that is also a Queuer may announce
+	// only the releases of keys with a live waiter in its queue (the Client
+	// then watches its waiters' turns, not releases).
 	WatchReleases(ctx context.Context, key string) (released <-chan struct{}, stop func(), err error)
 }
 

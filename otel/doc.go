@@ -35,7 +35,7 @@
 //     released hold. The release is an event rather than a child span: its
 //     store call is already timed by leasehold.store.release. Status Error
 //     for every outcome but released.
-//   - leasehold.store.<op> (acquire, release, renew, renew_batch): one per
+//   - leasehold.store.<op> (acquire, release, renew, renew_batch, leave): one per
 //     store call, kind Client, with leasehold.store, leasehold.items and
 //     leasehold.answer (ok, not_acquired, not_owned, error; status Error for
 //     error). Only when the call's context carries a span: the renewal

@@ -50,7 +50,7 @@
 //	    the TTL of the namespace's latest successful acquire: the
 //	    dashboard divides hold times by it
 //	leasehold_store_call_seconds{op,store}                   histogram
-//	    each call to the store; op is acquire, release, renew or renew_batch,
+//	    each call to the store; op is acquire, release, renew, renew_batch or leave,
 //	    store the store's package (redisstore, memstore, …)
 //
 // What each means to an operator, and what to do, is in docs/runbook.md; the
@@ -90,7 +90,7 @@
 //   - store is the fenced store's name; the allowed set is memory, redis,
 //     postgres and etcd, extended with WithStores; any other is "other".
 //   - result and op take the values leasehold defines (acquired, busy,
-//     timeout, error; release, renew; acquire, release, renew, renew_batch
+//     timeout, error; release, renew; acquire, release, renew, renew_batch, leave
 //     for store calls); anything else is "other".
 //   - store of leasehold_store_call_seconds is StoreCallEvent.Store (the
 //     store's package): the first DefaultMaxStores distinct names, then

@@ -46,7 +46,7 @@ var (
 		string(leasehold.Acquired), string(leasehold.Busy), string(leasehold.TimedOut), string(leasehold.StoreFailed),
 	}
 	notOwnedOps = []string{"release", "renew"}
-	storeOps    = []string{"acquire", "release", "renew", "renew_batch"}
+	storeOps    = []string{"acquire", "release", "renew", "renew_batch", "leave"}
 )
 
 // HeldBuckets returns the upper bounds (seconds) of the
@@ -230,7 +230,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		}, []string{"namespace"}),
 		storeCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leasehold_store_call_seconds",
-			Help:    "Time of each call the Client made to its store, by op (acquire, release, renew, renew_batch) and store (the store's package, such as redisstore).",
+			Help:    "Time of each call the Client made to its store, by op (acquire, release, renew, renew_batch, leave) and store (the store's package, such as redisstore).",
 			Buckets: StoreCallBuckets(),
 		}, []string{"op", "store"}),
 		learn:   !cfg.fixed,

@@ -54,6 +54,9 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		{"ForceReleaseFreeKey", testForceReleaseFree},
 		{"ForceReleaseBadInput", testForceReleaseBadInput},
 		{"AuditOrder", testAuditOrder},
+		{"QueueServesInOrder", testQueueOrder},
+		{"QueueSkipsExpiredHead", testQueueExpiredHead},
+		{"QueueWakesTheHead", testQueueWakesHead},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -459,6 +462,18 @@ func testReleaseWakesWatchers(t *testing.T, s driver.Store) {
 	}
 	key, a := Key(t), token()
 	acquire(t, s, key, a, longTTL)
+	if q, ok := s.(driver.Queuer); ok {
+		// A store that keeps a queue may announce only the releases that a
+		// queued waiter waits for (driver.ReleaseNotifier).
+		w := token()
+		_, err := q.AcquireQueued(t.Context(), key, w, longTTL, longTTL)
+		refused(t, "a waiter's attempt on a held key", err, true)
+		defer func() {
+			if err := q.LeaveQueue(t.Context(), key, w); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
 	released, stop, err := n.WatchReleases(t.Context(), key)
 	if err != nil {
 		t.Fatalf("WatchReleases: %v", err)

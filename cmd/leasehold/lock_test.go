@@ -19,7 +19,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/store/etcdstore"
-	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
@@ -344,9 +343,11 @@ func TestLockRedis(t *testing.T) {
 
 		// A holder that releases during --wait: lock acquires and runs CMD.
 		b := startBg(t, lockArgs(storeArgs, []string{"--wait", "30s", "-o", "json"}, l.Key(), "sh", "-c", "exit 5")...)
-		eventually(t, 10*time.Second, "lock waiting (subscribed to the key's release channel)", func() bool {
-			subs, err := rc.PubSubNumSub(ctx, redisstore.ReleaseChannel(l.Key())).Result()
-			return err == nil && subs[redisstore.ReleaseChannel(l.Key())] > 0
+		eventually(t, 10*time.Second, "lock waiting (queued and subscribed to its turn channel)", func() bool {
+			// A waiter queues in Redis and watches a channel of its own,
+			// redisstore.TurnChannel(key, its token).
+			chans, err := rc.PubSubChannels(ctx, "leasehold:turn:*").Result()
+			return err == nil && slices.ContainsFunc(chans, func(ch string) bool { return strings.HasSuffix(ch, ":"+l.Key()) })
 		})
 		released := time.Now()
 		if err := l.Release(ctx); err != nil {

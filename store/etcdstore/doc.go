@@ -6,21 +6,63 @@
 // holding the owner's token and attached to an etcd lease of its own, so
 // "etcdctl get leasehold/lock/KEY -w json" shows the owner and its lease. Its
 // last fence is the ModRevision of FenceKey(key) ("leasehold/fence/" + key),
-// a key without a lease that every successful Acquire rewrites.
+// a key without a lease that every successful Acquire rewrites. The waiters
+// of key queue under QueuePrefix(key) ("leasehold/queue/LEN:KEY/"), one key
+// per waiter, named by its token, on a lease of its own.
+//
+// # Leases
+//
+// Every lock has a lease of its own, so it expires on its own TTL whatever
+// the Store's other locks do. A lease that no key is on any more (after a
+// release, a refused acquire, a TTL change, a waiter taking the key) is kept
+// by the Store, idle, and carries the next lock (or queue entry) of the same
+// TTL, rounded up to seconds: the acquire sends a keep-alive of that lease
+// alongside its transaction, so whichever etcd handles first, the lease lasts
+// its whole TTL from after the acquire was sent, as a lease granted for it
+// would. A keep-alive is answered by etcd's leader without a raft write, and
+// the Store sends all its one-off keep-alives (reused leases, queue entries,
+// renewals) as messages on one LeaseKeepAlive stream of its own, where
+// clientv3's KeepAliveOnce opens a stream per call; a keep-alive that
+// finds no stream (it cannot be opened), or whose stream breaks first, is
+// sent again with KeepAliveOnce, which rides out a short outage within the
+// caller's context, and the next one opens a new stream. So
+// in the steady state an acquire is one transaction (and the keep-alive, in
+// parallel) and a release is one transaction: two raft writes per cycle, as
+// with concurrency.Mutex on a session lease, where a lease per acquire cost
+// a grant and a revoke more. An acquire whose transaction took the key but
+// whose keep-alive found the lease gone (it ran out in between) revokes
+// nothing, and tries once more on a new lease; one whose keep-alive failed
+// otherwise revokes the lease, which undoes the acquire, and returns the
+// error. An idle lease is not reused within 250 ms of the end of its TTL,
+// counted from the sending of its grant or last keep-alive; it is dropped,
+// and expires in etcd by itself. Close revokes the idle leases. Up to 256
+// idle leases per TTL are kept, for up to 16 TTLs.
 //
 // # Operations and round trips
 //
-//   - Acquire: Grant a lease, then one Txn: if the lock key does not exist
-//     (CreateRevision == 0), put it on the lease and put the fence key. Two
-//     round trips. When the key is held, one more round trip revokes the
-//     unused lease and asks for the holder's TimeToLive at the same time.
+//   - Acquire: one Txn: if the lock key does not exist (CreateRevision == 0)
+//     and the key's queue is empty (the CreateRevision compare over its
+//     prefix is 0: an empty range compares as 0, a key never does), put the
+//     lock key on a lease and put the fence key. One round trip, with a
+//     keep-alive of the reused lease in parallel, or a lease Grant before
+//     it when no idle lease is at hand. When the key is held, one more round
+//     trip asks for the holder's TimeToLive.
 //   - Release: one Txn deletes the lock key only if its value is the
-//     caller's token, never by key alone (the mistake of etcd#22082), then
-//     the owner's lease is revoked, best effort: two round trips.
-//   - Renew: Get the lock key and check the token, then KeepAliveOnce its
-//     lease: two round trips. A renew to a different TTL then grants a lease
-//     of that TTL, moves the key onto it in a Txn that checks the token
-//     again, and revokes the old lease: five round trips.
+//     caller's token, never by key alone (the mistake of etcd#22082): one
+//     round trip. The owner's lease is kept for reuse.
+//   - Renew: Get the lock key and check the token, then keep its lease
+//     alive once: two round trips. A renew to a different TTL then grants a
+//     lease of that TTL, moves the key onto it in a Txn that checks the
+//     token again, and keeps the old lease for reuse: four round trips.
+//   - AcquireQueued (driver.Queuer): the Acquire Txn, which also requires
+//     that no queue entry was created before the waiter's own, and deletes
+//     that entry when it takes the key. Refused, a waiter without an entry
+//     is put at the back of the queue in the same Txn, and a waiter with one
+//     has the entry's lease kept alive once, at the same time as the
+//     holder's TimeToLive is asked for: two round trips.
+//   - WatchTurn: one read, then a watch on the waiter's predecessor in the
+//     queue (the entry created just before its own) and, once the waiter is
+//     the head, on the lock key. LeaveQueue: one Delete.
 //   - Inspect: one Txn reads the lock key and the fence key; a held key
 //     takes one more round trip for its lease's TimeToLive.
 //   - WatchReleases: a watch on the lock key for DELETE events, created once
@@ -42,10 +84,11 @@
 //     cluster, so fences rise strictly per key, and across all keys, through
 //     releases, expiries, leader changes and member restarts.
 //   - Time is etcd's: a lease expires when the leader's clock says so; the
-//     clients' clocks play no part. A lease TTL is a whole number of
-//     seconds, so the Store rounds every TTL up: the server never holds a
-//     lock for less time than its owner asked for, but may hold it for up
-//     to a second more. etcd also raises a lease to its minimum TTL, 1.5
+//     clients' clocks play no part (the Store's own clock only decides
+//     whether an idle lease is too close to its end to be worth reusing). A
+//     lease TTL is a whole number of seconds, so the Store rounds every TTL
+//     up: the server never holds a lock for less time than its owner asked
+//     for, but may hold it for up to a second more. etcd also raises a lease to its minimum TTL, 1.5
 //     election timeouts rounded up to seconds (2 s with etcd's default
 //     election timeout of 1 s): a TTL of 100 ms holds the key for 2 s on
 //     such a cluster. etcd revokes expired leases on a timer, so a key
@@ -82,6 +125,14 @@
 //     the last fence the protected storage has seen (etcdutl snapshot
 //     restore --bump-revision N --mark-compacted, in etcd 3.5 and later)
 //     before serving locks.
+//   - Waiters of every process queue in etcd, in order of their entries'
+//     CreateRevision (driver.Queuer), and a free key is refused to anyone
+//     but the queue's head, TryAcquire included. An entry lives on a lease
+//     of the waiter's stay (rounded up to seconds) from its last attempt: a waiter that crashed, paused or left
+//     without a word holds the queue up until etcd expires that lease (up
+//     to about half a second late), and then the waiter behind it, whose
+//     watch sees the entry go, attempts at once. A waiter whose entry
+//     expired while it lived joins again at the back.
 //   - Release notifications are a latency optimisation. A watch that breaks
 //     (its member lost its leader, the cluster went away) is made again,
 //     and its waiters are then woken once to look for themselves; a release
@@ -102,7 +153,10 @@
 // # Goroutines
 //
 // The Store starts one goroutine per key that has waiters, to read its
-// watch; the key's last waiter stops it, and Close stops all of them and
-// waits for them. List looks leases up on up to 16 goroutines of its own,
-// which end before it returns.
+// watch (WatchReleases), and one per waiter that watches its turn
+// (WatchTurn); the key's last waiter, or the waiter, stops it, and Close
+// stops all of them and waits for them. A lease that cannot be kept for
+// reuse is revoked on a goroutine of its own, bounded by 2 s. One goroutine
+// reads the keep-alive stream while it is open; Close ends it. List looks
+// leases up on up to 16 goroutines of its own, which end before it returns.
 package etcdstore

@@ -27,6 +27,7 @@ var (
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
 	_ driver.ForceReleaser   = (*Store)(nil)
+	_ driver.Queuer          = (*Store)(nil)
 )
 
 // Option configures a Store. The zero set of options is valid.
@@ -50,6 +51,14 @@ type Store struct {
 	// answers. Renew uses it to tell an unchanged TTL from a new one.
 	minTTL atomic.Int64
 
+	queued entries   // the queue entries the Store made for its waiters
+	leases leasePool // the leases the Store granted: in use, and idle for reuse
+
+	kaMu sync.Mutex
+	ka   *kaStream // the keep-alive stream; nil until the first, or after it broke
+
+	ctx     context.Context // cancelled by Close: ends the turn watches
+	cancel  context.CancelFunc
 	mu      sync.Mutex
 	watches map[string]*keyWatch // by lock key; one shared watch per key
 	closed  bool
@@ -84,6 +93,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(s)
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -99,12 +109,14 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.cancel()
 	for _, w := range s.watches {
 		w.cancel()
 	}
 	s.watches = nil
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.revokeIdle()
 	return nil
 }
 
@@ -118,44 +130,9 @@ func (s *Store) LockKey(key string) string { return s.prefix + "lock/" + key }
 // expiries.
 func (s *Store) FenceKey(key string) string { return s.prefix + "fence/" + key }
 
-// seconds rounds a TTL up to whole seconds, the unit of etcd leases, so that
-// the server never holds a lease for less time than its owner believes.
-func seconds(ttl time.Duration) int64 {
-	return int64((ttl + time.Second - 1) / time.Second)
-}
-
-// grant creates a lease of ttl rounded up to whole seconds (and raised by
-// the server to its minimum TTL).
-func (s *Store) grant(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
-	want := seconds(ttl)
-	resp, err := s.client.Grant(ctx, want)
-	if err != nil {
-		return 0, fmt.Errorf("grant lease: %w", err)
-	}
-	if resp.TTL > want {
-		for cur := s.minTTL.Load(); resp.TTL > cur && !s.minTTL.CompareAndSwap(cur, resp.TTL); cur = s.minTTL.Load() {
-		}
-	}
-	return resp.ID, nil
-}
-
-// grantedTTL is the TTL, in seconds, that a grant for ttl gets from the
-// server, as far as the Store has learned the server's minimum.
-func (s *Store) grantedTTL(ttl time.Duration) int64 {
-	return max(seconds(ttl), s.minTTL.Load())
-}
-
-// revoke revokes a lease that no key of a current owner is attached to. It
-// is best effort: a lease that is not revoked expires by itself.
-func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
-	if id != 0 {
-		_, _ = s.client.Revoke(ctx, id)
-	}
-}
-
 // remaining returns a lease's remaining time, rounded up to whole seconds
-// (etcd reports it rounded down) but never above the lease's TTL; 0 for a
-// lease that is gone.
+// (etcd reports it rounded down) but never above the lease's TTL less
+// the lease's TTL; 0 for a lease that is gone.
 func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
 	if id == 0 {
 		return 0, nil
@@ -174,55 +151,211 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 
 // Acquire implements driver.Store in two round trips: a lease grant, then
 // one transaction that puts the lock key on that lease and touches the fence
-// key only if the lock key does not exist. The fence is the revision of that
+// key only if the lock key does not exist and key's waiter queue is empty
+// (driver.Queuer: no barging). The fence is the revision of that
 // transaction.
 //
-// When the key is held it returns a *leasehold.HeldError with the holder's
-// remaining TTL, after one more round trip in which the unused lease is
-// revoked and the holder's lease is looked up at the same time. Any other
-// error means etcd could not answer; the lease of an acquire whose outcome
-// is unknown is then revoked when the context still allows it, which undoes
-// the acquire if it was applied.
+// When the key is held, or waiters are queued, it returns a
+// *leasehold.HeldError with the holder's remaining TTL (0 when the key is
+// free), after one more round trip in which the unused lease is revoked and
+// the holder's lease is looked up at the same time. Any other error means
+// etcd could not answer; the lease of an acquire whose outcome is unknown is
+// then revoked when the context still allows it, which undoes the acquire if
+// it was applied.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	lease, err := s.grant(ctx, ttl)
-	if err != nil {
-		return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err)
+	return s.acquire(ctx, key, token, ttl, 0)
+}
+
+// acquire is Acquire, and AcquireQueued when stay > 0.
+func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	return s.acquireOnce(ctx, key, token, ttl, stay, false)
+}
+
+// acquireOnce is acquire; retried: this is the one more attempt made after
+// an idle lease was found revoked, or a known entry gone.
+func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay time.Duration, retried bool) (int64, error) {
+	fail := func(err error) (int64, error) { return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err) }
+	lk, qp := s.LockKey(key), s.QueuePrefix(key)
+	ek := qp + token
+	var (
+		entry      queueEntry
+		known      bool             // the Store made token's entry: it is at entry.rev, unless gone
+		entryLease clientv3.LeaseID // the lease of the entry this attempt makes when refused
+	)
+	if stay > 0 {
+		entry, known = s.queued.get(ek)
 	}
-	lk := s.LockKey(key)
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
-		Then(clientv3.OpPut(lk, token, clientv3.WithLease(lease)), clientv3.OpPut(s.FenceKey(key), "")).
-		Else(clientv3.OpGet(lk, clientv3.WithKeysOnly())).
-		Commit()
+	lease, refresh, err := s.takeLease(ctx, ttl)
 	if err != nil {
+		return fail(err)
+	}
+	refreshEntry := false
+	if stay > 0 && !known {
+		if entryLease, refreshEntry, err = s.takeLease(ctx, stay); err != nil {
+			s.freeLease(lease)
+			return fail(err)
+		}
+	}
+
+	// Free, and no waiter ahead: the queue is empty, or its first entry by
+	// CreateRevision is token's own (all entries were created at or after
+	// it; the range is not empty, since token's entry is in it).
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
+	then := []clientv3.Op{clientv3.OpPut(lk, token, clientv3.WithLease(lease)), clientv3.OpPut(s.FenceKey(key), "")}
+	if known {
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.CreateRevision(ek), "=", entry.rev),
+			clientv3.Compare(clientv3.CreateRevision(qp), ">", entry.rev-1).WithPrefix())
+		then = append(then, clientv3.OpDelete(ek))
+	} else {
+		// An empty range compares as one key of CreateRevision 0.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix())
+	}
+	// Refused: the holder, token's entry (put first when it is new), and
+	// then the queue's head.
+	els := []clientv3.Op{clientv3.OpGet(lk, clientv3.WithKeysOnly())}
+	if entryLease != 0 {
+		els = append(els, clientv3.OpPut(ek, "", clientv3.WithLease(entryLease)))
+	}
+	if stay > 0 {
+		els = append(els, clientv3.OpGet(ek, clientv3.WithKeysOnly()),
+			clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+	}
+	// A reused lease is kept alive at the same time as the transaction is
+	// sent: whichever etcd handles first, the lease then lasts its TTL from
+	// after this moment, the start of the lock in its owner's view, as a
+	// lease granted now would.
+	var (
+		kas               sync.WaitGroup
+		kaErr, entryKAErr error
+	)
+	if refresh {
+		kas.Go(func() { _, kaErr = s.keepAlive(ctx, lease) })
+	}
+	if refreshEntry {
+		kas.Go(func() { _, entryKAErr = s.keepAlive(ctx, entryLease) })
+	}
+	sent := time.Now()
+	resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	kas.Wait()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
+		// An idle lease expired or was revoked from outside (etcdctl lease
+		// revoke): nothing was written. Try once more with new leases.
+		s.leases.forget(lease)
+		s.leases.forget(entryLease)
+		return s.acquireOnce(ctx, key, token, ttl, stay, true)
+	}
+	if err != nil {
+		// The outcome is unknown: revoking undoes the acquire, and the
+		// join, if they were applied.
 		s.revoke(ctx, lease)
-		return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err)
+		s.revoke(ctx, entryLease)
+		return fail(err)
+	}
+	if resp.Succeeded && kaErr != nil {
+		// The lock is on a lease whose TTL may not have been reset: the
+		// lease expired right after the transaction (the lock went with
+		// it), or etcd's answer was lost. Undo, and try once more, with a
+		// new lease, or give up.
+		s.revoke(ctx, lease)
+		if entryKAErr == nil {
+			s.freeLease(entryLease)
+		}
+		if e, ok := s.queued.forget(ek); known && ok && e.lease == entry.lease {
+			s.freeLease(entry.lease) // the transaction deleted the entry
+		}
+		if errors.Is(kaErr, rpctypes.ErrLeaseNotFound) && !retried {
+			return s.acquireOnce(ctx, key, token, ttl, stay, true)
+		}
+		return fail(fmt.Errorf("keep the reused lease alive: %w", kaErr))
+	}
+	if entryKAErr != nil {
+		s.leases.forget(entryLease) // not reused: its TTL is in doubt
 	}
 	if resp.Succeeded {
+		if e, ok := s.queued.forget(ek); known && ok && e.lease == entry.lease {
+			s.freeLease(entry.lease) // the transaction deleted the entry
+		}
+		if entryKAErr == nil {
+			s.freeLease(entryLease)
+		}
 		return resp.Header.Revision, nil
+	}
+	if kaErr == nil {
+		s.freeLease(lease) // no key was put on it
+	} else {
+		s.leases.forget(lease) // not reused: its TTL is in doubt
+	}
+	if len(resp.Responses) != len(els) {
+		return fail(fmt.Errorf("%d answers in the transaction, want %d", len(resp.Responses), len(els)))
 	}
 
 	var holder clientv3.LeaseID
-	if len(resp.Responses) == 1 {
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
-			holder = clientv3.LeaseID(kvs[0].Lease)
-		}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		holder = clientv3.LeaseID(kvs[0].Lease)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { s.revoke(ctx, lease) })
-	// The holder's TTL is a hint for waiters; not knowing it is no error.
-	left, _ := s.remaining(ctx, holder)
+	behind := false                  // token's entry is behind the queue's head
+	keepEntry := clientv3.LeaseID(0) // the known entry's lease, kept alive below
+	if stay > 0 {
+		gets := resp.Responses[len(els)-2:]
+		var mine, head int64
+		if kvs := gets[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			mine = kvs[0].CreateRevision
+		}
+		if kvs := gets[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			head = kvs[0].CreateRevision
+		}
+		switch {
+		case mine == 0:
+			// The entry the Store knew is gone (its lease expired): join
+			// again, at the back, in one more attempt.
+			s.queued.forget(ek)
+			s.leases.forget(entry.lease)
+			return s.acquireOnce(ctx, key, token, ttl, stay, retried)
+		case entryLease != 0 && errors.Is(entryKAErr, rpctypes.ErrLeaseNotFound):
+			// The new entry's reused lease had run out: the entry went
+			// with it, and the next attempt joins again.
+		case entryLease != 0:
+			s.queued.put(ek, queueEntry{rev: mine, lease: entryLease, until: sent.Add(stay)})
+		default:
+			keepEntry = entry.lease
+		}
+		behind = head != mine
+	}
+
+	var (
+		wg         sync.WaitGroup
+		refreshErr error
+	)
+	if keepEntry != 0 {
+		wg.Go(func() {
+			// Keeps the entry's place: a keep-alive does not write the key.
+			sent := time.Now()
+			if _, refreshErr = s.keepAlive(ctx, keepEntry); refreshErr == nil {
+				s.queued.touch(ek, entry.rev, sent.Add(stay))
+			}
+		})
+	}
+	var left time.Duration
+	if holder != 0 && !behind {
+		// The holder's TTL is a hint for the head; not knowing it is no error.
+		left, _ = s.remaining(ctx, holder)
+	}
 	wg.Wait()
+	if errors.Is(refreshErr, rpctypes.ErrLeaseNotFound) {
+		s.queued.forget(ek) // expired since the transaction: the next attempt joins again
+	}
 	return 0, &leasehold.HeldError{Key: key, Remaining: left}
 }
 
-// Release implements driver.Store: one transaction deletes the lock key
-// only if it still holds token (never by key alone), then the owner's lease
-// is revoked, best effort, in a second round trip. It returns
-// leasehold.ErrNotOwned when the key is absent or holds another token.
+// Release implements driver.Store in one round trip: one transaction
+// deletes the lock key only if it still holds token (never by key alone).
+// The owner's lease, which no key is on any more, is kept for reuse when the
+// Store granted it, and revoked otherwise. It returns leasehold.ErrNotOwned
+// when the key is absent or holds another token.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
@@ -240,7 +373,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	if len(resp.Responses) == 1 {
 		for _, kv := range resp.Responses[0].GetResponseDeleteRange().GetPrevKvs() {
-			s.revoke(ctx, clientv3.LeaseID(kv.Lease))
+			if id := clientv3.LeaseID(kv.Lease); id != 0 && !s.leases.free(id) {
+				s.revoke(ctx, id)
+			}
 		}
 	}
 	return nil
@@ -249,9 +384,10 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // Renew implements driver.Store. It reads the lock key and, if it still
 // holds token, keeps its lease alive once: two round trips. When ttl differs
 // from the lease's TTL, it then grants a lease of the new TTL, moves the key
-// onto it in a transaction that checks the token again, and revokes the old
-// lease: five round trips in all. It returns leasehold.ErrNotOwned when the
-// key is absent, holds another token, or its lease has expired.
+// onto it in a transaction that checks the token again, and keeps the old
+// lease for reuse (or revokes it, when the Store did not grant it): four
+// round trips in all. It returns leasehold.ErrNotOwned when the key is
+// absent, holds another token, or its lease has expired.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
@@ -266,18 +402,18 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	// The lease is this owner's: only its acquire or renew attached it.
 	if old := clientv3.LeaseID(get.Kvs[0].Lease); old != 0 {
-		ka, err := s.client.KeepAliveOnce(ctx, old)
+		ka, err := s.keepAlive(ctx, old)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return leasehold.ErrNotOwned // expired since the read
 		case err != nil:
 			return fmt.Errorf("etcdstore: renew %q: keep lease alive: %w", key, err)
-		case ka.TTL == s.grantedTTL(ttl):
+		case ka == s.grantedTTL(ttl):
 			return nil
 		}
 	}
 
-	lease, err := s.grant(ctx, ttl)
+	lease, err := s.grant(ctx, seconds(ttl))
 	if err != nil {
 		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
 	}
@@ -291,15 +427,17 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return fmt.Errorf("etcdstore: renew %q: move to a new lease: %w", key, err)
 	}
 	if !resp.Succeeded {
-		s.revoke(ctx, lease)
+		s.freeLease(lease) // no key was put on it
 		return leasehold.ErrNotOwned
 	}
-	// Revoke the lease the key was on just before the move (a concurrent
+	// Free the lease the key was on just before the move (a concurrent
 	// renew of the same owner may have moved it too). It is never the
-	// key's current lease: every move grants a fresh one.
+	// key's current lease: every move takes one no key is on.
 	if len(resp.Responses) == 1 {
 		if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
-			s.revoke(ctx, clientv3.LeaseID(prev.Lease))
+			if id := clientv3.LeaseID(prev.Lease); id != 0 && !s.leases.free(id) {
+				s.revoke(ctx, id)
+			}
 		}
 	}
 	return nil

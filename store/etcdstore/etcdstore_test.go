@@ -112,15 +112,63 @@ func TestKeysAndFenceAreRevisions(t *testing.T) {
 		t.Fatalf("fence key: %+v, %v; want ModRevision %d and no lease", fk.Kvs, err, fence)
 	}
 
-	// A release removes the lock key and revokes its lease; the fence key stays.
+	// A release removes the lock key and keeps its lease, with no key on it,
+	// for the next acquire; the fence key stays.
 	if err := s.Release(ctx, key, tok); err != nil {
 		t.Fatal(err)
 	}
-	if ttl, err := client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL >= 0 {
-		t.Fatalf("lease %x still alive after release: %+v", kv.Lease, ttl)
+	if ttl, err := client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease), clientv3.WithAttachedKeys()); err != nil || len(ttl.Keys) != 0 {
+		t.Fatalf("lease %x after release: %+v, %v; want no key on it", kv.Lease, ttl, err)
 	}
 	if info, err := s.Inspect(ctx, key); err != nil || info.Held || info.Fence != fence {
 		t.Fatalf("Inspect after release = %+v, %v; want not held, fence %d", info, err, fence)
+	}
+	// Close revokes the idle leases.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL >= 0 {
+		t.Fatalf("idle lease %x still alive after Close: %+v", kv.Lease, ttl)
+	}
+}
+
+// A lease freed by a release carries the next acquire of the same TTL,
+// without a grant; an acquire of another TTL gets a lease of its own.
+func TestReleasedLeaseIsReused(t *testing.T) {
+	client := newClient(t, shared.Endpoints())
+	s := newStore(t, client)
+	ctx, key := t.Context(), storetest.Key(t)
+	leaseOf := func(key string) clientv3.LeaseID {
+		t.Helper()
+		resp, err := client.Get(ctx, s.LockKey(key))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("lock key: %v, %v", resp, err)
+		}
+		return clientv3.LeaseID(resp.Kvs[0].Lease)
+	}
+	if _, err := s.Acquire(ctx, key, "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	first := leaseOf(key)
+	if err := s.Release(ctx, key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, key, "b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if second := leaseOf(key); second != first {
+		t.Fatalf("the second acquire is on lease %x, not on the freed %x", second, first)
+	}
+	if err := s.Release(ctx, key, "b"); err != nil {
+		t.Fatal(err)
+	}
+	other := storetest.Key(t)
+	if _, err := s.Acquire(ctx, other, "c", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := client.TimeToLive(ctx, leaseOf(other))
+	if err != nil || ttl.GrantedTTL != 120 {
+		t.Fatalf("an acquire for 2 min: %+v, %v; want a lease of 120 s", ttl, err)
 	}
 }
 
@@ -148,7 +196,8 @@ func TestRenewToAnotherTTLMovesTheLease(t *testing.T) {
 	if got := leaseOf(); got != first {
 		t.Fatalf("renew with the same TTL moved the key from lease %x to %x", first, got)
 	}
-	// Another TTL moves the key to a new lease and revokes the old one.
+	// Another TTL moves the key to a new lease and keeps the old one, with
+	// no key on it, for reuse.
 	if err := s.Renew(ctx, key, tok, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +205,8 @@ func TestRenewToAnotherTTLMovesTheLease(t *testing.T) {
 	if second == first {
 		t.Fatal("renew to 1h kept the 10 s lease")
 	}
-	if ttl, err := client.TimeToLive(ctx, first); err == nil && ttl.TTL >= 0 {
-		t.Fatalf("old lease %x still alive after the move: %+v", first, ttl)
+	if ttl, err := client.TimeToLive(ctx, first, clientv3.WithAttachedKeys()); err != nil || len(ttl.Keys) != 0 {
+		t.Fatalf("old lease %x after the move: %+v, %v; want no key on it", first, ttl, err)
 	}
 	info, err := s.Inspect(ctx, key)
 	if err != nil || !info.Held || info.Token != tok || info.Fence != fence || info.TTL < 59*time.Minute || info.TTL > time.Hour {
@@ -409,6 +458,10 @@ func TestStoppedServerIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A renewal opens the Store's keep-alive stream, which the stop breaks.
+	if err := held.Renew(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -468,54 +521,94 @@ func TestStoppedServerIsAnError(t *testing.T) {
 	if err := held.Release(ctx3); err != nil {
 		t.Fatalf("Release after the server came back: %v", err)
 	}
+	// The next lock reuses the released lease, and keeps it alive on a new
+	// keep-alive stream.
+	again, err := c.TryAcquire(ctx3, "job:3", time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquire after the server came back: %v", err)
+	}
+	if err := again.Renew(ctx3, time.Minute); err != nil {
+		t.Fatalf("Renew after the server came back: %v", err)
+	}
+	if err := again.Release(ctx3); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// countRPCs counts the requests a client sends: unary calls and streams.
-type countRPCs struct{ n atomic.Int64 }
+// countRPCs counts the requests a client sends, unary calls and streams,
+// and the lease grants and keep-alives among them.
+type countRPCs struct{ n, lease atomic.Int64 }
 
 func (c *countRPCs) options() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			c.n.Add(1)
+			if strings.HasSuffix(method, "/LeaseGrant") {
+				c.lease.Add(1)
+			}
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if strings.HasSuffix(method, "/LeaseKeepAlive") {
+				// The Store's keep-alive stream stays open: each
+				// keep-alive is a message on it.
+				return countSends{cs, c}, err
+			}
 			c.n.Add(1)
-			return streamer(ctx, desc, cc, method, opts...)
+			return cs, err
 		}),
 	}
 }
 
-// The round trips documented in doc.go, counted as requests on the wire.
+// countSends counts each message sent on a keep-alive stream as a lease
+// request.
+type countSends struct {
+	grpc.ClientStream
+	c *countRPCs
+}
+
+func (s countSends) SendMsg(m any) error {
+	s.c.n.Add(1)
+	s.c.lease.Add(1)
+	return s.ClientStream.SendMsg(m)
+}
+
+// The round trips documented in doc.go, counted as requests on the wire:
+// other requests, and lease requests (grants and keep-alives, which etcd's
+// leader answers without a raft write), apart. An acquire makes one lease
+// request: a grant when no idle lease is at hand (the first time), a
+// keep-alive of the idle one it reuses.
 func TestRequestsPerOperation(t *testing.T) {
 	counter := &countRPCs{}
 	s := newStore(t, newClient(t, shared.Endpoints(), counter.options()...))
 	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
-	count := func(what string, want int64, op func() error) {
+	count := func(what string, want, wantLease int64, op func() error) {
 		t.Helper()
-		before := counter.n.Load()
+		before, lease := counter.n.Load(), counter.lease.Load()
 		if err := op(); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got := counter.n.Load() - before; got != want {
-			t.Errorf("%s: %d requests, want %d", what, got, want)
+		l := counter.lease.Load() - lease
+		if got := counter.n.Load() - before - l; got != want || l != wantLease {
+			t.Errorf("%s: %d requests and %d lease requests, want %d and %d", what, got, l, want, wantLease)
 		}
 	}
 	for range 2 {
-		count("acquire", 2, func() error { _, err := s.Acquire(ctx, key, tok, time.Minute); return err })
-		count("busy acquire", 4, func() error {
+		count("acquire", 1, 1, func() error { _, err := s.Acquire(ctx, key, tok, time.Minute); return err })
+		count("busy acquire", 2, 1, func() error {
 			if _, err := s.Acquire(ctx, key, "other", time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
 				return fmt.Errorf("got %v, want busy", err)
 			}
 			return nil
 		})
-		count("renew", 2, func() error { return s.Renew(ctx, key, tok, time.Minute) })
-		count("renew to another TTL", 5, func() error { return s.Renew(ctx, key, tok, 2*time.Minute) })
-		count("renew back", 5, func() error { return s.Renew(ctx, key, tok, time.Minute) })
-		count("inspect held", 2, func() error { _, err := s.Inspect(ctx, key); return err })
-		count("release", 2, func() error { return s.Release(ctx, key, tok) })
-		count("inspect free", 1, func() error { _, err := s.Inspect(ctx, key); return err })
-		count("stale release", 1, func() error {
+		count("renew", 1, 1, func() error { return s.Renew(ctx, key, tok, time.Minute) })
+		count("renew to another TTL", 2, 2, func() error { return s.Renew(ctx, key, tok, 2*time.Minute) })
+		count("renew back", 2, 2, func() error { return s.Renew(ctx, key, tok, time.Minute) })
+		count("inspect held", 2, 0, func() error { _, err := s.Inspect(ctx, key); return err })
+		count("release", 1, 0, func() error { return s.Release(ctx, key, tok) })
+		count("inspect free", 1, 0, func() error { _, err := s.Inspect(ctx, key); return err })
+		count("stale release", 1, 0, func() error {
 			if err := s.Release(ctx, key, tok); !errors.Is(err, leasehold.ErrNotOwned) {
 				return fmt.Errorf("got %v, want ErrNotOwned", err)
 			}

@@ -22,21 +22,41 @@
 // held is safe only if their fences never need to rise again, for example
 // run IDs that are never reused.)
 //
-// Releases are announced with pg_notify on the Store's channel (default: the
-// table's name; see WithChannel), the key as payload, in the release's own
-// statement.
+// A second table, the lease table's name + "_waiters" (or
+// "leasehold_waiters_" and a hash of the name when that would pass 63
+// bytes), also made by Migrate, holds the FIFO queue of each key's waiters,
+// shared by every process (driver.Queuer; docs/design.md §5):
+//
+//	key      text NOT NULL                         the lock key
+//	seq      bigint GENERATED ALWAYS AS IDENTITY   arrival order
+//	token    text NOT NULL                         the waiting Acquire's token
+//	deadline timestamptz NOT NULL                  the row is skipped after it
+//	PRIMARY KEY (key, seq), UNIQUE (key, token)
+//
+// A free key goes only to the live head of a non-empty queue, Acquire
+// included. Expired rows are skipped, and deleted up to 16 at a time by the
+// polls of the key's waiters; deleting rows whose deadline has passed is
+// always safe.
+//
+// A release that a queued waiter waits for wakes the queue's head with
+// pg_notify on the Store's channel (default: the table's name; see
+// WithChannel), in the release's own statement; a release no one waits for
+// sends no notification. The payload names the head by the SHA-256 of its key
+// and token (never the token: any session may LISTEN on any channel),
+// followed by the key.
 //
 // # Round trips
 //
-// Acquire (taken or busy), Release, Renew and Inspect are one statement each,
+// Acquire (taken or busy), AcquireQueued, Release, LeaveQueue, Renew and
+// Inspect are one statement each,
 // so one round trip, once pgx has prepared the statement on the pooled
 // connection: under pgx's default QueryExecModeCacheStatement the first use
 // of each statement on each connection adds one round trip to prepare it;
 // under QueryExecModeExec or the simple protocol there is no such first
 // round trip. The pool may add a ping before handing out a connection idle
 // for more than a second (pgxpool.Config.ShouldPing). Migrate takes a few
-// round trips in one transaction. WatchReleases takes none once the Store's
-// listening connection is up. List (driver.Lister) is one statement per
+// round trips in one transaction. WatchReleases and WatchTurn take none once
+// the Store's listening connection is up. List (driver.Lister) is one statement per
 // page: held rows after the last key read, in the key column's order.
 //
 // # Guarantees
@@ -103,11 +123,19 @@
 //     listens. The listening connection reconnects with bounded backoff
 //     (10 ms doubling to 1 s, jittered) and LISTENs again; a lost
 //     notification costs waiters only their own backoff. Expiries are not
-//     notified.
-//   - Every release's NOTIFY is committed under PostgreSQL's cluster-wide
+//     notified. WatchReleases hears only the releases that a queued waiter
+//     waits for (or forced ones); the Client's waiters are always queued.
+//   - A notifying release commits under PostgreSQL's cluster-wide
 //     notification queue lock, which serialises the commits of notifying
-//     transactions: at many thousands of releases per second that lock, not
-//     the lease table, is the limit.
+//     transactions; only releases that a waiter waits for notify, so that
+//     lock limits contended keys, not uncontended cycles. Every listening
+//     Store receives every notification on its channel and keeps only its
+//     own waiters' wake-ups.
+//   - Queue order is decided at the key's lease row, as the statements run:
+//     a waiter that joins while a newcomer's Acquire runs may lose the key
+//     to it. A waiter that stops polling (a crash) holds the queue up for
+//     the stay of its row after its last poll, plus a backoff step of the
+//     waiter behind it.
 //   - LISTEN needs a session: the pool's configuration must reach
 //     PostgreSQL directly or through a session-pooling proxy, not a
 //     transaction-pooling one.

@@ -131,7 +131,7 @@ func TestWakeupsResumeAfterRestartAndCrash(t *testing.T) {
 			if _, err := s.Acquire(ctx, key, tok, time.Minute); err != nil {
 				continue // a dead pooled connection; the next attempt dials
 			}
-			if err := s.Release(ctx, key, tok); err != nil {
+			if err := pgstore.ReleaseWatched(ctx, s, key, tok); err != nil {
 				continue
 			}
 			select {

@@ -33,7 +33,10 @@ const (
  WHERE key = $1 AND token IS NOT NULL AND expires_at > now() FOR UPDATE`
 
 	// forceSQL clears the owner as releaseSQL does, records it, and queues
-	// the waiters' notification, delivered at commit.
+	// a notification, delivered at commit: the wake-up of the queue's live
+	// head (turnPayload; %[3]s is the waiters table), or the key alone for
+	// watches of the key (WatchReleases) when no one is queued. A forced
+	// release is rare, so it always notifies.
 	forceSQL = `WITH cleared AS (
 	UPDATE %[1]s SET token = NULL, expires_at = NULL WHERE key = $1 RETURNING key
 ), logged AS (
@@ -41,7 +44,11 @@ const (
 	SELECT key, $2, $3, $4, $5, $6 FROM cleared
 	RETURNING at
 )
-SELECT at, pg_notify($7, $1) FROM logged`
+SELECT at, pg_notify($7, coalesce((SELECT ` + turnPayload + ` FROM (
+	SELECT token FROM (
+		SELECT token, seq, deadline FROM %[3]s WHERE key = $1 ORDER BY seq LIMIT 17
+	) f WHERE deadline > now() ORDER BY seq LIMIT 1) h), $1))
+  FROM logged`
 
 	auditSQL = `SELECT at, key, holder, token, fence, reason, forced_by FROM %[2]s
  WHERE $1 = '' OR key = $1

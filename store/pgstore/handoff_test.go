@@ -2,11 +2,13 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest"
 )
 
@@ -16,12 +18,55 @@ import (
 // race detector.
 const handOffBound = 50 * time.Millisecond
 
+// queuedBusy is a Store that signals every refused attempt, Acquire or
+// AcquireQueued, never dropping one, so a test can tell when a waiter is
+// certainly waiting: a queued waiter makes one attempt, watches its turn,
+// makes a second attempt and then waits.
+type queuedBusy struct {
+	*pgstore.Store
+	busy chan struct{}
+}
+
+func newQueuedBusy(s *pgstore.Store) *queuedBusy {
+	return &queuedBusy{Store: s, busy: make(chan struct{}, 64)}
+}
+
+func (q *queuedBusy) signal(err error) {
+	if errors.Is(err, leasehold.ErrNotAcquired) {
+		q.busy <- struct{}{}
+	}
+}
+
+func (q *queuedBusy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	f, err := q.Store.Acquire(ctx, key, token, ttl)
+	q.signal(err)
+	return f, err
+}
+
+func (q *queuedBusy) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	f, err := q.Store.AcquireQueued(ctx, key, token, ttl, stay)
+	q.signal(err)
+	return f, err
+}
+
+// WaitBusy waits for n refused attempts, failing the test after 10 s.
+func (q *queuedBusy) WaitBusy(t testing.TB, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-q.busy:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %d refused attempts in 10 s, want %d", i, n)
+		}
+	}
+}
+
 // With a backoff of an hour (and leases of an hour, so the holder's TTL does
-// not end the wait either) only the release notification can hand the lock
-// to a waiter. Each waiter becomes the next holder, 100 times over.
+// not end the wait either) only the wake-up of the queue's head can hand the
+// lock to a waiter. Each waiter becomes the next holder, 100 times over.
 func TestReleaseHandsOffWithoutPolling(t *testing.T) {
 	const rounds = 100
-	store := storetest.NewBusySignal(newStore(t, pool))
+	store := newQueuedBusy(newStore(t, pool))
 	c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
 	key := storetest.Key(t)
 	holder, err := c.TryAcquire(t.Context(), key, time.Hour)

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -59,7 +60,7 @@ type listener struct {
 	connectTimeout, healthInterval, pingTimeout time.Duration
 
 	mu        sync.Mutex
-	waiters   map[string]map[chan struct{}]struct{} // by key
+	waiters   map[string]map[chan struct{}]struct{} // by key, or by turnID
 	listening chan struct{}                         // closed while the connection listens; replaced when it is lost
 	lastErr   error                                 // why the last connection attempt or connection failed
 	started   bool
@@ -86,7 +87,9 @@ func newListener(pool *pgxpool.Pool, channel string) *listener {
 	}
 }
 
-func (l *listener) watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+// watch returns a watch of id: a key (WatchReleases) or a turnID
+// (WatchTurn). key names it in errors.
+func (l *listener) watch(ctx context.Context, id, key string) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
 	if l.closed {
@@ -99,17 +102,17 @@ func (l *listener) watch(ctx context.Context, key string) (<-chan struct{}, func
 		rctx, l.cancel = context.WithCancel(context.Background())
 		go l.run(rctx)
 	}
-	set := l.waiters[key]
+	set := l.waiters[id]
 	if set == nil {
 		set = make(map[chan struct{}]struct{})
-		l.waiters[key] = set
+		l.waiters[id] = set
 	}
 	set[ch] = struct{}{}
 	listening := l.listening
 	l.mu.Unlock()
 
 	var once sync.Once
-	stop := func() { once.Do(func() { l.unwatch(key, ch) }) }
+	stop := func() { once.Do(func() { l.unwatch(id, ch) }) }
 	select {
 	case <-listening: // the usual case: no wait, even if ctx is done
 		return ch, stop, nil
@@ -143,12 +146,27 @@ func (l *listener) unwatch(key string, ch chan struct{}) {
 	}
 }
 
-// notify wakes every watch of key. A watch that has a wake-up pending keeps
-// just that one: releases coalesce.
-func (l *listener) notify(key string) {
+// turnIDLen is the length of a turnID: the marker byte and 64 hex digits.
+const turnIDLen = 1 + 2*sha256.Size
+
+// notify wakes the watches a notification's payload names: a head's turn
+// (turnPayload: its turnID, then the key) and the watches of the key; or,
+// from a ForceRelease with no one queued, the watches of the key alone. A
+// watch that has a wake-up pending keeps just that one: releases coalesce.
+func (l *listener) notify(payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for ch := range l.waiters[key] {
+	key := payload
+	if len(payload) > turnIDLen && payload[0] == 1 {
+		l.wake(payload[:turnIDLen])
+		key = payload[turnIDLen:]
+	}
+	l.wake(key)
+}
+
+// wake wakes the watches of id; l.mu is held.
+func (l *listener) wake(id string) {
+	for ch := range l.waiters[id] {
 		select {
 		case ch <- struct{}{}:
 		default:

@@ -108,7 +108,7 @@ func wantWoken(t *testing.T, s *Store, key string, released <-chan struct{}, whe
 	var err error
 	for range 10 { // the pooled connections may have been cut: dial again
 		if _, err = s.Acquire(t.Context(), key, tok, time.Minute); err == nil {
-			err = s.Release(t.Context(), key, tok)
+			err = releaseWatched(t.Context(), s, key, tok)
 			break
 		}
 	}

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -33,6 +36,7 @@ var (
 	_ driver.ReleaseNotifier = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
 	_ driver.ForceReleaser   = (*Store)(nil)
+	_ driver.Queuer          = (*Store)(nil)
 )
 
 // Option configures New.
@@ -66,7 +70,12 @@ type Store struct {
 	table   string // as given, for messages
 	channel string
 
-	migrateSQL, acquireSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
+	migrateSQL, acquireSQL, acquireQueuedSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
+
+	// waiters is the waiter queues' table (see waitersName), and its
+	// statements.
+	waiters                     string
+	migrateWaitersSQL, leaveSQL string
 
 	// audit is the forced-release records' table, table + "_audit", and its
 	// statements; auditErr says why there is none (a name too long).
@@ -78,8 +87,8 @@ type Store struct {
 }
 
 // New returns a Store that keeps its leases in pool's database. It does not
-// touch the database: call Migrate once (at deployment or start-up) to create
-// the table.
+// touch the database: call Migrate once (at deployment or start-up, and after
+// an upgrade) to create the tables.
 //
 // The Store does not own the pool: Close the Store before the pool. Lock
 // operations run on pooled connections; release notifications are read on
@@ -114,16 +123,23 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	t := pgx.Identifier(parts).Sanitize()
+	waiterParts := slices.Clone(parts)
+	waiterParts[len(parts)-1] = waitersName(parts[len(parts)-1])
+	w := pgx.Identifier(waiterParts).Sanitize()
 	s := &Store{
-		pool:       pool,
-		table:      c.table,
-		channel:    c.channel,
-		migrateSQL: fmt.Sprintf(migrateSQL, t),
-		acquireSQL: fmt.Sprintf(acquireSQL, t),
-		releaseSQL: fmt.Sprintf(releaseSQL, t),
-		renewSQL:   fmt.Sprintf(renewSQL, t),
-		inspectSQL: fmt.Sprintf(inspectSQL, t),
-		listSQL:    fmt.Sprintf(listSQL, t),
+		pool:              pool,
+		table:             c.table,
+		channel:           c.channel,
+		migrateSQL:        fmt.Sprintf(migrateSQL, t),
+		acquireSQL:        fmt.Sprintf(acquireSQL, t, w),
+		acquireQueuedSQL:  fmt.Sprintf(acquireQueuedSQL, t, w),
+		releaseSQL:        fmt.Sprintf(releaseSQL, t, w),
+		renewSQL:          fmt.Sprintf(renewSQL, t),
+		inspectSQL:        fmt.Sprintf(inspectSQL, t),
+		listSQL:           fmt.Sprintf(listSQL, t),
+		waiters:           strings.Join(waiterParts, "."),
+		migrateWaitersSQL: fmt.Sprintf(migrateWaitersSQL, w),
+		leaveSQL:          fmt.Sprintf(leaveSQL, t, w),
 	}
 	auditParts := slices.Clone(parts)
 	auditParts[len(parts)-1] += "_audit"
@@ -133,7 +149,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		s.migrateAuditSQL = fmt.Sprintf(migrateAuditSQL, t, a)
 		s.migrateAuditIndexSQL = fmt.Sprintf(migrateAuditIndexSQL, t, a, pgx.Identifier{auditParts[len(parts)-1] + "_key_at"}.Sanitize())
 		s.forceSelectSQL = fmt.Sprintf(forceSelectSQL, t, a)
-		s.forceSQL = fmt.Sprintf(forceSQL, t, a)
+		s.forceSQL = fmt.Sprintf(forceSQL, t, a, w)
 		s.auditSQL = fmt.Sprintf(auditSQL, t, a)
 	}
 	s.listener = newListener(pool, c.channel)
@@ -152,9 +168,14 @@ func checkIdent(arg, whole, part string) error {
 	return nil
 }
 
-// The statements, with %[1]s standing for the quoted table name. Every lock
-// operation is one statement: one round trip, atomic on its own, timed by
-// the database's clock (now() is the statement's transaction start).
+// The statements, with %[1]s standing for the quoted lease table and %[2]s
+// for the quoted waiters table. Every lock operation is one statement: one
+// round trip, atomic on its own, timed by the database's clock (now() is the
+// statement's transaction start).
+//
+// The waiters table holds the FIFO queue of each key's waiters
+// (driver.Queuer): one row per waiting Acquire, by arrival (seq), valid until
+// deadline. Its head is the oldest row whose deadline has not passed.
 const (
 	migrateSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
 	key        text PRIMARY KEY,
@@ -162,6 +183,40 @@ const (
 	fence      bigint NOT NULL,
 	expires_at timestamptz
 )`
+
+	// migrateWaitersSQL makes the waiters table; %[1]s is its quoted
+	// name. The primary key's index is the one every queue read walks.
+	migrateWaitersSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
+	key      text NOT NULL,
+	seq      bigint GENERATED ALWAYS AS IDENTITY,
+	token    text NOT NULL,
+	deadline timestamptz NOT NULL,
+	PRIMARY KEY (key, seq),
+	UNIQUE (key, token)
+)`
+
+	// turnPayload is the notification that wakes h.token, the head of
+	// key $1's queue: a byte no key starts with (keys have no control
+	// characters), the hex SHA-256 of key, that byte and the token, and
+	// the key. The token itself never travels: any session of the database
+	// may LISTEN on any channel, and a token is what Release and Renew take.
+	// The Store of the head's waiter finds its watch by the hash
+	// (turnID); watches of the key (WatchReleases) are woken by the key.
+	turnPayload = `chr(1) || encode(sha256(convert_to($1 || chr(1) || h.token, 'UTF8')), 'hex') || $1`
+
+	// queueHead is the token of the live head of key $1's queue, other
+	// than $2 (a releaser's token, never queued; a leaver's, whose row the
+	// statement's snapshot still shows).
+	queueHead = `SELECT token FROM %[2]s
+	 WHERE key = $1 AND token <> $2 AND deadline > now() ORDER BY seq LIMIT 1`
+
+	// queueAhead has a row when a live waiter other than $2 is ahead of
+	// $2's row in key $1's queue, or anywhere in it when $2 has no row:
+	// then $2 may not take the key. $2's own row counts as live, its
+	// caller being alive and calling now.
+	queueAhead = `SELECT FROM %[2]s o
+	 WHERE o.key = $1 AND o.token <> $2 AND o.deadline > now()
+	   AND o.seq < coalesce((SELECT m.seq FROM %[2]s m WHERE m.key = $1 AND m.token = $2), 9223372036854775807)`
 
 	// acquireSQL takes a free key (no row, or a released or expired one)
 	// and raises its fence in the same row to max(last fence + 1, the
@@ -171,31 +226,102 @@ const (
 	// ones issued before (see "The clock condition" in the package doc).
 	// extract(epoch …) is numeric since PostgreSQL 14, so the microseconds
 	// are exact; before 14 it is a double, exact to well under a
-	// microsecond for dates this century. When the key is held, the
-	// INSERT returns nothing and the second column reports the holder's
-	// remaining TTL. That read uses the statement's snapshot, so it is NULL
-	// in the rare race where the holder's row was written after the
-	// statement started; the caller then gets a HeldError without a TTL.
-	acquireSQL = `WITH acquired AS (
+	// microsecond for dates this century.
+	//
+	// The key is taken only if no live waiter is queued ahead of $2
+	// (queueAhead): a plain Acquire does not jump the queue. In the same
+	// statement the winner's row goes (served).
+	//
+	// The second column is the holder's remaining TTL. That read uses the
+	// statement's snapshot, so it is NULL in the rare race where the
+	// holder's row was written after the statement started; the caller
+	// then gets a HeldError without a TTL.
+	//
+	// Every acquire of a key locks the key's lease row (ON CONFLICT DO
+	// UPDATE locks the row before it judges the WHERE), so the acquires of
+	// a key run one after another, and a queue read from the snapshot can
+	// only let through a caller that the row then judges again.
+	//
+	// The statement is written for its usual case, a key no one waits
+	// for: then the queue costs a few probes of the waiters table's
+	// indexes, each finding nothing, and every other step is skipped by a
+	// filter evaluated once (docs/design.md §5 gives the measured cost).
+	acquireSQL = acquireSteps + `
+SELECT (SELECT fence FROM acquired),
+       (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
+
+	// acquireQueuedSQL is acquireSQL for a waiter: refused, the caller
+	// joins the back of the queue or keeps its place, its row valid for
+	// $5 from now (joined); and the second column is NULL for a caller
+	// behind the head (it has no reason to try at the holder's expiry).
+	// It also deletes up to 16 expired rows of the key's queue, the oldest
+	// first (pruned): the waiters' polls collect the rows of waiters that
+	// died. A poll locks its own row (joined, which pruned's filter makes
+	// run first) before any other, and skips rows another statement has
+	// locked: so two late waiters pruning each other's rows while each
+	// refreshes its own wait for one another at most one way, never in a
+	// deadlock. And its third column is a wake-up of the head, sent when the
+	// key is free and the caller was refused for it: the head may have
+	// missed its wake-up. A plain Acquire, the uncontended case, does
+	// neither, and pays nothing for them (they cost about a fifth of its
+	// time; design.md §5).
+	acquireQueuedSQL = acquireSteps + `, joined AS (
+	INSERT INTO %[2]s (key, token, deadline)
+	SELECT $1, $2, now() + $5::interval WHERE NOT EXISTS (SELECT FROM acquired)
+	ON CONFLICT (key, token) DO UPDATE SET deadline = EXCLUDED.deadline
+	RETURNING 1
+), pruned AS (
+	DELETE FROM %[2]s WHERE key = $1 AND seq = ANY (ARRAY(
+		SELECT seq FROM %[2]s
+		 WHERE key = $1 AND token <> $2 AND deadline <= now() AND (SELECT count(*) FROM joined) >= 0
+		 ORDER BY seq LIMIT 16 FOR UPDATE SKIP LOCKED))
+)
+SELECT a.fence,
+       CASE WHEN a.fence IS NULL AND NOT EXISTS (` + queueAhead + `)
+            THEN (SELECT expires_at - now() FROM %[1]s WHERE key = $1) END,
+       ` + acquireWake + `
+  FROM (SELECT (SELECT fence FROM acquired) AS fence) a`
+
+	acquireSteps = `WITH acquired AS (
 	INSERT INTO %[1]s AS l (key, token, fence, expires_at)
-	VALUES ($1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval)
+	SELECT $1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval
+	 WHERE NOT EXISTS (` + queueAhead + `)
 	ON CONFLICT (key) DO UPDATE
 	   SET token = EXCLUDED.token, fence = greatest(l.fence + 1, EXCLUDED.fence), expires_at = EXCLUDED.expires_at
 	 WHERE l.expires_at IS NULL OR l.expires_at <= now()
 	RETURNING l.fence
-)
-SELECT (SELECT fence FROM acquired),
-       (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
+), served AS (
+	DELETE FROM %[2]s WHERE key = $1 AND token = $2 AND EXISTS (SELECT FROM acquired)
+)`
+
+	// acquireWake is acquireQueuedSQL's wake-up of the head.
+	acquireWake = `(SELECT pg_notify($4, ` + turnPayload + `) FROM (` + queueHead + `) h
+         WHERE a.fence IS NULL
+           AND NOT EXISTS (SELECT FROM %[1]s WHERE key = $1 AND expires_at > now()))`
 
 	// releaseSQL clears the owner but keeps the row, so the fence goes on
-	// rising, and queues the notification, which PostgreSQL delivers when
-	// the statement commits. One row selected means released.
+	// rising, and, only when a live waiter is queued, queues a
+	// notification that wakes the head (turnPayload), which PostgreSQL
+	// delivers when the statement commits. A release nobody waits for
+	// sends nothing: no NOTIFY, so no commit under the cluster-wide
+	// notification queue lock. One row selected means released.
 	releaseSQL = `WITH released AS (
 	UPDATE %[1]s SET token = NULL, expires_at = NULL
 	 WHERE key = $1 AND token = $2 AND expires_at > now()
 	RETURNING key
 )
-SELECT pg_notify($3, key) FROM released`
+SELECT (SELECT pg_notify($3, ` + turnPayload + `) FROM (` + queueHead + `) h)
+  FROM released`
+
+	// leaveSQL takes $2's row out of key $1's queue and, when it was
+	// there and the key is free, wakes the queue's next live head.
+	leaveSQL = `WITH gone AS (
+	DELETE FROM %[2]s WHERE key = $1 AND token = $2 RETURNING key
+)
+SELECT pg_notify($3, ` + turnPayload + `)
+  FROM (` + queueHead + `) h
+ WHERE EXISTS (SELECT FROM gone)
+   AND NOT EXISTS (SELECT FROM %[1]s WHERE key = $1 AND expires_at > now())`
 
 	renewSQL = `UPDATE %[1]s SET expires_at = now() + $3::interval
  WHERE key = $1 AND token = $2 AND expires_at > now()`
@@ -215,6 +341,34 @@ SELECT pg_notify($3, key) FROM released`
  LIMIT $3`
 )
 
+// queuePrune is the most expired rows of a key's queue that one queued
+// acquire deletes (acquireQueuedSQL spells it as a literal). It bounds the
+// writes of one statement however many waiters died at once: K dead rows
+// take ceil(K / 16) polls of the key's waiters to clear. Expired rows not
+// yet deleted are only skipped: reading past one costs an index entry. It
+// matches redisstore's LH_TRIM.
+const queuePrune = 16
+
+// waitersName is the name of the waiters table that goes with the lease
+// table named table (its last part): table + "_waiters", or, when that is
+// longer than PostgreSQL's identifiers may be, "leasehold_waiters_" and 32
+// hex digits of the name's SHA-256, so that a long table name still locks
+// and two long names never share a queue.
+func waitersName(table string) string {
+	if name := table + "_waiters"; len(name) <= maxIdentLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(table))
+	return "leasehold_waiters_" + hex.EncodeToString(sum[:16])
+}
+
+// turnID is the listener's name of the watch of token's turn in key's
+// queue: turnPayload without the key.
+func turnID(key, token string) string {
+	sum := sha256.Sum256([]byte(key + "\x01" + token))
+	return "\x01" + hex.EncodeToString(sum[:])
+}
+
 // interval converts a TTL to the interval PostgreSQL stores, rounding up to
 // whole microseconds, its unit, so the server never holds a lease for less
 // time than its owner believes it has. (pgx's own time.Duration encoding
@@ -224,11 +378,14 @@ func interval(ttl time.Duration) pgtype.Interval {
 }
 
 // Migrate creates the lease table if it does not exist: key text PRIMARY
-// KEY, token text, fence bigint NOT NULL, expires_at timestamptz; and the
-// forced releases' table, the lease table's name + "_audit" (see
-// ForceRelease), with an index on (key, at). It is
-// safe to call from many processes at once (they queue on a transaction
-// advisory lock) and on every start-up. It never alters an existing table.
+// KEY, token text, fence bigint NOT NULL, expires_at timestamptz; the
+// waiters table (see the package doc); and the forced releases' table, the
+// lease table's name + "_audit" (see ForceRelease), with an index on
+// (key, at). It is safe to call from many processes at once (they queue on a
+// transaction advisory lock) and on every start-up. It never alters an
+// existing table, so on a database made by an earlier version it adds the
+// tables that version did not have and keeps the leases; run it after
+// upgrading, as lock operations fail until the waiters table exists.
 func (s *Store) Migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// CREATE TABLE IF NOT EXISTS is not safe against itself: two
@@ -238,6 +395,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return err
 		}
 		if _, err := tx.Exec(ctx, s.migrateSQL); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.migrateWaitersSQL); err != nil {
 			return err
 		}
 		if s.auditErr != nil {
@@ -267,20 +427,54 @@ func (s *Store) Close() error {
 
 // Acquire implements driver.Store in one statement and one round trip,
 // on the database's clock. It returns the new fence; a *leasehold.HeldError
-// carrying the holder's remaining TTL when the key is held; an
-// *leasehold.ArgumentError for bad input (nothing is sent then); and any
-// other error, wrapped as "pgstore: acquire", when the database could not
-// answer. After such an error the acquire may or may not have been applied.
+// carrying the holder's remaining TTL when the key is held, or a TTL of 0
+// when the key is free but waiters are queued for it (driver.Queuer: no
+// one jumps the queue); an *leasehold.ArgumentError for bad input (nothing
+// is sent then); and any other error, wrapped as "pgstore: acquire", when
+// the database could not answer. After such an error the acquire may or may
+// not have been applied.
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
+	return s.acquire(ctx, key, token, ttl, 0)
+}
+
+// AcquireQueued implements driver.Queuer in the one statement of Acquire,
+// which also joins or refreshes token's row in the waiters table when
+// refused. A refused waiter behind the head gets a *leasehold.HeldError
+// whose Remaining is 0. It refuses a stay outside
+// driver.MinTTL..driver.MaxTTL with an *leasehold.ArgumentError.
+func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
+		return 0, err
+	}
+	if err := driver.ValidateTTL(stay); err != nil {
+		return 0, &leasehold.ArgumentError{Arg: "stay", Reason: err.(*leasehold.ArgumentError).Reason}
+	}
+	return s.acquire(ctx, key, token, ttl, stay)
+}
+
+// acquire runs acquireSQL; a stay of 0 does not join the queue.
+func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	var (
 		fence     *int64
 		remaining *time.Duration
 	)
-	if err := s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl)).Scan(&fence, &remaining); err != nil {
-		return 0, fmt.Errorf("pgstore: acquire %q: %w", key, err)
+	var row pgx.Row
+	if stay > 0 {
+		row = s.pool.QueryRow(ctx, s.acquireQueuedSQL, key, token, interval(ttl), s.channel, interval(stay))
+	} else {
+		row = s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl))
+	}
+	var err error
+	if stay > 0 {
+		err = row.Scan(&fence, &remaining, nil)
+	} else {
+		err = row.Scan(&fence, &remaining)
+	}
+	if err != nil {
+		return 0, s.opError("acquire", key, err)
 	}
 	if fence != nil {
 		return *fence, nil
@@ -292,22 +486,60 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	return 0, held
 }
 
+// undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
+const undefinedTable = "42P01"
+
+// opError wraps the error of operation op on key. A missing table is most
+// likely a database not migrated since an upgrade that added one (the
+// waiters table): the error says so.
+func (s *Store) opError(op, key string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == undefinedTable {
+		return fmt.Errorf("pgstore: %s %q: %w (run Migrate: this version needs the tables %q and %q)", op, key, err, s.table, s.waiters)
+	}
+	return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
+}
+
 // Release implements driver.Store in one round trip: it clears the owner
-// if the key holds token and has not expired, and announces the release to
-// waiters (pg_notify) in the same statement. It returns
-// leasehold.ErrNotOwned when the key is not held with token.
+// if the key holds token and has not expired, and, when a waiter is queued
+// for the key, wakes the queue's head (pg_notify) in the same statement. It
+// returns leasehold.ErrNotOwned when the key is not held with token.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
 	tag, err := s.pool.Exec(ctx, s.releaseSQL, key, token, s.channel)
 	if err != nil {
-		return fmt.Errorf("pgstore: release %q: %w", key, err)
+		return s.opError("release", key, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return leasehold.ErrNotOwned
 	}
 	return nil
+}
+
+// LeaveQueue implements driver.Queuer in one statement and one round trip:
+// it deletes token's row from key's queue and, when there was one and the
+// key is free, wakes the queue's next head.
+func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
+	if err := driver.ValidateRelease(key, token); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, s.leaveSQL, key, token, s.channel); err != nil {
+		return s.opError("leave the queue of", key, err)
+	}
+	return nil
+}
+
+// WatchTurn implements driver.Queuer on the Store's one listening
+// connection, as WatchReleases does: the wake-ups of a queue's head carry a
+// hash of its key and token (never the token), and only the watch of that
+// head is woken. It takes no round trip once the connection listens.
+func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := driver.ValidateRelease(key, token); err != nil {
+		return nil, nil, err
+	}
+	return s.listener.watch(ctx, turnID(key, token), key)
 }
 
 // Renew implements driver.Store in one round trip: it sets the lease to
@@ -354,7 +586,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	return info, nil
 }
 
-// WatchReleases implements driver.ReleaseNotifier with LISTEN/NOTIFY.
+// WatchReleases implements driver.ReleaseNotifier with LISTEN/NOTIFY. A
+// release is announced only when a waiter is queued for the key (a Client's
+// waiters always are) and on a forced release: driver.ReleaseNotifier allows
+// that of a Queuer.
 // All watches of a Store share one connection, which LISTENs on the Store's
 // channel once; the key travels in the notification's payload. The first
 // watch opens that connection and starts the goroutine that reads it (Close
@@ -371,7 +606,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	return s.listener.watch(ctx, key)
+	return s.listener.watch(ctx, key, key)
 }
 
 // List implements driver.Lister in one statement per call. Across calls

@@ -329,7 +329,7 @@ func TestOneListeningConnectionPerStore(t *testing.T) {
 	if _, err := s.Acquire(ctx, keys[0], tok, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, keys[0], tok); err != nil {
+	if err := pgstore.ReleaseWatched(ctx, s, keys[0], tok); err != nil {
 		t.Fatal(err)
 	}
 	for i, ch := range watches {
@@ -347,7 +347,7 @@ func TestOneListeningConnectionPerStore(t *testing.T) {
 	if _, err := s.Acquire(ctx, keys[1], tok, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, keys[1], tok); err != nil {
+	if err := pgstore.ReleaseWatched(ctx, s, keys[1], tok); err != nil {
 		t.Fatal(err)
 	}
 	for i, ch := range watches {

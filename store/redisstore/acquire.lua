@@ -1,9 +1,13 @@
 -- Acquire: take KEYS[1] for ARGV[1] (token) with a TTL of ARGV[2] ms, only if
--- it is absent, and issue the fence in the same atomic step.
+-- it is absent and no other waiter is ahead in its queue, and issue the fence
+-- in the same atomic step.
 -- KEYS[2] is the fence counter: it never expires and shares KEYS[1]'s slot.
+-- KEYS[3] and KEYS[4] are the queue (queue.lua). ARGV[3] is 0, or the ms a
+-- waiter's queue entry lives (it joins or refreshes it when refused).
 -- Returns {1, fence as a decimal string} when acquired, {0, remaining ms of
--- the holder} when not, and an error reply, having written nothing, when the
--- counter is not a decimal in 1 .. 2^63-1 or cannot rise further.
+-- the holder} when not (-2: not held, or the caller is behind the head), and
+-- an error reply, having written nothing, when the counter is not a decimal
+-- in 1 .. 2^63-1 or cannot rise further.
 local last = redis.call('GET', KEYS[2])
 if last and not lh_int(last) then
   return redis.error_reply('LEASEHOLD_BADFENCE ' .. lh_show(last))
@@ -11,16 +15,38 @@ end
 if last == LH_MAX then
   return redis.error_reply('LEASEHOLD_FENCE_EXHAUSTED ' .. last)
 end
--- fence = max(last + 1, server time in microseconds): after the data is lost
--- (restart without persistence, FLUSHALL, failover to a lagging replica) the
--- counter restarts from the clock, which is past every fence issued before.
-local t = redis.call('TIME')
-local fence = t[1] .. string.format('%06d', tonumber(t[2]))
-if last and lh_cmp(last, fence) >= 0 then
-  fence = lh_incr(last)
+local tok, stay = ARGV[1], tonumber(ARGV[3])
+local now, head, empty = false, false, true
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  now = lh_now()
+  head, empty = lh_head(KEYS[3], KEYS[4], now)
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 and (empty or head == tok) then
+  -- fence = max(last + 1, server time in microseconds): after the data is
+  -- lost (restart without persistence, FLUSHALL, failover to a lagging
+  -- replica) the counter restarts from the clock, which is past every fence
+  -- issued before.
+  local t = redis.call('TIME')
+  local fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  if last and lh_cmp(last, fence) >= 0 then
+    fence = lh_incr(last)
+  end
+  redis.call('SET', KEYS[1], tok, 'PX', ARGV[2])
+  redis.call('SET', KEYS[2], fence)
+  if head == tok then
+    lh_remove(KEYS[3], KEYS[4], tok)
+  end
+  return {1, fence}
 end
-redis.call('SET', KEYS[2], fence)
-return {1, fence}
+if pttl == -2 and head then
+  -- Free, yet refused: the head may have missed its wake-up.
+  redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
+end
+if stay > 0 then
+  lh_join(KEYS[3], KEYS[4], tok, now or lh_now(), stay)
+  if not empty and head ~= tok then
+    return {0, -2} -- behind the head: no reason to try at the holder's expiry
+  end
+end
+return {0, pttl}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest"
 )
 
@@ -53,24 +54,39 @@ func BenchmarkRawEvalSha(b *testing.B) {
 	})
 }
 
-// BenchmarkAcquireRelease: uncontended cycles, each goroutine on its own keys.
+// BenchmarkAcquireRelease: uncontended cycles, each goroutine on its own
+// keys, at 1, 16 and 64 goroutines per GOMAXPROCS (go test -cpu 1 gives
+// those counts), batched (the default) and WithoutBatching, on a client
+// with ContextTimeoutEnabled as the bench module's.
 func BenchmarkAcquireRelease(b *testing.B) {
-	cl := leasehold.New(newStore(b, benchClient(b)))
-	var n atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		prefix := "bench:" + strconv.FormatInt(n.Add(1), 10) + ":"
-		i := 0
-		for pb.Next() {
-			i++
-			l, err := cl.TryAcquire(b.Context(), prefix+strconv.Itoa(i%64), time.Minute)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Release(b.Context()); err != nil {
-				b.Fatal(err)
-			}
+	for _, batching := range []string{"batched", "unbatched"} {
+		for _, par := range []int{1, 16, 64} {
+			b.Run(batching+"/"+strconv.Itoa(par), func(b *testing.B) {
+				var opts []redisstore.Option
+				if batching == "unbatched" {
+					opts = append(opts, redisstore.WithoutBatching())
+				}
+				c := redis.NewClient(&redis.Options{Addr: shared.Addr(), ContextTimeoutEnabled: true, PoolSize: 70})
+				cl := leasehold.New(newStore(b, c, opts...))
+				var n atomic.Int64
+				b.SetParallelism(par)
+				b.RunParallel(func(pb *testing.PB) {
+					prefix := "bench:" + strconv.FormatInt(n.Add(1), 10) + ":"
+					i := 0
+					for pb.Next() {
+						i++
+						l, err := cl.TryAcquire(b.Context(), prefix+strconv.Itoa(i%64), time.Minute)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if err := l.Release(b.Context()); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
 		}
-	})
+	}
 }
 
 func BenchmarkRenew(b *testing.B) {

@@ -8,11 +8,55 @@
 // same cluster slot as the key for every key, with or without {hash tags}.
 // Releases are announced on ReleaseChannel(key).
 //
+// Waiters queue (driver.Queuer) in QueueKey(key), a sorted set of their
+// tokens by arrival, and QueueDeadlinesKey(key), a hash of each entry's
+// deadline in server milliseconds; both are in the key's slot, exist only
+// while someone waits, and expire with their latest entry. The acquire
+// script refuses a free key to anyone but the live head of a non-empty
+// queue, and a queued waiter's refused attempt joins or refreshes its entry
+// in the same call. Every script that reads the queue removes up to 16
+// expired heads first. A release publishes on ReleaseChannel(key) and on
+// TurnChannel(key, head's token), to which only the head's Store is
+// subscribed (WatchTurn).
+//
 // Each operation is one Lua script, so one round trip once the script is
 // cached on the server (EVALSHA, with EVAL as the fallback). Acquire and
 // release must not run twice, so they are sent as commands go-redis does not
 // retry once written; a lost reply is returned as an error (the Client then
 // releases an acquire that may have been applied).
+//
+// # Batching
+//
+// Concurrent Acquire, Release and Renew calls of one Store share round
+// trips. A call made while no flush is in flight is sent at once, alone, on
+// the caller's goroutine under its own context, so a lone caller waits for
+// nothing more than before. Calls made while a flush is in flight queue,
+// and go out together as one go-redis Pipeline on the application's client
+// (the pipeline pool of go-redis) when it returns: up to 64 calls per flush
+// (the server runs them back to back, in well under a millisecond), one
+// flush in flight per Store. A cluster client splits
+// a flush by node and sends the parts concurrently, following MOVED and ASK
+// per call; a failover client sends it to the current primary. Calls the
+// server answers NOSCRIPT (not run: a restart or SCRIPT FLUSH) are sent
+// again as EVAL in a second pipeline, so each runs once.
+//
+// Each call keeps its own answer, its own error and its own context. A flush
+// runs under a context no caller can cancel, holding the latest deadline of
+// its calls (none if one has none). A caller whose context ends while its
+// call waits for a flush gets an error saying it was not sent, and it is
+// not; once sent, it gets an error of unknown outcome, exactly as for a lost
+// reply (the Client releases such an acquire, and the Store releases the key
+// if the reply then says granted), while the calls sent with it go on.
+//
+// What batching changes, and WithoutBatching restores: go-redis hooks see
+// pipelines (ProcessPipelineHook) instead of single commands; a pipeline
+// carries the context values (trace spans) of its first caller; a pipeline
+// holding an acquire or release is never sent twice by go-redis, so a Renew
+// sent in it is not retried after a network error either (its caller gets
+// the error, which the Client's renewal treats as any failed renewal); and
+// on a client with ContextTimeoutEnabled and no ReadTimeout, a call without
+// a deadline keeps the calls queued behind it waiting (each still returns by
+// its own context's end).
 //
 // List (driver.Lister) is one SCAN step and one pipeline of the inspect
 // script per call, never KEYS; across calls it follows SCAN's order, not key
@@ -90,5 +134,9 @@
 // Store starts two goroutines, on the first WatchReleases, to read the shared
 // pub/sub connection and to send its subscription changes; Close stops them
 // and waits for them. Without ContextTimeoutEnabled each call also runs on a
-// goroutine of its own (see New).
+// goroutine of its own (see New). A batched flush runs on a goroutine that
+// ends when the queue is empty, at the latest when the client's timeouts or
+// the calls' deadlines end its round trip, and the release of an acquire
+// whose caller left the batch on one that ends within 2 s; Close waits for
+// both.
 package redisstore

@@ -24,7 +24,7 @@ var forceLua string
 
 // The force script must not run twice: a second run would remove the next
 // owner.
-var forceScript = rscript.Once(forceLua)
+var forceScript = rscript.Once(queueLib + forceLua)
 
 // AuditPerKey is how many forced-release records a key's audit stream keeps,
 // the newest: years of incidents for one lock, in a few kilobytes.
@@ -48,7 +48,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	if err := driver.ValidateForceRelease(key, reason, by); err != nil {
 		return driver.AuditRecord{}, err
 	}
-	res, err := forceScript.Run(ctx, s.client, []string{key, FenceKey(key), AuditKey(key)},
+	res, err := forceScript.Run(ctx, s.client, []string{key, FenceKey(key), AuditKey(key), QueueKey(key), QueueDeadlinesKey(key)},
 		key, reason, by, AuditPerKey, ReleaseChannel(key)).Slice()
 	if errors.Is(err, redis.Nil) {
 		return driver.AuditRecord{}, leasehold.ErrNotOwned

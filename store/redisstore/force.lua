@@ -1,7 +1,8 @@
 -- ForceRelease: delete the lock KEYS[1] whoever holds it and, in the same
 -- step, append a record to its audit stream KEYS[3] (capped at ARGV[4]
--- entries), then wake waiters on channel ARGV[5]. KEYS[2] is the fence
--- counter. ARGV: key, reason, by, cap, channel.
+-- entries), then wake waiters on channel ARGV[5] and the head of the key's
+-- queue (KEYS[4], KEYS[5]; queue.lua) on its own channel. KEYS[2] is the
+-- fence counter. ARGV: key, reason, by, cap, channel.
 -- Returns false when KEYS[1] is not held, the error LEASEHOLD_NOTALOCK when
 -- it is not a leasehold lock, else {token prefix, encoded
 -- holder, fence, time in microseconds}.
@@ -28,4 +29,10 @@ redis.call('XADD', KEYS[3], 'MAXLEN', ARGV[4], '*',
   'time_us', us, 'key', ARGV[1], 'holder', holder, 'token', prefix,
   'fence', fence, 'reason', ARGV[2], 'by', ARGV[3])
 redis.pcall('PUBLISH', ARGV[5], '')
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local head = lh_head(KEYS[4], KEYS[5], lh_now())
+  if head then
+    redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
+  end
+end
 return {prefix, holder, fence, us}

@@ -24,11 +24,36 @@ import (
 // FenceKey returns the Redis key that holds key's fence counter. It never
 // expires and is in the same cluster slot as key, whatever key looks like:
 // the three letters in braces are a hash tag picked for that slot.
-func FenceKey(key string) string { return redisslot.Companion("leasehold:fence:", key) }
+func FenceKey(key string) string { return redisslot.Companion(fencePrefix, key) }
+
+// The prefixes of the companion keys of a lock key (see redisslot.Companion).
+const (
+	fencePrefix  = "leasehold:fence:"
+	queuePrefix  = "leasehold:queue:"
+	queuedPrefix = "leasehold:queued:"
+)
 
 // ReleaseChannel returns the pub/sub channel on which a release of key is
 // announced to waiters.
 func ReleaseChannel(key string) string { return "leasehold:released:" + key }
+
+// QueueKey returns the Redis key of key's waiter queue (a sorted set of
+// waiter tokens by arrival), and QueueDeadlinesKey that of their deadlines
+// (a hash); see driver.Queuer. Both are in key's cluster slot, as FenceKey,
+// and exist only while someone waits.
+func QueueKey(key string) string { return redisslot.Companion(queuePrefix, key) }
+
+// TurnChannel returns the pub/sub channel on which the waiter with token is
+// told that it is the head of key's queue and key may be free (a release,
+// or the leave of the waiter before it). One channel per waiter, so a
+// wake-up reaches the head's process alone, not every process subscribed
+// to the key.
+func TurnChannel(key, token string) string {
+	return "leasehold:turn:" + strconv.Itoa(len(token)) + ":" + token + ":" + key
+}
+
+// QueueDeadlinesKey: see QueueKey.
+func QueueDeadlinesKey(key string) string { return redisslot.Companion(queuedPrefix, key) }
 
 var (
 	//go:embed acquire.lua
@@ -39,10 +64,15 @@ var (
 	renewLua string
 	//go:embed inspect.lua
 	inspectLua string
+	//go:embed queue.lua
+	queueLib string
+	//go:embed leave.lua
+	leaveLua string
 
 	// Acquire and release must not run twice; renew and inspect may.
-	acquireScript = rscript.Once(rscript.Int64Lib + acquireLua)
-	releaseScript = rscript.Once(releaseLua)
+	acquireScript = rscript.Once(rscript.Int64Lib + queueLib + acquireLua)
+	releaseScript = rscript.Once(queueLib + releaseLua)
+	leaveScript   = rscript.New(queueLib + leaveLua)
 	renewScript   = rscript.New(renewLua)
 	inspectScript = rscript.New(inspectLua)
 )
@@ -53,12 +83,14 @@ var (
 	_ driver.BatchRenewer    = (*Store)(nil)
 	_ driver.Lister          = (*Store)(nil)
 	_ driver.ForceReleaser   = (*Store)(nil)
+	_ driver.Queuer          = (*Store)(nil)
 )
 
 // Store is a driver.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
 	calls  rscript.Caller
+	batch  *rscript.Batcher // nil: WithoutBatching
 	subs   subscriptions
 	opts   options
 
@@ -72,6 +104,7 @@ type Option func(*options)
 type options struct {
 	log          *slog.Logger
 	warnEviction bool
+	noBatching   bool
 }
 
 // WithLogger sets where the Store reports an eviction policy it only warns
@@ -88,6 +121,14 @@ func WithLogger(l *slog.Logger) Option {
 // a server whose maxmemory-policy is not noeviction. Default: refuse, since
 // any other policy may evict a held lock and let a second owner in.
 func WithEvictionWarning() Option { return func(o *options) { o.warnEviction = true } }
+
+// WithoutBatching sends every Acquire, Release and Renew as a command of
+// its own, as go-redis's Process, under the caller's context. Default:
+// concurrent calls share round trips (see the package doc, "Batching"),
+// which go-redis hooks see as pipelines, which carry the context values of
+// one of the batch's callers, and in which a Renew beside an Acquire or a
+// Release is not retried after a network error.
+func WithoutBatching() Option { return func(o *options) { o.noBatching = true } }
 
 // New returns a Store that keeps its locks in client: a *redis.Client, a
 // failover (Sentinel) client or a *redis.ClusterClient, made as the
@@ -129,6 +170,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	s := &Store{client: client, calls: calls, opts: options{log: slog.Default()}}
 	for _, opt := range opts {
 		opt(&s.opts)
+	}
+	if !s.opts.noBatching {
+		s.batch = rscript.NewBatcher(client, calls, rscript.DefaultBatchSize)
 	}
 	s.subs.client = client
 	return s, nil
@@ -209,9 +253,17 @@ func heldFor(pttl int64) time.Duration {
 }
 
 // Close stops the pub/sub connection that carries release notifications, if
-// one was opened, and waits for its goroutine. It does not close the client.
+// one was opened, and waits for its goroutine, and for the batched calls in
+// flight (see the package doc, "Batching") and the releases of acquires their
+// callers left (bounded by lateReleaseTimeout). It does not close the client.
 // Waiters still blocked on the Store fall back to their backoff.
-func (s *Store) Close() error { return s.subs.close() }
+func (s *Store) Close() error {
+	err := s.subs.close()
+	if s.batch != nil {
+		s.batch.Wait()
+	}
+	return err
+}
 
 // millis rounds a TTL up to whole milliseconds, Redis's unit, so the server
 // never holds a lease for less time than its owner believes it has.
@@ -224,22 +276,49 @@ func millis(ttl time.Duration) int64 {
 // nothing, a key whose fence counter holds anything but a decimal in
 // 1..math.MaxInt64 (someone else wrote it) or has reached math.MaxInt64: the
 // error names the counter, and deleting it restarts it from the clock.
+//
+// A free key is refused to anyone but the live head of its waiter queue, when
+// waiters are queued (driver.Queuer).
 func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
-		if !s.evictionOK.Load() {
-			if err := s.checkEviction(ctx); err != nil {
-				return nil, err
+	return s.acquire(ctx, key, token, ttl, 0)
+}
+
+// AcquireQueued implements driver.Queuer: Acquire, joining or refreshing
+// token's place in key's queue, in the same script call, when refused. A
+// refused waiter behind the head gets a *leasehold.HeldError whose
+// Remaining is 0. It refuses a stay outside driver.MinTTL..driver.MaxTTL
+// with an *ArgumentError.
+func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
+		return 0, err
+	}
+	if err := driver.ValidateTTL(stay); err != nil {
+		return 0, &driver.ArgumentError{Arg: "stay", Reason: err.(*driver.ArgumentError).Reason}
+	}
+	return s.acquire(ctx, key, token, ttl, millis(stay))
+}
+
+// acquire runs the acquire script; stayMS 0 does not join the queue.
+func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duration, stayMS int64) (int64, error) {
+	if !s.evictionOK.Load() {
+		_, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, s.checkEviction(ctx)
+		}, nil)
+		if err != nil {
+			return 0, acquireError(key, err)
+		}
+	}
+	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
+	res, err := s.run(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
+		[]any{token, millis(ttl), stayMS}, func(cmd *redis.Cmd) {
+			res, err := cmd.Slice()
+			if _, granted, _ := acquireReply(res); err == nil && granted {
+				s.releaseLate(key, token)
 			}
-		}
-		return acquireScript.Run(ctx, s.client, []string{key, FenceKey(key)}, token, millis(ttl)).Slice()
-	}, func(res []any, err error) {
-		if _, granted, _ := acquireReply(res); err == nil && granted {
-			s.releaseLate(key, token)
-		}
-	})
+		}).Slice()
 	if err != nil {
 		return 0, acquireError(key, err)
 	}
@@ -281,7 +360,7 @@ const lateReleaseTimeout = 2 * time.Second
 func (s *Store) releaseLate(key, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateReleaseTimeout)
 	defer cancel()
-	if err := releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Err(); err != nil {
+	if err := releaseScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Err(); err != nil {
 		s.opts.log.Warn("redisstore: could not release a key taken after its acquire was left at its deadline; it stays held until its TTL runs out",
 			slog.String("key", key), slog.Any("error", err))
 	}
@@ -307,14 +386,34 @@ func acquireError(key string, err error) error {
 	return fmt.Errorf("redisstore: acquire %q: %w", key, err)
 }
 
+// run runs sc through the Store's Batcher, or alone under ctx with
+// WithoutBatching; late, if not nil, gets the reply of a call left at
+// ctx's end.
+func (s *Store) run(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd)) *redis.Cmd {
+	if s.batch != nil {
+		return s.batch.Run(ctx, sc, keys, args, late)
+	}
+	var lateRes func(*redis.Cmd, error)
+	if late != nil {
+		lateRes = func(cmd *redis.Cmd, _ error) { late(cmd) }
+	}
+	cmd, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (*redis.Cmd, error) {
+		cmd := sc.Run(ctx, s.client, keys, args...)
+		return cmd, cmd.Err()
+	}, lateRes)
+	if cmd == nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
 // Release implements driver.Store in one round trip.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	n, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
-		return releaseScript.Run(ctx, s.client, []string{key}, token, ReleaseChannel(key)).Int64()
-	}, nil)
+	n, err := s.run(ctx, releaseScript, releaseKeys(key), []any{token, ReleaseChannel(key)}, nil).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: release %q: %w", key, err)
 	}
@@ -324,14 +423,43 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
+// releaseKeys are the release script's keys: the lock and its queue.
+func releaseKeys(key string) []string {
+	sfx := redisslot.Suffix(key)
+	return []string{key, queuePrefix + sfx, queuedPrefix + sfx}
+}
+
+// LeaveQueue implements driver.Queuer in one round trip.
+func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
+	if err := driver.ValidateRelease(key, token); err != nil {
+		return err
+	}
+	_, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
+		return leaveScript.Run(ctx, s.client, releaseKeys(key), token).Int64()
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("redisstore: leave the queue of %q: %w", key, err)
+	}
+	return nil
+}
+
+// WatchTurn implements driver.Queuer with a subscription to
+// TurnChannel(key, token), on the Store's one pub/sub connection. Release,
+// ForceRelease, LeaveQueue, and an attempt refused on a free key publish
+// there.
+func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := driver.ValidateRelease(key, token); err != nil {
+		return nil, nil, err
+	}
+	return s.subs.watch(ctx, TurnChannel(key, token))
+}
+
 // Renew implements driver.Store in one round trip.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	n, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
-		return renewScript.Run(ctx, s.client, []string{key}, token, millis(ttl)).Int64()
-	}, nil)
+	n, err := s.run(ctx, renewScript, []string{key}, []any{token, millis(ttl)}, nil).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}

@@ -38,8 +38,9 @@ func isRenew(cmd redis.Cmder) bool {
 	case "evalsha":
 		return args[1] == renewSHA
 	case "eval":
+		// The acquire script's queue code has a PEXPIRE too.
 		src, _ := args[1].(string)
-		return strings.Contains(src, "PEXPIRE")
+		return strings.Contains(src, "PEXPIRE") && !strings.Contains(src, "lh_")
 	}
 	return false
 }

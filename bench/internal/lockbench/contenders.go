@@ -66,6 +66,7 @@ type contender struct {
 // contenders are the configurations of one run.
 type contenders struct {
 	raw, lh, rs, rl, rd *library
+	unbatched           *library // Config.Unbatched; nil otherwise
 	store               *redisstore.Store
 	lockers             []rueidislock.Locker // closed with the contenders
 	extra               []*redis.Client      // the processes section's own clients
@@ -144,7 +145,28 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 	return c, nil
 }
 
-func (c *contenders) libraries() []*library { return []*library{c.raw, c.lh, c.rs, c.rl, c.rd} }
+func (c *contenders) libraries() []*library {
+	libs := []*library{c.raw, c.lh, c.rs, c.rl, c.rd}
+	if c.unbatched != nil {
+		libs = append(libs, c.unbatched)
+	}
+	return libs
+}
+
+// addUnbatched adds leasehold on a Store made with
+// redisstore.WithoutBatching to the uncontended cycles (Config.Unbatched).
+func (c *contenders) addUnbatched() error {
+	c.unbatched = newLibrary("leasehold-unbatched", c.opts)
+	store, err := redisstore.New(c.unbatched.client, redisstore.WithoutBatching())
+	if err != nil {
+		return err
+	}
+	c.stores = append(c.stores, store)
+	client := leasehold.New(store)
+	c.cycle = append(c.cycle, &contender{id: "leasehold-unbatched", label: "leasehold, WithoutBatching", lib: c.unbatched,
+		newHandle: func(key string) handle { return &leaseholdHandle{c: client, key: key, try: true} }})
+	return nil
+}
 
 // newLocker is a rueidislock Locker of its own (its own rueidis client and
 // connection), counted on the rueidislock library's counter.

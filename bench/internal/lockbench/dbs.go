@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"sync"
 	"time"
 
@@ -31,6 +32,10 @@ type dbCycler struct {
 	id, label string
 	lib       *library // its counter; no go-redis client
 	prepare   func(ctx context.Context, tag string, conc int) (func(ctx context.Context, w int) error, error)
+	// serverCPU, when set, reads the CPU time used so far by the server
+	// processes that serve this contender, and a set that identifies them:
+	// a cell's figure is known only when the set did not change.
+	serverCPU func(ctx context.Context) (cpu time.Duration, who string, ok bool)
 }
 
 // dbBench is the etcd or PostgreSQL section's server, clients and
@@ -173,6 +178,7 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 		}
 		cfg.MaxConns = int32(maxConc + 4)
 		cfg.ConnConfig.Tracer = pgTracer{lib.hook}
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName(lib)
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, err
@@ -189,6 +195,23 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 	advPool, err := newPool(advLib)
 	if err != nil {
 		return nil, err
+	}
+	storeLib := &library{name: "pgstore.Store", hook: &counter{}}
+	storePool, err := newPool(storeLib)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]*pgPart, len(pgParts))
+	for i, pp := range pgParts {
+		part := *pp
+		part.lib = &library{name: part.id, hook: &counter{}}
+		if part.pool, err = newPool(part.lib); err != nil {
+			return nil, err
+		}
+		parts[i] = &part
+	}
+	if _, err := advPool.Exec(ctx, pgPartsTableSQL); err != nil {
+		return nil, fmt.Errorf("lockbench: postgres parts table: %w", err)
 	}
 	st, err := pgstore.New(lhPool)
 	if err != nil {
@@ -211,9 +234,16 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 	}); err != nil {
 		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
 	}
-	if err := warmPool(ctx, lhPool, maxConc, nil); err != nil {
-		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+	for _, p := range append([]*pgxpool.Pool{lhPool, storePool}, partPools(parts)...) {
+		if err := warmPool(ctx, p, maxConc, nil); err != nil {
+			return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
+		}
 	}
+	direct, err := pgstore.New(storePool)
+	if err != nil {
+		return nil, err
+	}
+	d.closers = append(d.closers, func() { _ = direct.Close() })
 	var warm errgroup
 	for w := range maxConc {
 		warm.Go(func() error {
@@ -221,12 +251,42 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 			if err != nil {
 				return err
 			}
-			return l.Release(ctx)
+			if err := l.Release(ctx); err != nil {
+				return err
+			}
+			key, tok := fmt.Sprintf("warm-up:%d", w), leasehold.NewToken()
+			if _, err := direct.Acquire(ctx, key, tok, dbTTL); err != nil {
+				return err
+			}
+			if err := direct.Release(ctx, key, tok); err != nil {
+				return err
+			}
+			for _, part := range parts {
+				if err := part.cycle(ctx, key, tok); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 	}
 	if err := warm.Wait(); err != nil {
 		return nil, fmt.Errorf("lockbench: postgres warm-up: %w", err)
 	}
+	admin, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		return nil, fmt.Errorf("lockbench: postgres: %w", err)
+	}
+	d.closers = append(d.closers, func() { _ = admin.Close(context.Background()) })
+	var adminMu sync.Mutex
+	defer func() {
+		for _, c := range d.cyclers {
+			c.serverCPU = func(ctx context.Context) (time.Duration, string, bool) {
+				adminMu.Lock()
+				defer adminMu.Unlock()
+				return backendCPU(ctx, admin, appName(c.lib))
+			}
+		}
+	}()
 	d.cyclers = []*dbCycler{
 		{id: "leasehold", label: "leasehold (pgstore)", lib: lhLib,
 			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
@@ -268,8 +328,140 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 					return nil
 				}, nil
 			}},
+		{id: "store", label: "pgstore.Store Acquire + Release, no Client", lib: storeLib,
+			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				return func(ctx context.Context, w int) error {
+					key, tok := fmt.Sprintf("%s:%d", tag, w), leasehold.NewToken()
+					if _, err := direct.Acquire(ctx, key, tok, dbTTL); err != nil {
+						return fmt.Errorf("acquire of a free key: %w", err)
+					}
+					return direct.Release(ctx, key, tok)
+				}, nil
+			}},
+	}
+	for _, part := range parts {
+		d.cyclers = append(d.cyclers, &dbCycler{id: part.id, label: part.label, lib: part.lib,
+			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				return func(ctx context.Context, w int) error {
+					return part.cycle(ctx, fmt.Sprintf("%s:%d", tag, w), leasehold.NewToken())
+				}, nil
+			}})
 	}
 	return d, nil
+}
+
+// pgPart is a cycle of raw statements on a lease row, each part of pgstore's
+// cycle added in turn, to say what each costs: the row alone, the fence, the
+// release's NOTIFY. The statements are the shapes of pgstore's acquire and
+// release before its waiters table, on a table of their own (pgPartsTable),
+// one statement per operation on a pooled connection, as pgstore sends them.
+type pgPart struct {
+	id, label        string
+	acquire, release string
+	lib              *library
+	pool             *pgxpool.Pool
+}
+
+// cycle takes key with token and releases it: one round trip each.
+func (p *pgPart) cycle(ctx context.Context, key, token string) error {
+	var fence *int64
+	var remaining any
+	if err := p.pool.QueryRow(ctx, p.acquire, key, token, dbTTL).Scan(&fence, &remaining); err != nil {
+		return err
+	}
+	if fence == nil {
+		return errors.New("acquire of a free key: not acquired")
+	}
+	tag, err := p.pool.Exec(ctx, p.release, key, token)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = errors.New("release of a held key: not owned")
+	}
+	return err
+}
+
+func partPools(parts []*pgPart) []*pgxpool.Pool {
+	pools := make([]*pgxpool.Pool, len(parts))
+	for i, p := range parts {
+		pools[i] = p.pool
+	}
+	return pools
+}
+
+// pgPartsTableSQL makes the parts' table: pgstore's lease table.
+const pgPartsTableSQL = `CREATE TABLE IF NOT EXISTS lockbench_parts (
+	key        text PRIMARY KEY,
+	token      text,
+	fence      bigint NOT NULL,
+	expires_at timestamptz
+)`
+
+// The parts' statements: the row alone (a conditional upsert of owner and
+// expiry, and a release that clears them), then with the fence raised in the
+// same row to max(last + 1, the clock) and the holder's TTL read back
+// (pgstore's acquire before its waiters table), then with the release's
+// pg_notify (pgstore's release before its waiters table).
+const (
+	partRowAcquire = `INSERT INTO lockbench_parts AS l (key, token, fence, expires_at)
+VALUES ($1, $2, 0, now() + $3::interval)
+ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+ WHERE l.expires_at IS NULL OR l.expires_at <= now()
+RETURNING l.fence, NULL::interval`
+	partFenceAcquire = `WITH acquired AS (
+	INSERT INTO lockbench_parts AS l (key, token, fence, expires_at)
+	VALUES ($1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval)
+	ON CONFLICT (key) DO UPDATE
+	   SET token = EXCLUDED.token, fence = greatest(l.fence + 1, EXCLUDED.fence), expires_at = EXCLUDED.expires_at
+	 WHERE l.expires_at IS NULL OR l.expires_at <= now()
+	RETURNING l.fence
+)
+SELECT (SELECT fence FROM acquired),
+       (SELECT expires_at - now() FROM lockbench_parts WHERE key = $1)`
+	partRelease = `UPDATE lockbench_parts SET token = NULL, expires_at = NULL
+ WHERE key = $1 AND token = $2 AND expires_at > now()`
+	partNotifyRelease = `WITH released AS (
+	UPDATE lockbench_parts SET token = NULL, expires_at = NULL
+	 WHERE key = $1 AND token = $2 AND expires_at > now()
+	RETURNING key
+)
+SELECT pg_notify('lockbench_parts', key) FROM released`
+)
+
+// pgParts are the parts' cycles, in the order they add up.
+var pgParts = []*pgPart{
+	{id: "row", label: "parts: the lease row alone (upsert, clear)", acquire: partRowAcquire, release: partRelease},
+	{id: "fence", label: "parts: row + fence", acquire: partFenceAcquire, release: partRelease},
+	{id: "notify", label: "parts: row + fence + NOTIFY on every release (pgstore before its waiters table)", acquire: partFenceAcquire, release: partNotifyRelease},
+}
+
+// appName is the application_name of the connections of lib's pool, by
+// which backendCPU finds their server processes.
+func appName(lib *library) string { return "lockbench " + lib.name }
+
+// backendCPU sums the CPU time the server processes of the connections named
+// app have used (on-CPU time from /proc/PID/schedstat, in nanoseconds: the
+// server runs on this machine), and returns their sorted PIDs as who.
+func backendCPU(ctx context.Context, admin *pgx.Conn, app string) (time.Duration, string, bool) {
+	rows, err := admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid", app)
+	if err != nil {
+		return 0, "", false
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(pids) == 0 {
+		return 0, "", false
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			return 0, "", false
+		}
+		var ns int64
+		if _, err := fmt.Sscan(string(b), &ns); err != nil {
+			return 0, "", false
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, fmt.Sprint(pids), true
 }
 
 // warmPool holds n connections of pool at once (dialling them), runs use on

@@ -106,23 +106,46 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 		p("leasehold: `TryAcquire` + `Release` through `leasehold.New(pgstore)`, one Client. Advisory:")
 		p("on a connection taken from the pool for the cycle, `SELECT pg_try_advisory_lock($1)`, then")
 		p("`SELECT pg_advisory_unlock($1)`, and the connection back (session-level locks). Each side has its")
-		p("own pgxpool; round trips are its statements, counted by a pgx tracer. pgstore has no option to")
-		p("leave out the release's `pg_notify`, so its cost is not separated here.")
+		p("own pgxpool; round trips are its statements, counted by a pgx tracer. pgstore's release")
+		p("sends `pg_notify` only when a waiter is queued for the key, so no NOTIFY here.")
+		p("")
+		p("The other rows take pgstore apart, each on its own pool: `pgstore.Store` Acquire + Release")
+		p("called directly (no Client); and raw statements on a table of pgstore's shape, one per")
+		p("operation as pgstore sends them: the lease row alone (conditional upsert of owner and expiry,")
+		p("then an UPDATE clearing them), + the fence (max(last + 1, clock) in the same row, and the")
+		p("holder's TTL read back), + a `pg_notify` in every release. The last is pgstore's cycle before")
+		p("its waiters table. Server CPU is the on-CPU time of the PostgreSQL backends of the contender's")
+		p("connections (`/proc/PID/schedstat`, found by `application_name`), client CPU this process's,")
+		p("both per cycle, medians of the rounds.")
 	}
 	p("")
 	other := ""
 	if ids := r.dbIDs[kind]; len(ids) > 1 {
 		other = r.labels[kind+"/"+ids[1]]
 	}
-	p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it |")
-	p("|---:|---|---:|---:|---:|")
-	for _, row := range rows {
-		p("| %d | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold))
+	if kind == SectionPostgres {
+		// CPU per cycle, medians of the rounds: a machine shared with other
+		// work moves the rates far more than the CPU a cycle takes.
+		p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it | server CPU per cycle | client CPU per cycle |")
+		p("|---:|---|---:|---:|---:|---:|---:|")
+		for _, row := range rows {
+			server, client := "—", "—"
+			if row.CPU.Known {
+				server, client = us(row.CPU.Server), us(row.CPU.Client)
+			}
+			p("| %d | %s | %s | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold), server, client)
+		}
+	} else {
+		p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it |")
+		p("|---:|---|---:|---:|---:|")
+		for _, row := range rows {
+			p("| %d | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold))
+		}
 	}
 	p("")
 	var vs []string
 	for _, row := range rows {
-		if row.ID != "leasehold" {
+		if ids := r.dbIDs[kind]; len(ids) > 1 && row.ID == ids[1] {
 			vs = append(vs, fmt.Sprintf("%s at %d", times(row.VsLeasehold), row.Concurrency))
 		}
 	}
@@ -185,8 +208,9 @@ func issue18Targets(b *strings.Builder, r *Result, s Summary) {
 		}
 		var vs []string
 		ok, seen := true, false
+		ids := r.dbIDs[d.kind]
 		for _, row := range d.rows {
-			if row.ID == "leasehold" {
+			if len(ids) < 2 || row.ID != ids[1] { // the contender the target names
 				continue
 			}
 			vs = append(vs, fmt.Sprintf("%d: %s", row.Concurrency, times(row.VsLeasehold)))

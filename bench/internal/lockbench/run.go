@@ -69,6 +69,10 @@ type Config struct {
 	// measures a goroutine per lease calling Lease.Renew, to compare. 0: not
 	// measured. Default 10 000.
 	ScaleCompare int
+	// Unbatched adds to the uncontended cycles leasehold on a Store made
+	// with redisstore.WithoutBatching (its own client, the same options):
+	// each call a command of its own, as before the Store batched them.
+	Unbatched bool
 	// Command is shown in the report as the way to reproduce it.
 	Command string
 	// Log receives a line per measured cell; nil: silent.
@@ -206,7 +210,7 @@ func (c Config) cellCounts() (flat, contended int) {
 		flat += 2 * len(c.DBConcurrency)
 	}
 	if c.Runs(SectionPostgres) {
-		flat += 2 * len(c.DBConcurrency)
+		flat += 6 * len(c.DBConcurrency) // newPostgresBench's contenders
 	}
 	return flat, contended
 }
@@ -318,6 +322,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer cs.close()
+	if cfg.Unbatched {
+		if err := cs.addUnbatched(); err != nil {
+			return nil, err
+		}
+	}
 	if err := trivial.Load(ctx, cs.raw.client).Err(); err != nil {
 		return nil, fmt.Errorf("lockbench: load the baseline script: %w", err)
 	}
@@ -477,7 +486,17 @@ func (r *runner) round(ctx context.Context, round int, d, hd time.Duration, into
 					if err != nil {
 						return err
 					}
-					return load(ctx, c, r.p, ct.lib, conc, d, op)
+					if ct.serverCPU == nil {
+						return load(ctx, c, r.p, ct.lib, conc, d, op)
+					}
+					before, who, ok := ct.serverCPU(ctx)
+					if err := load(ctx, c, r.p, ct.lib, conc, d, op); err != nil {
+						return err
+					}
+					after, whoAfter, okAfter := ct.serverCPU(ctx)
+					c.serverCPU = after - before
+					c.cpuKnown = ok && okAfter && who == whoAfter && c.clientCPU > 0
+					return nil
 				}})
 			}
 			groups = append(groups, g)

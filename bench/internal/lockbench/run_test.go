@@ -18,6 +18,7 @@ func TestRunTiny(t *testing.T) {
 	cfg.Duration, cfg.HandoffDuration, cfg.Rounds, cfg.Warmup = 100*time.Millisecond, 400*time.Millisecond, 1, 0
 	cfg.Concurrency, cfg.Workers = []int{1}, []int{4}
 	cfg.Sections = []string{SectionLocks} // TestRunScaleTiny runs the other
+	cfg.Unbatched = true
 	cfg.Command = "go test"
 	res, err := Run(t.Context(), cfg)
 	if err != nil {
@@ -31,8 +32,8 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s = %v, want a positive number", what, v)
 		}
 	}
-	if len(s.Raw) != 1 || len(s.Cycles) != 4 || len(s.Handoff) != 5 || len(s.Ops) != 4 {
-		t.Fatalf("summary has %d raw, %d cycle, %d hand-off, %d op rows; want 1, 4, 5, 4",
+	if len(s.Raw) != 1 || len(s.Cycles) != 5 || len(s.Handoff) != 5 || len(s.Ops) != 5 {
+		t.Fatalf("summary has %d raw, %d cycle, %d hand-off, %d op rows; want 1, 5 (leasehold-unbatched too), 5, 5",
 			len(s.Raw), len(s.Cycles), len(s.Handoff), len(s.Ops))
 	}
 	positive("PING/s", s.Raw[0].Ping.Median)
@@ -58,7 +59,7 @@ func TestRunTiny(t *testing.T) {
 			}
 			positive(o.ID+" "+name+" round trips", v)
 		}
-		if o.ID == "leasehold" && (o.Acquire != 1 || o.Release != 1 || o.Renew != 1) {
+		if (o.ID == "leasehold" || o.ID == "leasehold-unbatched") && (o.Acquire != 1 || o.Release != 1 || o.Renew != 1) {
 			t.Errorf("leasehold round trips acquire/release/renew = %v/%v/%v, want 1/1/1 (docs/design.md §9)", o.Acquire, o.Release, o.Renew)
 		}
 	}

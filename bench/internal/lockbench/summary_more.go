@@ -42,6 +42,9 @@ type DBRow struct {
 	// VsLeasehold is leasehold's rate over this contender's, paired by
 	// round (1 for leasehold).
 	VsLeasehold float64
+	// CPU per cycle: this process's, and the server processes' of the
+	// contender's connections when known (PostgreSQL).
+	CPU CPU
 }
 
 func (r *Result) procRows() []ProcRow {
@@ -123,7 +126,7 @@ func (r *Result) dbRows(kind string) []DBRow {
 				}
 			}
 			rows = append(rows, DBRow{Kind: kind, Concurrency: conc, ID: id, Label: r.labels[kind+"/"+id],
-				Rate: rateOf(cs), TripsPerCycle: median(trips), VsLeasehold: pairedRatio(lh, cs, 1)})
+				Rate: rateOf(cs), TripsPerCycle: median(trips), VsLeasehold: pairedRatio(lh, cs, 1), CPU: cpuOf(cs)})
 		}
 	}
 	return rows

@@ -39,3 +39,34 @@ func TestCompanionSharesTheSlot(t *testing.T) {
 		}
 	}
 }
+
+// The table-driven crc16 agrees with the polynomial applied bit by bit.
+func TestCRC16MatchesBitwise(t *testing.T) {
+	bitwise := func(s string) uint16 {
+		var crc uint16
+		for i := 0; i < len(s); i++ {
+			crc ^= uint16(s[i]) << 8
+			for range 8 {
+				if crc&0x8000 != 0 {
+					crc = crc<<1 ^ 0x1021
+				} else {
+					crc <<= 1
+				}
+			}
+		}
+		return crc
+	}
+	s := make([]byte, 0, 300)
+	for i := range 300 {
+		s = append(s, byte(i*131+7))
+		if got, want := crc16(string(s)), bitwise(string(s)); got != want {
+			t.Fatalf("crc16 of %d bytes = %#x, bitwise %#x", len(s), got, want)
+		}
+	}
+}
+
+func BenchmarkCompanion(b *testing.B) {
+	for b.Loop() {
+		_ = Companion("leasehold:fence:", "storetest:TestSomething:ABCDEFGHIJ:42")
+	}
+}

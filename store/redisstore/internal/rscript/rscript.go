@@ -62,8 +62,9 @@ type Call struct {
 // when the server has the script cached (a cluster client sends one
 // pipeline per node, concurrently). Calls the server answers NOSCRIPT are
 // sent again as EVAL in a second pipeline. The result of calls[i] is the
-// i-th command's. go-redis may send a pipeline again after a network
-// error, so RunBatch refuses a script made with Once.
+// i-th command's. It is for scripts that may run twice, whose pipeline
+// go-redis may send again after a network error; it refuses a script made
+// with Once (a Batcher sends those).
 func (sc Script) RunBatch(ctx context.Context, c redis.UniversalClient, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	if sc.once {
@@ -73,12 +74,32 @@ func (sc Script) RunBatch(ctx context.Context, c redis.UniversalClient, calls []
 		}
 		return cmds
 	}
+	sc2 := make([]scriptCall, len(calls))
+	for i, call := range calls {
+		sc2[i] = scriptCall{sc: sc, keys: call.Keys, args: call.Args}
+	}
+	return runPipelined(ctx, c, sc2)
+}
+
+// scriptCall is one call of a pipeline that may mix scripts.
+type scriptCall struct {
+	sc   Script
+	keys []string
+	args []any
+}
+
+// runPipelined runs calls in one pipeline, then those the server answered
+// NOSCRIPT (not run) as EVAL in a second one. A call of a script made with
+// Once makes go-redis send neither pipeline twice.
+func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()
 	for i, call := range calls {
-		cmds[i] = newCmd(ctx, "evalsha", sc.Hash(), call.Keys, call.Args)
-		_ = pipe.Process(ctx, cmds[i])
+		cmds[i] = newCmd(ctx, "evalsha", call.sc.Hash(), call.keys, call.args)
+		_ = pipe.Process(ctx, call.sc.wrap(cmds[i]))
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
+	_, err := pipe.Exec(ctx) // each command carries its own error
+	stampUnanswered(cmds, err)
 	var missing []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -90,11 +111,35 @@ func (sc Script) RunBatch(ctx context.Context, c redis.UniversalClient, calls []
 	}
 	pipe = c.Pipeline()
 	for _, i := range missing {
-		cmds[i] = newCmd(ctx, "eval", sc.src, calls[i].Keys, calls[i].Args)
-		_ = pipe.Process(ctx, cmds[i])
+		cmds[i] = newCmd(ctx, "eval", calls[i].sc.src, calls[i].keys, calls[i].args)
+		_ = pipe.Process(ctx, calls[i].sc.wrap(cmds[i]))
 	}
-	_, _ = pipe.Exec(ctx)
+	_, err = pipe.Exec(ctx)
+	stampUnanswered(cmds, err)
 	return cmds
+}
+
+// stampUnanswered gives the pipeline's error to the commands it left with
+// neither a reply nor an error (a hook that failed the pipeline before it
+// was sent), so that none reads as an empty answer.
+func stampUnanswered(cmds []*redis.Cmd, err error) {
+	if err == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(err)
+		}
+	}
+}
+
+// wrap is cmd as sent for sc: not retried once written when sc must not
+// run twice.
+func (sc Script) wrap(cmd *redis.Cmd) redis.Cmder {
+	if sc.once {
+		return noRetry{cmd}
+	}
+	return cmd
 }
 
 func newCmd(ctx context.Context, verb, body string, keys []string, args []any) *redis.Cmd {
@@ -109,10 +154,6 @@ func newCmd(ctx context.Context, verb, body string, keys []string, args []any) *
 
 func (sc Script) process(ctx context.Context, c redis.UniversalClient, verb, body string, keys []string, args []any) *redis.Cmd {
 	cmd := newCmd(ctx, verb, body, keys, args)
-	if sc.once {
-		_ = c.Process(ctx, noRetry{cmd})
-	} else {
-		_ = c.Process(ctx, cmd)
-	}
+	_ = c.Process(ctx, sc.wrap(cmd))
 	return cmd
 }

@@ -1,0 +1,71 @@
+-- The FIFO queue of a key's waiters (driver.Queuer), put before the scripts
+-- that use it. q is a ZSET of waiter tokens scored by arrival number; h is a
+-- HASH of token -> deadline in server milliseconds, plus the field '' (never
+-- a token) holding the last arrival number. Both share the lock key's slot,
+-- are deleted when the queue empties, and expire with their latest entry.
+
+-- LH_TRIM bounds the expired heads one call removes, so a call stays short
+-- however many waiters died at once: K dead entries at the front take
+-- ceil(K / LH_TRIM) calls on the key to clear, and every waiter's poll is
+-- such a call.
+local LH_TRIM = 16
+
+-- lh_turn is the channel of tok's turn in key's queue, as TurnChannel
+-- spells it.
+local function lh_turn(key, tok)
+  return 'leasehold:turn:' .. #tok .. ':' .. tok .. ':' .. key
+end
+
+local function lh_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lh_head returns the token of the queue's live head, removing up to
+-- LH_TRIM expired heads first, and whether the queue is empty. It returns
+-- false, false when the queue still starts with expired entries after
+-- LH_TRIM removals: no one may take the key in this call.
+local function lh_head(q, h, now)
+  for _ = 1, LH_TRIM do
+    local tok = redis.call('ZRANGE', q, 0, 0)[1]
+    if not tok then
+      redis.call('DEL', h)
+      return false, true
+    end
+    local dl = tonumber(redis.call('HGET', h, tok))
+    if dl and dl > now then
+      return tok, false
+    end
+    redis.call('ZREM', q, tok)
+    redis.call('HDEL', h, tok)
+  end
+  if redis.call('ZCARD', q) == 0 then
+    redis.call('DEL', h)
+    return false, true
+  end
+  return false, false
+end
+
+-- lh_remove takes tok out of the queue, deleting both keys when it empties.
+local function lh_remove(q, h, tok)
+  redis.call('ZREM', q, tok)
+  redis.call('HDEL', h, tok)
+  if redis.call('ZCARD', q) == 0 then
+    redis.call('DEL', h)
+  end
+end
+
+-- lh_join puts tok at the back of the queue, or keeps its place, valid until
+-- now + stay ms; the keys live as long as their latest entry.
+local function lh_join(q, h, tok, now, stay)
+  if not redis.call('ZSCORE', q, tok) then
+    redis.call('ZADD', q, redis.call('HINCRBY', h, '', 1), tok)
+  end
+  redis.call('HSET', h, tok, now + stay)
+  if redis.call('PTTL', q) < stay then
+    redis.call('PEXPIRE', q, stay)
+  end
+  if redis.call('PTTL', h) < stay then
+    redis.call('PEXPIRE', h, stay)
+  end
+end
