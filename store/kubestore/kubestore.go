@@ -479,32 +479,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	name := s.Name(key)
-	for attempt := range writeAttempts {
-		lease := s.cachedFirst(attempt, name, token)
-		if lease == nil {
-			var err error
-			lease, _, err = s.owned(ctx, key, token)
-			if errors.Is(err, leasehold.ErrNotOwned) {
-				return err
-			}
-			if err != nil {
-				return fmt.Errorf("kubestore: release %q: %w", key, err)
-			}
-		}
-		next := lease.DeepCopy()
-		clearHolder(next)
-		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			continue // a renewal of ours, or a takeover: read again
-		}
-		if err != nil {
-			return fmt.Errorf("kubestore: release %q: %w", key, err)
-		}
-		s.wrote(updated, false)
-		return nil
-	}
-	return fmt.Errorf("kubestore: release %q: the Lease changed under %d attempts in a row; nothing was released", key, writeAttempts)
+	return s.writeOwned(ctx, "release", key, token, false, clearHolder)
 }
 
 // Renew implements driver.Store: it reads key's Lease and, if token holds
@@ -518,7 +493,29 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	name, secs := s.Name(key), seconds(ttl)
+	secs := seconds(ttl)
+	return s.writeOwned(ctx, "renew", key, token, true, func(next *coordinationv1.Lease) {
+		next.Spec.LeaseDurationSeconds = &secs
+		now := microNow()
+		// The write must change the Lease, or its resourceVersion stays and
+		// waiters keep counting from their first look: never the same
+		// renewTime twice.
+		if old := next.Spec.RenewTime; old != nil && !now.After(old.Time) {
+			t := metav1.NewMicroTime(old.Add(time.Microsecond))
+			now = &t
+		}
+		next.Spec.RenewTime = now
+	})
+}
+
+// writeOwned is the write of Release and Renew (op). It starts from the
+// Lease as this Store last wrote it, while that may still be the latest
+// (no read), else from a read; if token holds the Lease, it writes a copy
+// changed by change, guarded by the resourceVersion. A conflict or a
+// deleted Lease (a renewal of ours, or a takeover) makes it read and decide
+// again, at most writeAttempts times. held: the written Lease is held.
+func (s *Store) writeOwned(ctx context.Context, op, key, token string, held bool, change func(*coordinationv1.Lease)) error {
+	name := s.Name(key)
 	for attempt := range writeAttempts {
 		lease := s.cachedFirst(attempt, name, token)
 		if lease == nil {
@@ -528,31 +525,22 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 				return err
 			}
 			if err != nil {
-				return fmt.Errorf("kubestore: renew %q: %w", key, err)
+				return fmt.Errorf("kubestore: %s %q: %w", op, key, err)
 			}
 		}
 		next := lease.DeepCopy()
-		next.Spec.LeaseDurationSeconds = &secs
-		now := microNow()
-		// The write must change the Lease, or its resourceVersion stays and
-		// waiters keep counting from their first look: never the same
-		// renewTime twice.
-		if old := lease.Spec.RenewTime; old != nil && !now.After(old.Time) {
-			t := metav1.NewMicroTime(old.Add(time.Microsecond))
-			now = &t
-		}
-		next.Spec.RenewTime = now
+		change(next)
 		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("kubestore: renew %q: %w", key, err)
+			return fmt.Errorf("kubestore: %s %q: %w", op, key, err)
 		}
-		s.wrote(updated, true)
+		s.wrote(updated, held)
 		return nil
 	}
-	return fmt.Errorf("kubestore: renew %q: the Lease changed under %d attempts in a row; nothing was renewed", key, writeAttempts)
+	return fmt.Errorf("kubestore: %s %q: the Lease changed under %d attempts in a row; nothing was written", op, key, writeAttempts)
 }
 
 // Inspect implements driver.Store in one read of key's Lease. A held
