@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,25 +40,25 @@ const (
 
 // Client takes leases from a Store. It is safe for concurrent use. Share one
 // Client among the goroutines of a process: its waiters for a key queue
-// together, so a release wakes one of them (see Acquire), and one goroutine
+// together and hand the key to each other (see Acquire), and one goroutine
 // renews all its leases in batches (see KeepAlive). Close stops that goroutine.
 type Client struct {
 	store          driver.Store
-	notifier       driver.ReleaseNotifier // nil when the store has none or wake-ups are off
-	queuer         driver.Queuer          // nil when the store has none or wake-ups are off
-	log            *slog.Logger
+	notifier       driver.ReleaseNotifier // nil when the store has none
+	queuer         driver.Queuer          // nil when the store has none
+	handOffer      driver.HandOffer       // nil when the store has none
 	observers      []Observer
 	namespace      func(key string) string
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
-	tokenSuffix    string     // "~" and the encoded holder identity, ending every token
-	storeName      string     // the store's package, for StoreCallEvent
-	watchStore     bool       // an Observer has OnStoreCall: time every store call
-	waiters        waitQueues // Acquire's waiters per key, when wake-ups are on
-	local          localTurns // Hold's turns per key
-	renew          renewer    // renews every KeepAlive of the Client
-	err            error      // the first bad option; every call returns it
+	tokenSuffix    string  // "~" and the encoded holder identity, ending every token
+	storeName      string  // the store's package, for StoreCallEvent
+	watchStore     bool    // an Observer has OnStoreCall: time every store call
+	ownStore       bool    // Close closes the store too
+	lines          lines   // the Client's waiters, per key (wait.go)
+	renew          renewer // renews every kept-alive lease of the Client (renewal.go)
+	err            error   // the first bad option; every call returns it
 }
 
 // setErr records the first bad option.
@@ -83,12 +82,14 @@ func (c *Client) usable() error {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithLogger sets the logger for what the Client cannot return to a caller.
-// Default: slog.Default().
+// WithLogger makes the Client log what needs an operator's attention
+// (abandoned and expired leases, failed renewals and releases, refused
+// releases) to l, as an Observer would see it. Default: nothing is logged;
+// every event reaches the Observers either way.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) {
 		if l != nil {
-			c.log = l
+			c.observers = append(c.observers, logObserver(slog.New(safeHandler{l.Handler()})))
 		}
 	}
 }
@@ -150,12 +151,11 @@ func hostPID() string {
 	return host + pid
 }
 
-// WithoutWakeups makes waiters poll on their backoff alone, unqueued, to
-// measure what the store's wake-ups buy. Production code has no reason to:
-// with a store that keeps a queue (driver.Queuer), such waiters take the key
-// only when no other Client's waiter is queued for it.
-func WithoutWakeups() Option {
-	return func(c *Client) { c.notifier = nil }
+// WithOwnedStore makes Close close the store too (when it has a Close
+// method), after the Client has stopped using it, so one Close is enough.
+// Default: the caller closes the store, after the Client.
+func WithOwnedStore() Option {
+	return func(c *Client) { c.ownStore = true }
 }
 
 // New returns a Client that takes leases from store. A bad option is an
@@ -166,7 +166,6 @@ func New(store driver.Store, opts ...Option) *Client {
 	}
 	c := &Client{
 		store:          store,
-		log:            slog.Default(),
 		namespace:      DefaultNamespace,
 		minBackoff:     defaultMinBackoff,
 		maxBackoff:     DefaultMaxBackoff,
@@ -175,21 +174,19 @@ func New(store driver.Store, opts ...Option) *Client {
 		renew:          renewer{window: defaultBatchWindow, size: defaultBatchSize},
 	}
 	c.notifier, _ = store.(driver.ReleaseNotifier)
+	c.queuer, _ = store.(driver.Queuer)
+	if c.queuer != nil {
+		c.handOffer, _ = store.(driver.HandOffer)
+	}
 	c.storeName = storeName(store)
 	for _, o := range opts {
 		o(c)
-	}
-	if c.notifier != nil {
-		// Wake-ups on: waiters queue in the store when it can keep a queue.
-		c.queuer, _ = store.(driver.Queuer)
 	}
 	for _, o := range c.observers {
 		c.watchStore = c.watchStore || o.OnStoreCall != nil
 	}
 	c.renew.init(c)
-	// Callbacks run on the renewal goroutine too: a panic must not kill it.
-	c.log = slog.New(safeHandler{c.log.Handler()})
-	c.namespace = new(namespaceSet).bound(safeNamespace(c.namespace, c.log))
+	c.namespace = new(namespaceSet).bound(c.safeNamespace(c.namespace))
 	return c
 }
 
@@ -222,86 +219,20 @@ func storeName(store driver.Store) string {
 	return p
 }
 
-// observe hands ev to each Observer's handler that pick chooses; a panic
-// loses only that event.
-func observe[E any](c *Client, ctx context.Context, ev E, pick func(*Observer) func(context.Context, E)) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	for i := range c.observers {
-		if f := pick(&c.observers[i]); f != nil {
-			func() {
-				defer func() {
-					if v := recover(); v != nil {
-						c.log.Error("leasehold: an Observer panicked; its event is dropped",
-							slog.String("event", fmt.Sprintf("%T", ev)), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-					}
-				}()
-				f(ctx, ev)
-			}()
-		}
-	}
-}
-
-// safeNamespace makes a panic in the namespace function log and give "other".
-func safeNamespace(f func(string) string, log *slog.Logger) func(string) string {
+// safeNamespace makes a panic in the namespace function give "other".
+func (c *Client) safeNamespace(f func(string) string) func(string) string {
 	return func(key string) (ns string) {
-		defer func() {
-			if v := recover(); v != nil {
-				ns = "other"
-				log.Error("leasehold: the namespace function panicked; using \"other\"",
-					slog.String("key", key), slog.Any("panic", v))
-			}
-		}()
-		return f(key)
+		if v := callSafely(func() { ns = f(key) }); v != nil {
+			c.reportError(context.Background(), "", 0, "namespace",
+				fmt.Errorf("leasehold: the namespace function panicked on key %q; using \"other\": %v", key, v))
+			return otherNamespace
+		}
+		return ns
 	}
-}
-
-// safeHandler drops a log record whose handler panics.
-type safeHandler struct{ h slog.Handler }
-
-func (s safeHandler) Enabled(ctx context.Context, level slog.Level) (ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	return s.h.Enabled(ctx, level)
-}
-
-func (s safeHandler) Handle(ctx context.Context, r slog.Record) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("leasehold: log handler panicked: %v", v)
-		}
-	}()
-	return s.h.Handle(ctx, r)
-}
-
-func (s safeHandler) WithAttrs(attrs []slog.Attr) (h slog.Handler) {
-	defer func() {
-		if recover() != nil {
-			h = s
-		}
-	}()
-	return safeHandler{s.h.WithAttrs(attrs)}
-}
-
-func (s safeHandler) WithGroup(name string) (h slog.Handler) {
-	defer func() {
-		if recover() != nil {
-			h = s
-		}
-	}()
-	return safeHandler{s.h.WithGroup(name)}
 }
 
 // Store returns the store the Client was made with.
 func (c *Client) Store() driver.Store { return c.store }
-
-// Waiting returns how many goroutines of c are queued for key (0 when the
-// store has no wake-ups), for diagnosis; it may be stale at once.
-func (c *Client) Waiting(key string) int { return c.waiters.waiting(key) }
 
 // TryAcquire makes one attempt to take key for ttl. It returns an error
 // matching ErrNotAcquired (a *HeldError) when another owner holds the key
@@ -333,22 +264,25 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 }
 
 // Acquire takes key for ttl, waiting while another owner holds it: woken by
-// the store's release notifications, else on a jittered backoff. A Client's
-// waiters for a key queue in arrival order and only the first talks to the
-// store; with a store that keeps a queue of its own (driver.Queuer) the
-// waiters of every Client queue there instead, in arrival order across
-// processes, and a release wakes the head alone (docs/design.md §5).
+// the store's release notifications, else on a jittered backoff. Waiters are
+// served in arrival order: a Client's waiters for a key queue together, and
+// on a store that keeps a queue (driver.Queuer: Redis, etcd, PostgreSQL) each
+// also holds its place in the store's queue, shared with every other Client.
+// A release by this Client hands the key to its own next waiter in process
+// when that waiter is next in the store's queue too (docs/design.md §5).
 //
 // When ctx ends first the error matches ErrNotAcquired and ctx's error. A
 // store failure is returned at once, not retried.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	return c.acquireBackoff(ctx, key, ttl, c.maxBackoff)
+	return c.acquireReported(ctx, key, ttl, c.maxBackoff)
 }
 
-// acquireBackoff is Acquire with its backoff capped at maxBackoff.
-func (c *Client) acquireBackoff(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
+// acquireReported is Acquire with its backoff capped at maxBackoff.
+func (c *Client) acquireReported(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
 	start := time.Now()
-	observe(c, ctx, c.lock(key, 0), func(o *Observer) func(context.Context, Lock) { return o.OnAcquireStart })
+	if len(c.observers) > 0 {
+		observe(c, ctx, c.event(key, 0), func(o *Observer) func(context.Context, Event) { return o.OnAcquireStart })
+	}
 	l, err := c.acquire(ctx, key, ttl, maxBackoff)
 	c.reportAcquire(ctx, key, ttl, l, err, true, time.Since(start))
 	return l, err
@@ -357,7 +291,10 @@ func (c *Client) acquireBackoff(ctx context.Context, key string, ttl, maxBackoff
 // reportAcquire reports how an acquire ended; blocking for Acquire, whose
 // held key means it timed out.
 func (c *Client) reportAcquire(ctx context.Context, key string, ttl time.Duration, l *Lease, err error, blocking bool, wait time.Duration) {
-	ev := AcquireEvent{Lock: c.lock(key, 0), Result: Acquired, Wait: wait, TTL: ttl, Blocking: blocking}
+	if len(c.observers) == 0 {
+		return
+	}
+	ev := AcquireEvent{Event: c.event(key, 0), Result: Acquired, Wait: wait, TTL: ttl, Blocking: blocking}
 	switch {
 	case err == nil:
 		ev.Fence = l.fence
@@ -373,32 +310,9 @@ func (c *Client) reportAcquire(ctx context.Context, key string, ttl time.Duratio
 	observe(c, ctx, ev, func(o *Observer) func(context.Context, AcquireEvent) { return o.OnAcquire })
 }
 
-func (c *Client) lock(key string, fence int64) Lock {
-	return Lock{Key: key, Namespace: c.namespace(key), Fence: fence}
-}
-
-// acquire is Acquire's wait: a waiter lets attempts through until one is
-// answered with more than "busy" (wait.go).
-func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
-	if err := validateKeyTTL(key, ttl); err != nil {
-		return nil, err
-	}
-	token := c.newToken()
-	w := c.newWaiter(key, token, maxBackoff)
-	defer w.leave()
-	for {
-		if err := w.wait(ctx); err != nil {
-			return nil, err
-		}
-		l, err := c.try(ctx, key, token, ttl, w.stay)
-		if w.answered(err, ttl) {
-			continue
-		}
-		if err != nil {
-			return nil, c.acquireFailed(ctx, key, err)
-		}
-		return l, nil
-	}
+// event is the Event of key with fence.
+func (c *Client) event(key string, fence int64) Event {
+	return Event{Key: key, Namespace: c.namespace(key), Fence: fence}
 }
 
 // try is one acquire attempt with a given token; stay > 0 makes it a queued
@@ -422,7 +336,7 @@ func (c *Client) try(ctx context.Context, key, token string, ttl, stay time.Dura
 	})
 	switch {
 	case err == nil && fence > 0:
-		return newLease(c, key, token, fence, ttl, sent, time.Now()), nil
+		return c.newLease(key, token, fence, ttl, sent, time.Now()), nil
 	case err == nil:
 		// A store that breaks the fence contract gives no lease; the key it
 		// took for token is given back below.
@@ -432,13 +346,28 @@ func (c *Client) try(ctx context.Context, key, token string, ttl, stay time.Dura
 	}
 	// The store may have applied the acquire before failing (a lost reply):
 	// release the token, detached from ctx, so the key is not blocked a TTL.
+	c.cleanUp(ctx, key, token, 0)
+	return nil, err
+}
+
+// cleanUp releases token, which may hold key after a call of unknown
+// outcome, detached from ctx and bounded by the cleanup timeout; a failure is
+// reported (the TTL frees the key).
+func (c *Client) cleanUp(ctx context.Context, key, token string, fence int64) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanupTimeout)
 	defer cancel()
 	if rerr, _ := c.releaseRetrying(cctx, key, token); rerr != nil && !errors.Is(rerr, ErrNotOwned) {
-		c.log.WarnContext(ctx, "leasehold: could not clean up after a failed acquire; the key may stay blocked until its TTL runs out",
-			slog.String("key", key), slog.Duration("ttl", ttl), slog.Any("error", rerr))
+		c.releaseFailed(ctx, key, fence, fmt.Errorf("leasehold: cleaning up %q after a call of unknown outcome: %w", key, rerr))
 	}
-	return nil, err
+}
+
+// releaseFailed reports a release the store could not answer.
+func (c *Client) releaseFailed(ctx context.Context, key string, fence int64, err error) {
+	if len(c.observers) == 0 {
+		return
+	}
+	observe(c, ctx, ReleaseFailureEvent{Event: c.event(key, fence), Err: err},
+		func(o *Observer) func(context.Context, ReleaseFailureEvent) { return o.OnReleaseFailure })
 }
 
 // acquireFailed shapes the error of a waiting Acquire's failed attempt: after

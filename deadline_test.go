@@ -152,9 +152,7 @@ func TestLeadReleasesALeaseAcquiredAsItsContextEnds(t *testing.T) {
 		mem := memstore.New()
 		ctx, cancel := context.WithCancel(t.Context())
 		c := leasehold.New(cancelOnAcquire{mem, cancel}, leasehold.WithLogger(quietLogger()))
-		err := c.Lead(ctx, "leader:main", leasehold.LeaderConfig{
-			OnStartedLeading: func(context.Context, *leasehold.Lease) { t.Error("a term started after ctx ended") },
-		})
+		err := c.Lead(ctx, "leader:main", func(context.Context, *leasehold.Lease) { t.Error("a term started after ctx ended") })
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Lead: %v, want context.Canceled", err)
 		}

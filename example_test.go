@@ -104,18 +104,16 @@ func ExampleLease_KeepAlive() {
 	// keep-alive context: context canceled
 }
 
-// Lead runs OnStartedLeading while this process leads; here the leader's
-// work ends the campaign by cancelling Lead's context.
+// Lead runs its function while this process leads; here the leader's work
+// ends the campaign by cancelling Lead's context, which ends the term.
 func ExampleClient_Lead() {
 	ctx, cancel := context.WithCancel(context.Background())
 	client := leasehold.New(memstore.New())
-	err := client.Lead(ctx, "leader:snapshots", leasehold.LeaderConfig{
-		OnStartedLeading: func(lctx context.Context, l *leasehold.Lease) {
-			fmt.Println("leading with fence", l.Fence())
-			cancel()
-			<-lctx.Done()
-		},
-		OnStoppedLeading: func() { fmt.Println("stopped leading") },
+	err := client.Lead(ctx, "leader:snapshots", func(lctx context.Context, l *leasehold.Lease) {
+		fmt.Println("leading with fence", l.Fence())
+		cancel()
+		<-lctx.Done()
+		fmt.Println("stopped leading")
 	})
 	fmt.Println("Lead:", err)
 	// Output:
@@ -130,8 +128,7 @@ func ExampleClient_RunLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	client := leasehold.New(memstore.New())
 	ticks := 0
-	err := client.RunLoop(ctx, "loops:reconcile", 10*time.Millisecond, func(ctx context.Context) error {
-		l, _ := leasehold.LeaseFromContext(ctx)
+	err := client.RunLoop(ctx, "loops:reconcile", 10*time.Millisecond, func(ctx context.Context, l *leasehold.Lease) error {
 		ticks++
 		fmt.Println("tick", ticks, "with fence", l.Fence())
 		if ticks == 2 {

@@ -13,7 +13,8 @@ import (
 
 // Lease is one ownership of a key: the key, the owner's token and its fence.
 // Its methods are safe for concurrent use and on a nil *Lease, whose
-// accessors give zero values and other methods an *ArgumentError.
+// accessors give zero values and other methods an *ArgumentError. It prints
+// as its key, fence and remaining time, never its token.
 type Lease struct {
 	client  *Client
 	key     string
@@ -25,19 +26,20 @@ type Lease struct {
 	// (docs/lease-concurrency.md).
 	op chan struct{}
 
-	mu  sync.Mutex
-	ttl time.Duration
-	// sent and acquired are when the last renewal that landed (or the
-	// acquire) was sent and answered; local deadlines count from sent.
-	sent, acquired time.Time
-	keeper         *KeepAlive // the running auto-renewal, if any
-	ended          bool       // released or given up; reported once
-	released       bool       // a Release ended it: "not owned" is then no wrong-owner event
+	mu       sync.Mutex
+	ended    bool    // released, handed on or given up; reported once
+	released bool    // a Release ended it: "not owned" is then no wrong-owner event
+	line     *line   // the Client's line of waiters that counts it as held; nil if none (wait.go)
+	r        renewal // everything about renewing it (renewal.go)
 }
 
-func newLease(c *Client, key, token string, fence int64, ttl time.Duration, sent, done time.Time) *Lease {
-	return &Lease{client: c, key: key, token: token, fence: fence, ttl: ttl,
-		sent: sent, acquired: done, started: done, op: make(chan struct{}, 1)}
+// newLease is a lease of key just acquired with an attempt sent at sent and
+// answered at done; the Client's waiters for key count it as held.
+func (c *Client) newLease(key, token string, fence int64, ttl time.Duration, sent, done time.Time) *Lease {
+	l := &Lease{client: c, key: key, token: token, fence: fence, started: done, op: make(chan struct{}, 1)}
+	l.r = renewal{ttl: ttl, sent: sent, done: done}
+	c.lines.hold(l)
+	return l
 }
 
 // errNilLease is what the methods of a nil (or zero) *Lease return.
@@ -78,12 +80,43 @@ func (l *Lease) Fence() int64 {
 
 // TTL returns the duration the lease was acquired or last renewed by hand with.
 func (l *Lease) TTL() time.Duration {
-	if l == nil {
+	if l == nil || l.client == nil {
 		return 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ttl
+	return l.r.ttl
+}
+
+// String is the lease's key, fence and the time left before the store may
+// expire it (as of its last renewal that landed), or how it ended; never its
+// token.
+func (l *Lease) String() string {
+	if l == nil || l.client == nil {
+		return "<nil lease>"
+	}
+	l.mu.Lock()
+	ended, left := l.ended, time.Until(l.r.sent.Add(l.r.ttl))
+	l.mu.Unlock()
+	switch {
+	case ended:
+		return fmt.Sprintf("lease %q fence %d (ended)", l.key, l.fence)
+	case left <= 0:
+		return fmt.Sprintf("lease %q fence %d (expired)", l.key, l.fence)
+	}
+	return fmt.Sprintf("lease %q fence %d (%v left)", l.key, l.fence, left.Round(time.Millisecond))
+}
+
+// GoString is String, so %#v does not print the token either.
+func (l *Lease) GoString() string { return l.String() }
+
+// LogValue logs a Lease as its key, fence and holder identity, never its
+// token.
+func (l *Lease) LogValue() slog.Value {
+	if l == nil || l.client == nil {
+		return slog.StringValue("<nil lease>")
+	}
+	return slog.GroupValue(slog.String("key", l.key), slog.Int64("fence", l.fence), slog.String("holder", driver.TokenHolder(l.token)))
 }
 
 // begin takes the lease's operation slot, giving up when done is closed first.
@@ -118,7 +151,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	l.mu.Lock()
-	running, released := l.keeper != nil, l.released
+	running, released := l.r.keeper != nil, l.released
 	l.mu.Unlock()
 	if running {
 		l.finish()
@@ -130,10 +163,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		// A KeepAlive started later counts its deadline from this renewal.
 		done := time.Now()
 		l.mu.Lock()
-		l.sent, l.acquired, l.ttl = sent, done, ttl
+		l.r.ttl, l.r.sent, l.r.done = ttl, sent, done
 		l.mu.Unlock()
-		observe(l.client, ctx, RenewEvent{Lock: l.lock(), TTL: ttl},
-			func(o *Observer) func(context.Context, RenewEvent) { return o.OnRenew })
+		l.renewed(ctx, ttl)
 	}
 	l.finish()
 	if errors.Is(err, ErrNotOwned) && !released { // after our own release it is no wrong owner
@@ -146,7 +178,8 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // ErrNotOwned if it did not. A running KeepAlive's Context is cancelled
 // before the release is sent. A cancelled ctx does not stop the release; its
 // live deadline bounds it, else 2 s. A release of unknown outcome (a lost
-// reply) is retried within that bound.
+// reply) is retried within that bound. When this Client's next waiter for
+// the key is next in line, the key goes to it in the same store call.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -166,16 +199,13 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("leasehold: release %q: still waiting for another call on the lease: %w", l.key, context.DeadlineExceeded)
 	}
 	l.mu.Lock()
-	k, released := l.keeper, l.released
+	k, released := l.r.keeper, l.released
 	l.mu.Unlock()
 	if k != nil {
 		// Tell the holder before another owner can take the key.
 		k.shut(context.Canceled)
 	}
-	err, unsure := l.client.releaseRetrying(rctx, l.key, l.token)
-	if err != nil && unsure && errors.Is(err, ErrNotOwned) {
-		err = nil // released by an attempt whose reply was lost, or expired
-	}
+	err := l.client.giveBack(rctx, l) // a hand-off to this Client's next waiter, or a release (wait.go)
 	if err == nil {
 		l.mu.Lock()
 		l.released = true
@@ -187,6 +217,9 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 		l.end(ctx)
 	case errors.Is(err, ErrNotOwned) && !released: // after our own release it is no wrong owner
 		l.notOwned(ctx, "release")
+		l.client.lines.unhold(l)
+	default:
+		l.client.lines.unhold(l) // the TTL frees the key: this Client's waiters look again
 	}
 	return err
 }
@@ -227,49 +260,41 @@ func unknownOutcome(err error) bool {
 	return err != nil && !errors.Is(err, ErrNotOwned) && !errors.Is(err, ErrInvalidArgument) && err != errNilStore
 }
 
-func (l *Lease) lock() Lock { return l.client.lock(l.key, l.fence) }
+func (l *Lease) event() Event { return l.client.event(l.key, l.fence) }
 
-// hasEnded reports whether the ownership ended: released or given up.
+// hasEnded reports whether the ownership ended: released, handed on or given up.
 func (l *Lease) hasEnded() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ended
 }
 
-// renewed records a renewal by k that landed, while k runs.
-func (l *Lease) renewed(k *KeepAlive, sent, done time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.keeper == k && sent.After(l.sent) {
-		l.sent, l.acquired = sent, done
-	}
-}
-
-// end reports the end of the ownership, once.
+// end reports the end of the ownership, once, and lets the Client's waiters
+// for the key look again.
 func (l *Lease) end(ctx context.Context) {
 	l.mu.Lock()
 	first := !l.ended
 	l.ended = true
 	l.mu.Unlock()
-	if first {
-		observe(l.client, ctx, ReleaseEvent{Lock: l.lock(), Held: time.Since(l.started)},
+	if !first {
+		return
+	}
+	l.client.lines.unhold(l)
+	if len(l.client.observers) > 0 {
+		observe(l.client, ctx, ReleaseEvent{Event: l.event(), Held: time.Since(l.started)},
 			func(o *Observer) func(context.Context, ReleaseEvent) { return o.OnRelease })
 	}
 }
 
-func (l *Lease) notOwned(ctx context.Context, op string) {
-	lk := l.lock()
-	observe(l.client, ctx, NotOwnedEvent{Lock: lk, Op: op},
-		func(o *Observer) func(context.Context, NotOwnedEvent) { return o.OnNotOwned })
-	l.client.log.WarnContext(ctx, "leasehold: "+op+" refused: the key no longer holds this lease",
-		lk.logAttrs()...)
+// renewed reports a renewal the store accepted.
+func (l *Lease) renewed(ctx context.Context, ttl time.Duration) {
+	if len(l.client.observers) > 0 {
+		observe(l.client, ctx, RenewEvent{Event: l.event(), TTL: ttl},
+			func(o *Observer) func(context.Context, RenewEvent) { return o.OnRenew })
+	}
 }
 
-// LogValue logs a Lease as its key, fence and holder identity, never its
-// token.
-func (l *Lease) LogValue() slog.Value {
-	if l == nil {
-		return slog.StringValue("<nil lease>")
-	}
-	return slog.GroupValue(slog.String("key", l.key), slog.Int64("fence", l.fence), slog.String("holder", driver.TokenHolder(l.token)))
+func (l *Lease) notOwned(ctx context.Context, op string) {
+	observe(l.client, ctx, NotOwnedEvent{Event: l.event(), Op: op},
+		func(o *Observer) func(context.Context, NotOwnedEvent) { return o.OnNotOwned })
 }

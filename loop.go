@@ -3,55 +3,35 @@ package leasehold
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"time"
 )
 
-// LoopOption configures RunLoop.
-type LoopOption func(*loopConfig)
-
-type loopConfig struct {
-	ttl time.Duration // 0: 2 × interval
-}
-
-// WithLoopTTL sets the loop lock's TTL. Default: 2 × interval, so a window
-// spans one missed tick and a crashed owner is replaced within two intervals.
-func WithLoopTTL(ttl time.Duration) LoopOption { return func(c *loopConfig) { c.ttl = ttl } }
-
-type leaseKey struct{}
-
-// LeaseFromContext returns the lease a RunLoop tick runs under, for fencing.
-func LeaseFromContext(ctx context.Context) (*Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(*Lease)
-	return l, ok
-}
-
 // RunLoop runs tick every interval on whichever replica owns key, until ctx
 // is done, and returns ctx's error: the per-loop TTL hold. Each tick takes key
-// for 2 × interval and never releases it, so one replica runs each window and
-// another takes over within two intervals of a crash.
+// for its TTL (WithTTL, default 2 × interval) and never releases it, so one
+// replica runs each window and another takes over within two intervals of a
+// crash. It takes WithTTL, WithDriftMargin and WithReleaseTimeout.
 //
-// tick's context ends before its window does, so it cannot overlap the next
-// owner's. A tick's error is logged; a store error skips the tick; a panic
-// releases the lease and goes on in the caller.
-func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration, tick func(ctx context.Context) error, opts ...LoopOption) error {
-	cfg := loopConfig{}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.ttl == 0 {
-		cfg.ttl = 2 * interval
-	}
+// tick's context ends before its window does (the TTL less the drift
+// margin), so it cannot overlap the next owner's, and when ctx ends; RunLoop
+// returns once tick has. A tick's error is reported (Observer.OnError); a
+// store error skips the tick; a panic releases the lease and goes on in the
+// caller.
+func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration, tick func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
 	switch {
 	case interval <= 0:
 		return &ArgumentError{Arg: "interval", Reason: interval.String() + " is not positive"}
 	case tick == nil:
 		return &ArgumentError{Arg: "tick", Reason: "nil"}
 	}
+	cfg, err := newHoldConfig(2*interval, opts, "RunLoop", optLoop)
+	if err != nil {
+		return err
+	}
 	if err := validateKeyTTL(key, cfg.ttl); err != nil {
 		return err
 	}
-	margin := cfg.ttl / DefaultDriftDivisor
 	next := time.Now()
 	for {
 		if err := sleepUntil(ctx, next); err != nil {
@@ -73,27 +53,29 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 			if cerr := expired(ctx); cerr != nil {
 				return cerr
 			}
-			c.log.WarnContext(ctx, "leasehold: loop tick skipped: the store failed", slog.String("key", key), slog.Any("error", err))
-			continue
+			continue // reported by TryAcquire (OnAcquire, StoreFailed)
 		}
-		c.tick(ctx, l, l.sent.Add(cfg.ttl-margin), tick)
+		l.mu.Lock()
+		deadline := l.r.sent.Add(cfg.ttl - cfg.margin)
+		l.mu.Unlock()
+		c.tick(ctx, l, deadline, cfg.releaseTimeout, tick)
 	}
 }
 
 // tick runs one tick under l until deadline; a panic gives the lease back.
-func (c *Client) tick(ctx context.Context, l *Lease, deadline time.Time, tick func(ctx context.Context) error) {
-	tctx, cancel := context.WithDeadline(context.WithValue(ctx, leaseKey{}, l), deadline)
+func (c *Client) tick(ctx context.Context, l *Lease, deadline time.Time, releaseTimeout time.Duration, tick func(ctx context.Context, l *Lease) error) {
+	tctx, cancel := context.WithDeadline(ctx, deadline)
 	returned := false
 	defer func() {
 		cancel()
 		if !returned {
-			_ = l.release(context.WithoutCancel(ctx), defaultReleaseTimeout)
+			_ = l.release(context.WithoutCancel(ctx), releaseTimeout)
 		}
 	}()
-	err := tick(tctx)
+	err := tick(tctx, l)
 	returned = true
 	if err != nil && ctx.Err() == nil {
-		c.log.WarnContext(ctx, "leasehold: loop tick failed", l.lock().logAttrs(slog.Any("error", err))...)
+		c.reportError(ctx, l.key, l.fence, "tick", fmt.Errorf("leasehold: loop tick of %q: %w", l.key, err))
 	}
 }
 

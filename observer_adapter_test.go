@@ -37,8 +37,8 @@ func observerOf(x any) leasehold.Observer {
 	}); ok {
 		o.OnReleaseFailure = func(_ context.Context, e leasehold.ReleaseFailureEvent) { v.OnReleaseFailure(e) }
 	}
-	if v, ok := x.(interface{ OnAcquireStart(leasehold.Lock) }); ok {
-		o.OnAcquireStart = func(_ context.Context, e leasehold.Lock) { v.OnAcquireStart(e) }
+	if v, ok := x.(interface{ OnAcquireStart(leasehold.Event) }); ok {
+		o.OnAcquireStart = func(_ context.Context, e leasehold.Event) { v.OnAcquireStart(e) }
 	}
 	if v, ok := x.(interface{ OnRenew(leasehold.RenewEvent) }); ok {
 		o.OnRenew = func(_ context.Context, e leasehold.RenewEvent) { v.OnRenew(e) }

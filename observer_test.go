@@ -66,14 +66,14 @@ func TestObserversGetTheCallersContext(t *testing.T) {
 func TestAcquireRenewAndStoreCallEvents(t *testing.T) {
 	var (
 		mu     sync.Mutex
-		starts []leasehold.Lock
+		starts []leasehold.Event
 		acqs   []leasehold.AcquireEvent
 		renews []leasehold.RenewEvent
 		calls  []leasehold.StoreCallEvent
 	)
 	renewed := make(chan struct{}, 16)
 	obs := leasehold.Observer{
-		OnAcquireStart: func(_ context.Context, l leasehold.Lock) { mu.Lock(); starts = append(starts, l); mu.Unlock() },
+		OnAcquireStart: func(_ context.Context, l leasehold.Event) { mu.Lock(); starts = append(starts, l); mu.Unlock() },
 		OnAcquire:      func(_ context.Context, e leasehold.AcquireEvent) { mu.Lock(); acqs = append(acqs, e); mu.Unlock() },
 		OnRenew: func(_ context.Context, e leasehold.RenewEvent) {
 			mu.Lock()

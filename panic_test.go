@@ -70,24 +70,32 @@ func TestHoldFnPanicReleasesAndRepanics(t *testing.T) {
 		<-done
 		mustBeFree(t, mem, key)
 
-		// Through Hold's local turn and Hold with a wait budget: the local turn is given back too.
-		lf := localFirst{c}
-		if v := recoverValue(func() {
-			_ = lf.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("local") })
-		}); v != "local" {
-			t.Fatalf("LocalFirst.Hold: recovered %v", v)
-		}
+		// Hold with a wait budget, and with waiters queued behind: the line
+		// is left clean.
 		if v := recoverValue(func() {
 			_ = c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { panic("envelope") }, leasehold.WithWaitBudget(2*time.Second))
 		}); v != "envelope" {
 			t.Fatalf("Hold with a wait budget: recovered %v", v)
 		}
 		mustBeFree(t, mem, key)
-		if lf.Len() != 0 {
-			t.Errorf("LocalFirst still tracks %d keys", lf.Len())
+		waited := make(chan error, 1)
+		if v := recoverValue(func() {
+			_ = c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error {
+				go func() {
+					waited <- c.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { return nil })
+				}()
+				synctest.Wait() // the second Hold waits in the line
+				panic("with a waiter")
+			})
+		}); v != "with a waiter" {
+			t.Fatalf("Hold with a waiter: recovered %v", v)
 		}
-		if err := lf.Hold(t.Context(), key, ttl, func(context.Context, *leasehold.Lease) error { return nil }); err != nil {
-			t.Fatalf("LocalFirst.Hold after a panic: %v", err)
+		if err := <-waited; err != nil {
+			t.Fatalf("the waiter behind a panicking Hold: %v", err)
+		}
+		mustBeFree(t, mem, key)
+		if n := leasehold.Lines(c); n != 0 {
+			t.Errorf("the Client still tracks %d keys", n)
 		}
 	})
 }
@@ -102,9 +110,10 @@ func (panickingObserver) OnNotOwned(leasehold.NotOwnedEvent)             { panic
 func (panickingObserver) OnAbandon(leasehold.AbandonEvent)               { panic("OnAbandon") }
 func (panickingObserver) OnLeaseExpired(leasehold.LeaseExpiredEvent)     { panic("OnLeaseExpired") }
 func (panickingObserver) OnReleaseFailure(leasehold.ReleaseFailureEvent) { panic("OnReleaseFailure") }
-func (panickingObserver) OnAcquireStart(leasehold.Lock)                  { panic("OnAcquireStart") }
+func (panickingObserver) OnAcquireStart(leasehold.Event)                 { panic("OnAcquireStart") }
 func (panickingObserver) OnRenew(leasehold.RenewEvent)                   { panic("OnRenew") }
 func (panickingObserver) OnStoreCall(leasehold.StoreCallEvent)           { panic("OnStoreCall") }
+func (panickingObserver) OnError(leasehold.ErrorEvent)                   { panic("OnError") }
 
 // panickingHandler is a log handler that panics on every record.
 type panickingHandler struct{}
@@ -154,9 +163,9 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				<-k.Lost()
-				if !errors.Is(k.Err(), leasehold.ErrAbandoned) || context.Cause(k.Context()) == nil {
-					t.Fatalf("after failed renewals: Err %v, cause %v", k.Err(), context.Cause(k.Context()))
+				<-k.Context().Done()
+				if !errors.Is(context.Cause(k.Context()), leasehold.ErrAbandoned) {
+					t.Fatalf("after failed renewals: cause %v", context.Cause(k.Context()))
 				}
 				k.Stop()
 				// OnNotOwned: releasing the abandoned lease after it expired.
@@ -174,7 +183,10 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				<-k.Lost()
+				time.Sleep(2 * ttl) // past its certain expiry: reported, its context left alone
+				if k.Context().Err() != nil {
+					t.Fatalf("the continue policy cancelled the context: %v", context.Cause(k.Context()))
+				}
 				k.Stop()
 
 				// OnReleaseFailure from Hold.
@@ -198,44 +210,25 @@ func TestPanickingObserverLoggerAndNamespaceCannotBreakLocking(t *testing.T) {
 	}
 }
 
-// OnStartedLeading panics: the term ends (OnStoppedLeading runs, the lease
-// is released, so a successor can take over at once) and the panic goes on
-// in Lead's goroutine. OnStoppedLeading panics: the term is still ended
-// (OnStartedLeading's context cancelled and waited for, the lease released)
-// before the panic goes on.
-func TestLeadCallbackPanicsEndTheTerm(t *testing.T) {
+// Lead's function panics: the term ends (the lease is released, so a
+// successor can take over at once) and the panic goes on in Lead's caller.
+func TestLeadPanicEndsTheTerm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
-		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
-		stopped := false
+		c := leasehold.New(mem)
+		var leadCtx context.Context
 		v := recoverValue(func() {
-			_ = c.Lead(t.Context(), "leader:main", leasehold.LeaderConfig{
-				TTL:              10 * time.Second,
-				OnStartedLeading: func(ctx context.Context, l *leasehold.Lease) { panic("leader") },
-				OnStoppedLeading: func() { stopped = true },
+			_ = c.Lead(t.Context(), "leader:main", func(ctx context.Context, l *leasehold.Lease) {
+				leadCtx = ctx
+				time.Sleep(time.Second)
+				panic("leader")
 			})
 		})
-		if v != "leader" || !stopped {
-			t.Fatalf("recovered %v, OnStoppedLeading called %v; want the leader's panic, and true", v, stopped)
+		if v != "leader" {
+			t.Fatalf("recovered %v; want the leader's panic", v)
 		}
-		mustBeFree(t, mem, "leader:main")
-
-		ctx, cancel := context.WithCancel(t.Context())
-		var leaderReturned bool
-		v = recoverValue(func() {
-			_ = c.Lead(ctx, "leader:main", leasehold.LeaderConfig{
-				TTL: 10 * time.Second,
-				OnStartedLeading: func(ctx context.Context, l *leasehold.Lease) {
-					time.Sleep(time.Second)
-					cancel()
-					<-ctx.Done()
-					leaderReturned = true
-				},
-				OnStoppedLeading: func() { panic("stopped") },
-			})
-		})
-		if v != "stopped" || !leaderReturned {
-			t.Fatalf("recovered %v, leader returned %v; want OnStoppedLeading's panic, and true", v, leaderReturned)
+		if leadCtx.Err() == nil {
+			t.Error("the term's context is live after its panic")
 		}
 		mustBeFree(t, mem, "leader:main")
 	})
@@ -250,7 +243,7 @@ func TestRunLoopTickPanicReleasesTheLoop(t *testing.T) {
 		c := leasehold.New(mem, leasehold.WithLogger(quietLogger()))
 		var tickCtx context.Context
 		v := recoverValue(func() {
-			_ = c.RunLoop(t.Context(), "loops:sweep", 30*time.Second, func(ctx context.Context) error {
+			_ = c.RunLoop(t.Context(), "loops:sweep", 30*time.Second, func(ctx context.Context, _ *leasehold.Lease) error {
 				tickCtx = ctx
 				panic("tick")
 			})
@@ -267,7 +260,7 @@ func TestRunLoopTickPanicReleasesTheLoop(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		var once sync.Once
 		start := time.Now()
-		_ = c.RunLoop(ctx, "loops:sweep", 30*time.Second, func(context.Context) error {
+		_ = c.RunLoop(ctx, "loops:sweep", 30*time.Second, func(context.Context, *leasehold.Lease) error {
 			once.Do(func() {
 				if waited := time.Since(start); waited != 0 {
 					t.Errorf("the next replica ticked after %v, want at once", waited)

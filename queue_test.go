@@ -21,12 +21,13 @@ import (
 // waking the head's watch alone.
 type queueStore struct {
 	*memstore.Store
-	mu      sync.Mutex
-	queues  map[string][]queueEntry
-	turns   map[string]chan struct{} // per token
-	queued  atomic.Int64             // AcquireQueued calls
-	leaves  atomic.Int64             // LeaveQueue calls
-	stayArg atomic.Int64             // the last stay, in ns
+	mu       sync.Mutex
+	queues   map[string][]queueEntry
+	turns    map[string]chan struct{} // per token
+	queued   atomic.Int64             // AcquireQueued calls
+	leaves   atomic.Int64             // LeaveQueue calls
+	handOffs atomic.Int64             // HandOff calls
+	stayArg  atomic.Int64             // the last stay, in ns
 }
 
 type queueEntry struct {
@@ -34,7 +35,10 @@ type queueEntry struct {
 	deadline time.Time
 }
 
-var _ driver.Queuer = (*queueStore)(nil)
+var (
+	_ driver.Queuer    = (*queueStore)(nil)
+	_ driver.HandOffer = (*queueStore)(nil)
+)
 
 func newQueueStore() *queueStore {
 	return &queueStore{Store: memstore.New(), queues: make(map[string][]queueEntry), turns: make(map[string]chan struct{})}
@@ -120,6 +124,27 @@ func (s *queueStore) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
+// HandOff implements driver.HandOffer: under s.mu, which every queue
+// operation takes, a release and an acquire for next are one step.
+func (s *queueStore) HandOff(ctx context.Context, key, token, next string, ttl time.Duration) (int64, string, error) {
+	s.handOffs.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.Store.Release(ctx, key, token); err != nil {
+		return 0, "", err
+	}
+	if head, queued := s.head(key); queued && head != next {
+		s.wake(key)
+		return 0, head, nil
+	}
+	f, err := s.Store.Acquire(ctx, key, next, ttl)
+	if err != nil {
+		return 0, "", err
+	}
+	s.remove(key, next)
+	return f, "", nil
+}
+
 func (s *queueStore) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,7 +206,7 @@ func TestStoreQueueServesClientsInArrivalOrder(t *testing.T) {
 	for i := range n {
 		got[i] = acquireIn(t, ctx, clients[i], key, "w")
 		waitFor(t, "the waiter to queue", func() bool { return s.queueLen(key) == i+1 })
-		if w := clients[i].Waiting(key); w != 1 {
+		if w := leasehold.Waiting(clients[i], key); w != 1 {
 			t.Errorf("client %d counts %d waiters, want 1", i, w)
 		}
 	}
@@ -190,8 +215,8 @@ func TestStoreQueueServesClientsInArrivalOrder(t *testing.T) {
 		defer s.mu.Unlock()
 		return len(s.turns) == n
 	})
-	if stay := time.Duration(s.stayArg.Load()); stay < 2*time.Hour {
-		t.Errorf("entries stay %v, less than two backoff steps", stay)
+	if stay := time.Duration(s.stayArg.Load()); stay != driver.MaxQueueStay {
+		t.Errorf("entries stay %v, want the bound %v", stay, driver.MaxQueueStay)
 	}
 	for i := range n {
 		if err := holder.Release(ctx); err != nil {
@@ -248,8 +273,8 @@ func TestStoreQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	if err := <-gaveUp; !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("a gave up with %v", err)
 	}
-	if s.leaves.Load() != 1 || s.queueLen(key) != 1 || a.Waiting(key) != 0 {
-		t.Fatalf("after a gave up: %d leaves, %d queued, a counts %d waiting", s.leaves.Load(), s.queueLen(key), a.Waiting(key))
+	if s.leaves.Load() != 1 || s.queueLen(key) != 1 || leasehold.Waiting(a, key) != 0 {
+		t.Fatalf("after a gave up: %d leaves, %d queued, a counts %d waiting", s.leaves.Load(), s.queueLen(key), leasehold.Waiting(a, key))
 	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -264,9 +289,10 @@ func TestStoreQueueWaiterThatGivesUpLeaves(t *testing.T) {
 	}
 }
 
-// A waiter whose backoff cap is longer than driver.MaxTTL asks for an entry
-// that lives driver.MaxTTL, which a store accepts.
-func TestStoreQueueStayIsAValidTTL(t *testing.T) {
+// A waiter whose backoff cap is long asks for an entry that lives at most
+// driver.MaxQueueStay: a crashed waiter holds the queue up no longer, and
+// the store takes it.
+func TestStoreQueueStayIsBounded(t *testing.T) {
 	s := newQueueStore()
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
@@ -278,14 +304,14 @@ func TestStoreQueueStayIsAValidTTL(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire: %v, want the deadline", err)
 	}
-	if stay := time.Duration(s.stayArg.Load()); driver.ValidateTTL(stay) != nil {
-		t.Errorf("entries stay %v, not a valid TTL", stay)
+	if stay := time.Duration(s.stayArg.Load()); stay != driver.MaxQueueStay {
+		t.Errorf("entries stay %v, want driver.MaxQueueStay (%v)", stay, driver.MaxQueueStay)
 	}
 }
 
 // An uncontended Acquire on a store that keeps a queue is one attempt and
-// no LeaveQueue; WithoutWakeups leaves the queue alone.
-func TestStoreQueueUncontendedAndWithoutWakeups(t *testing.T) {
+// no LeaveQueue.
+func TestStoreQueueUncontended(t *testing.T) {
 	s := newQueueStore()
 	ctx := t.Context()
 	l, err := leasehold.New(s).Acquire(ctx, "queue:free", time.Minute)
@@ -297,16 +323,6 @@ func TestStoreQueueUncontendedAndWithoutWakeups(t *testing.T) {
 	}
 	if q, lv := s.queued.Load(), s.leaves.Load(); q != 1 || lv != 0 {
 		t.Errorf("uncontended Acquire: %d queued attempts and %d leaves, want 1 and 0", q, lv)
-	}
-	l, err = leasehold.New(s, leasehold.WithoutWakeups()).Acquire(ctx, "queue:free", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if q := s.queued.Load(); q != 1 {
-		t.Errorf("WithoutWakeups made %d queued attempts", q-1)
 	}
 }
 

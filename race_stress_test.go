@@ -82,20 +82,12 @@ var leaseOps = []struct {
 	}},
 	{"Stop", func(t *testing.T, s *stressLease) { s.last().Stop() }},
 	{"Context", func(t *testing.T, s *stressLease) { _ = s.last().Context().Err() }},
-	{"Lost", func(t *testing.T, s *stressLease) {
-		if k := s.last(); k != nil {
-			select {
-			case <-k.Lost():
-				t.Errorf("Lost closed: %v", k.Err())
-			default:
-			}
+	{"Cause", func(t *testing.T, s *stressLease) {
+		if cause := context.Cause(s.last().Context()); errors.Is(cause, leasehold.ErrAbandoned) || errors.Is(cause, leasehold.ErrNotOwned) {
+			t.Errorf("Context's cause: %v", cause)
 		}
 	}},
-	{"Err", func(t *testing.T, s *stressLease) {
-		if err := s.last().Err(); err != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
-			t.Errorf("Err: %v", err)
-		}
-	}},
+	{"String", func(t *testing.T, s *stressLease) { _ = s.l.String() }},
 	{"accessors", func(t *testing.T, s *stressLease) {
 		_, _, _, _ = s.l.Key(), s.l.Token(), s.l.Fence(), s.l.TTL()
 		slog.New(slog.DiscardHandler).Info("x", "lease", s.l)
@@ -131,10 +123,10 @@ func TestEveryPairOfLeaseCallsRaces(t *testing.T) {
 	if len(rec.notOwned) != 0 || len(rec.abandons) != 0 {
 		t.Errorf("%d not-owned and %d abandon events from the owner's own calls", len(rec.notOwned), len(rec.abandons))
 	}
-	perLease := make(map[leasehold.Lock]int)
+	perLease := make(map[leasehold.Event]int)
 	for _, e := range rec.releases {
-		if perLease[e.Lock]++; perLease[e.Lock] > 1 {
-			t.Errorf("%s fence %d: %d release events", e.Key, e.Fence, perLease[e.Lock])
+		if perLease[e.Event]++; perLease[e.Event] > 1 {
+			t.Errorf("%s fence %d: %d release events", e.Key, e.Fence, perLease[e.Event])
 		}
 	}
 	if len(perLease) != n {
@@ -237,7 +229,7 @@ func (y yieldingNotifier) WatchReleases(ctx context.Context, key string) (<-chan
 }
 
 // Many goroutines of one Client mix every way of taking a few keys
-// (TryAcquire, Acquire, Hold, Hold with a wait budget, LocalFirst, with and without a
+// (TryAcquire, Acquire, Hold, Hold with a wait budget, with and without a
 // Renewer) and of giving them back (Release, KeepAlive then Release, Hold's
 // own release), under -race: one owner per key at a time, fences rising per
 // key, every ownership ended with exactly one release event, no wrong-owner
@@ -249,7 +241,6 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 	rec := &recorder{}
 	c := leasehold.New(mem, leasehold.WithObserver(observerOf(rec)), leasehold.WithLogger(quietLogger()),
 		leasehold.WithBackoff(time.Millisecond, 5*time.Millisecond))
-	lf := localFirst{c}
 	var (
 		inside [3]atomic.Int32
 		fences [3]atomic.Int64
@@ -306,7 +297,7 @@ func TestOneClientUnderConcurrentUse(t *testing.T) {
 				case 3:
 					err = c.Hold(ctx, keys[i], ttl, critical(i), leasehold.WithWaitBudget(stressBudget))
 				case 4:
-					err = lf.Hold(ctx, keys[i], ttl, critical(i), renewFast)
+					err = c.Hold(ctx, keys[i], ttl, critical(i), renewFast)
 				case 5:
 					var l *leasehold.Lease
 					if l, err = c.Acquire(ctx, keys[i], ttl); err == nil {

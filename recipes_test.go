@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,11 +85,7 @@ func TestRunLoopOneReplicaPerWindow(t *testing.T) {
 		defer cancel()
 		for r := range 3 {
 			wg.Go(func() {
-				err := c.RunLoop(ctx, "loops:sweep", interval, func(ctx context.Context) error {
-					l, ok := leasehold.LeaseFromContext(ctx)
-					if !ok {
-						t.Error("no lease in the tick's context")
-					}
+				err := c.RunLoop(ctx, "loops:sweep", interval, func(ctx context.Context, l *leasehold.Lease) error {
 					start := time.Now()
 					time.Sleep(5 * time.Second) // the tick's work
 					mu.Lock()
@@ -132,7 +129,7 @@ func TestRunLoopOwnershipMovesWhenTheOwnerStops(t *testing.T) {
 		owner := make(chan time.Time, 1)
 		ownerCtx, killOwner := context.WithCancel(t.Context())
 		go func() {
-			_ = c.RunLoop(ownerCtx, "loops:replay", interval, func(ctx context.Context) error {
+			_ = c.RunLoop(ownerCtx, "loops:replay", interval, func(context.Context, *leasehold.Lease) error {
 				select {
 				case owner <- time.Now():
 				default:
@@ -147,7 +144,7 @@ func TestRunLoopOwnershipMovesWhenTheOwnerStops(t *testing.T) {
 		defer cancel()
 		for range 2 {
 			go func() {
-				_ = c.RunLoop(ctx, "loops:replay", interval, func(ctx context.Context) error {
+				_ = c.RunLoop(ctx, "loops:replay", interval, func(context.Context, *leasehold.Lease) error {
 					select {
 					case next <- time.Now():
 					default:
@@ -174,25 +171,23 @@ type candidate struct {
 	started chan time.Time
 }
 
-func startCandidates(t *testing.T, mem *memstore.Store, n int, cfg leasehold.LeaderConfig) []*candidate {
+func startCandidates(t *testing.T, mem *memstore.Store, n int, opts ...leasehold.HoldOption) []*candidate {
 	cands := make([]*candidate, n)
 	for i := range cands {
 		cd := &candidate{id: i, store: &faultyStore{Store: mem}, stopped: make(chan time.Time, 16), started: make(chan time.Time, 16)}
-		c := leasehold.New(cd.store, leasehold.WithLogger(quietLogger()))
+		c := leasehold.New(cd.store)
 		ctx, cancel := context.WithCancel(t.Context())
 		cd.cancel = cancel
-		cfg := cfg
-		cfg.OnStartedLeading = func(ctx context.Context, l *leasehold.Lease) {
-			cd.token.Store(l.Token())
-			cd.leading.Store(true)
-			cd.started <- time.Now()
-			<-ctx.Done()
-		}
-		cfg.OnStoppedLeading = func() {
-			cd.leading.Store(false)
-			cd.stopped <- time.Now()
-		}
-		go func() { _ = c.Lead(ctx, "leader:main", cfg) }()
+		go func() {
+			_ = c.Lead(ctx, "leader:main", func(ctx context.Context, l *leasehold.Lease) {
+				cd.token.Store(l.Token())
+				cd.leading.Store(true)
+				cd.started <- time.Now()
+				<-ctx.Done()
+				cd.leading.Store(false)
+				cd.stopped <- time.Now()
+			}, opts...)
+		}()
 		cands[i] = cd
 	}
 	return cands
@@ -220,8 +215,8 @@ func checkOneLeader(t *testing.T, mem *memstore.Store, cands []*candidate) {
 func TestLeaderElection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := memstore.New()
-		cfg := leasehold.LeaderConfig{TTL: 10 * time.Second, RetryPeriod: 2 * time.Second, KeepLeaseOnShutdown: true}
-		cands := startCandidates(t, mem, 3, cfg)
+		const ttl = 10 * time.Second
+		cands := startCandidates(t, mem, 3, leasehold.WithTTL(ttl))
 		defer func() {
 			for _, cd := range cands {
 				cd.cancel()
@@ -251,8 +246,11 @@ func TestLeaderElection(t *testing.T) {
 		}
 
 		// The new leader crashes (stops without releasing); a successor leads
-		// within TTL + one retry period.
+		// within TTL + one backoff cap.
 		crashed := leaderOf(t, cands)
+		crashed.store.mu.Lock()
+		crashed.store.crashed = true
+		crashed.store.mu.Unlock()
 		crashedAt := time.Now()
 		crashed.cancel()
 		var successor time.Time
@@ -268,10 +266,10 @@ func TestLeaderElection(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if failover := successor.Sub(crashedAt); failover > cfg.TTL+cfg.RetryPeriod {
-			t.Fatalf("failover took %v, want ≤ TTL + retry period (%v)", failover, cfg.TTL+cfg.RetryPeriod)
+		if failover := successor.Sub(crashedAt); failover > ttl+leasehold.DefaultMaxBackoff {
+			t.Fatalf("failover took %v, want ≤ TTL + backoff cap (%v)", failover, ttl+leasehold.DefaultMaxBackoff)
 		} else {
-			t.Logf("failover after a crash: %v (TTL %v)", failover, cfg.TTL)
+			t.Logf("failover after a crash: %v (TTL %v)", failover, ttl)
 		}
 	})
 }
@@ -302,13 +300,13 @@ func (s *countingStore) WatchReleases(ctx context.Context, key string) (<-chan s
 	return s.Store.(driver.ReleaseNotifier).WatchReleases(ctx, key)
 }
 
-// 64 goroutines, 1,000 critical sections on one key: through LocalFirst the
-// store sees one acquire per section. As 64 independent waiters of one
-// Client it sees about as few, since the Client queues its waiters and a
-// release wakes only the head (when every waiter was woken, this run made
-// about 28,000 calls). Two LocalFirsts (two processes' worth) on one store
-// still exclude.
-func TestLocalFirstCutsStoreTraffic(t *testing.T) {
+// 64 goroutines of one Client, 1,000 critical sections on one key: the
+// store sees about one acquire per section, whether they Hold or Acquire and
+// Release by hand, since the Client queues its waiters and a release of its
+// own lease wakes only the head (when every waiter was woken, this run made
+// about 28,000 calls). Two Clients (two processes' worth) on one store still
+// exclude, and no key is left in a Client's lines.
+func TestOneClientsWaitersCutStoreTraffic(t *testing.T) {
 	const goroutines, sections = 64, 1000
 	mem := memstore.New()
 	run := func(hold func(ctx context.Context, key string, ttl time.Duration, fn func(context.Context, *leasehold.Lease) error, opts ...leasehold.HoldOption) error, inside *atomic.Int32) {
@@ -336,15 +334,14 @@ func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 	}
 
 	var inside atomic.Int32
-	local := &countingStore{Store: mem}
-	lf := localFirst{leasehold.New(local)}
-	run(lf.Hold, &inside)
+	holding := &countingStore{Store: mem}
+	hc := leasehold.New(holding)
+	run(hc.Hold, &inside)
 
-	// Independent waiters: Acquire and Release by hand, no local turn.
-	independent := &countingStore{Store: mem}
-	indep := leasehold.New(independent)
+	byHand := &countingStore{Store: mem}
+	bc := leasehold.New(byHand)
 	run(func(ctx context.Context, key string, ttl time.Duration, fn func(context.Context, *leasehold.Lease) error, _ ...leasehold.HoldOption) error {
-		l, err := indep.Acquire(ctx, key, ttl)
+		l, err := bc.Acquire(ctx, key, ttl)
 		if err != nil {
 			return err
 		}
@@ -352,37 +349,36 @@ func TestLocalFirstCutsStoreTraffic(t *testing.T) {
 		return fn(ctx, l)
 	}, &inside)
 
-	t.Logf("store acquire calls for %d sections by %d goroutines: local-first %d, independent %d",
-		sections, goroutines, local.acquires.Load(), independent.acquires.Load())
-	if local.acquires.Load() != sections {
-		t.Errorf("local-first made %d acquire calls, want exactly one per section (%d)", local.acquires.Load(), sections)
+	t.Logf("store acquire calls for %d sections by %d goroutines: Hold %d, Acquire and Release %d",
+		sections, goroutines, holding.acquires.Load(), byHand.acquires.Load())
+	// A line that starts over (it emptied while a goroutine was between two
+	// sections) costs two calls: the busy attempt and the one after the
+	// release. Twice the sections is far above that and far below a herd.
+	for name, n := range map[string]int64{"Hold": holding.acquires.Load(), "Acquire": byHand.acquires.Load()} {
+		if n < sections || n >= 2*sections {
+			t.Errorf("%s: %d acquire calls, want about one per section (%d to %d)", name, n, sections, 2*sections-1)
+		}
 	}
-	// A queue that starts over (it emptied while a goroutine was between
-	// two sections) costs two calls: the busy attempt and the one after
-	// its watch. Twice the sections is far above that and far below a herd.
-	if n := independent.acquires.Load(); n < sections || n >= 2*sections {
-		t.Errorf("independent waiters of one Client made %d acquire calls, want about one per section (%d to %d)", n, sections, 2*sections-1)
-	}
-	if lf.Len() != 0 {
-		t.Errorf("%d idle keys left in the local queue", lf.Len())
+	if n := leasehold.Lines(hc) + leasehold.Lines(bc); n != 0 {
+		t.Errorf("%d idle keys left in the Clients' lines", n)
 	}
 
-	// Two processes' LocalFirsts on the same store, at the same time.
-	a, b := localFirst{leasehold.New(mem)}, localFirst{leasehold.New(mem)}
+	// Two processes' Clients on the same store, at the same time.
+	a, b := leasehold.New(mem), leasehold.New(mem)
 	var wg sync.WaitGroup
-	for _, lf := range []localFirst{a, b} {
-		wg.Go(func() { run(lf.Hold, &inside) })
+	for _, c := range []*leasehold.Client{a, b} {
+		wg.Go(func() { run(c.Hold, &inside) })
 	}
 	wg.Wait()
 }
 
-func TestLocalFirstWaitEndsWithContext(t *testing.T) {
+func TestHoldWaitEndsWithContextAndBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lf := localFirst{leasehold.New(memstore.New())}
+		c := leasehold.New(memstore.New())
 		inFn := make(chan struct{})
 		release := make(chan struct{})
 		go func() {
-			_ = lf.Hold(context.Background(), "k", time.Minute, func(context.Context, *leasehold.Lease) error {
+			_ = c.Hold(context.Background(), "k", time.Minute, func(context.Context, *leasehold.Lease) error {
 				close(inFn)
 				<-release
 				return nil
@@ -391,38 +387,41 @@ func TestLocalFirstWaitEndsWithContext(t *testing.T) {
 		<-inFn
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		err := lf.Hold(ctx, "k", time.Minute, func(context.Context, *leasehold.Lease) error { return nil })
+		err := c.Hold(ctx, "k", time.Minute, func(context.Context, *leasehold.Lease) error { return nil })
 		if !errors.Is(err, leasehold.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("waiting for the local turn past the context: %v", err)
+			t.Fatalf("waiting past the context: %v", err)
 		}
-		err = lf.Hold(t.Context(), "k", time.Minute, func(context.Context, *leasehold.Lease) error { return nil }, leasehold.WithWaitBudget(time.Second))
+		err = c.Hold(t.Context(), "k", time.Minute, func(context.Context, *leasehold.Lease) error { return nil }, leasehold.WithWaitBudget(time.Second))
 		if !errors.Is(err, leasehold.ErrNotAcquired) {
-			t.Fatalf("waiting for the local turn past the budget: %v", err)
+			t.Fatalf("waiting past the budget: %v", err)
 		}
 		close(release)
 		synctest.Wait()
-		if lf.Len() != 0 {
-			t.Fatalf("%d keys left", lf.Len())
+		if n := leasehold.Lines(c); n != 0 {
+			t.Fatalf("%d keys left", n)
 		}
 	})
 }
 
 func TestRecipesRejectBadInput(t *testing.T) {
 	c := leasehold.New(memstore.New())
-	tick := func(context.Context) error { return nil }
+	tick := func(context.Context, *leasehold.Lease) error { return nil }
+	lead := func(context.Context, *leasehold.Lease) {}
 	cases := map[string]error{
-		"interval":         c.RunLoop(t.Context(), "k", 0, tick),
-		"tick":             c.RunLoop(t.Context(), "k", time.Second, nil),
-		"key":              c.RunLoop(t.Context(), "", time.Second, tick),
-		"OnStartedLeading": c.Lead(t.Context(), "k", leasehold.LeaderConfig{}),
-		"release timeout": c.Lead(t.Context(), "k", leasehold.LeaderConfig{
-			OnStartedLeading: func(context.Context, *leasehold.Lease) {}, ReleaseTimeout: -time.Second}),
-		"wait budget": c.Hold(t.Context(), "k", time.Second, func(context.Context, *leasehold.Lease) error { return nil },
-			leasehold.WithWaitBudget(-1)),
+		"interval":           c.RunLoop(t.Context(), "k", 0, tick),
+		"tick":               c.RunLoop(t.Context(), "k", time.Second, nil),
+		"key":                c.RunLoop(t.Context(), "", time.Second, tick),
+		"FenceAfter":         c.RunLoop(t.Context(), "k", time.Second, tick, leasehold.FenceAfter(2)),
+		"lead":               c.Lead(t.Context(), "k", nil),
+		"WithReleaseTimeout": c.Lead(t.Context(), "k", lead, leasehold.WithReleaseTimeout(-time.Second)),
+		"WithWaitBudget":     c.Lead(t.Context(), "k", lead, leasehold.WithWaitBudget(time.Second)),
+		"ttl":                c.Lead(t.Context(), "k", lead, leasehold.WithTTL(48*time.Hour)),
 	}
+	cases["WithWaitBudget "] = c.Hold(t.Context(), "k", time.Second, func(context.Context, *leasehold.Lease) error { return nil },
+		leasehold.WithWaitBudget(-1))
 	for arg, err := range cases {
 		var ae *leasehold.ArgumentError
-		if !errors.As(err, &ae) || ae.Arg != arg {
+		if !errors.As(err, &ae) || ae.Arg != strings.TrimSpace(arg) {
 			t.Errorf("%s: %v, want an *ArgumentError naming it", arg, err)
 		}
 	}

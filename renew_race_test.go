@@ -179,8 +179,8 @@ func TestKeepAliveAfterStopCountsFromTheLastRenewal(t *testing.T) {
 				time.Sleep(ttl)
 				synctest.Wait()
 				select {
-				case <-k.Lost():
-					t.Fatalf("the second KeepAlive gave a live lease up: %v", k.Err())
+				case <-k.Context().Done():
+					t.Fatalf("the second KeepAlive gave a live lease up: %v", context.Cause(k.Context()))
 				default:
 				}
 				k.Stop()
@@ -192,10 +192,9 @@ func TestKeepAliveAfterStopCountsFromTheLastRenewal(t *testing.T) {
 	}
 }
 
-// Whoever Lost wakes finds Err set and, under the fence policy, the Context
-// already cancelled: a holder watching Lost never sees a live Context after
-// its lease was given up.
-func TestLostClosesOnlyOnceTheContextIsCancelled(t *testing.T) {
+// A renewal answered "not owned" cancels the KeepAlive's Context with a
+// cause that says so, every time: the one loss signal carries its reason.
+func TestLossCancelsTheContextWithItsCause(t *testing.T) {
 	const rounds = 200
 	for _, kp := range keepers {
 		t.Run(kp.name, func(t *testing.T) {
@@ -205,7 +204,7 @@ func TestLostClosesOnlyOnceTheContextIsCancelled(t *testing.T) {
 				if kp.batch {
 					s = &batchStore{faultyStore: f.store, start: time.Now()}
 				}
-				c := leasehold.New(s, leasehold.WithLogger(quietLogger()))
+				c := leasehold.New(s)
 				for i := range rounds {
 					l, err := c.TryAcquire(t.Context(), fmt.Sprintf("jobs:%d", i), ttl)
 					if err != nil {
@@ -215,9 +214,9 @@ func TestLostClosesOnlyOnceTheContextIsCancelled(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					<-k.Lost()
-					if k.Err() == nil || k.Context().Err() == nil {
-						t.Fatalf("round %d: Lost closed with Err %v and Context error %v", i, k.Err(), k.Context().Err())
+					<-k.Context().Done()
+					if cause := context.Cause(k.Context()); !errors.Is(cause, leasehold.ErrAbandoned) || !errors.Is(cause, leasehold.ErrNotOwned) {
+						t.Fatalf("round %d: cause %v, want ErrAbandoned and ErrNotOwned", i, cause)
 					}
 					k.Stop()
 				}

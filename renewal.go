@@ -1,11 +1,21 @@
 package leasehold
 
 import (
+	"container/heap"
+	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
-// Defaults of Hold and KeepAlive; docs/design.md §4 gives the reasoning.
+// Renewal: one renewal state per lease, one engine per Client
+// (docs/design.md §4).
+
+// Defaults of renewal; docs/design.md §4 gives the reasoning.
 const (
 	// defaultFenceAfter tolerates a blip or two (a dropped connection, a
 	// failover) before the fence policy gives the lease up.
@@ -19,139 +29,765 @@ const (
 	// as failed on a store that answers in milliseconds.
 	defaultRenewTimeout = 2 * time.Second
 
-	// defaultReleaseTimeout bounds the detached release after the critical
-	// section; past 2 s the store is in trouble and the TTL frees the key.
-	defaultReleaseTimeout = 2 * time.Second
-
 	// DefaultDriftDivisor puts the local deadline ttl/10 before the server's
 	// expiry: room for clock-rate drift, expiry resolution, and fn to stop.
 	DefaultDriftDivisor = 10
+
+	// defaultBatchWindow lets renewals due within 20 ms share a store call,
+	// for at most 2 % more renewals at a 1 s interval.
+	defaultBatchWindow = 20 * time.Millisecond
+
+	// defaultBatchSize makes a ~100 KB Redis pipeline: the round trip is
+	// amortised, and a single-threaded server is not stalled.
+	defaultBatchSize = 1000
+
+	// defaultBatchConcurrency keeps up with 10⁵ renewals a second without
+	// flooding a slow store.
+	defaultBatchConcurrency = 4
+
+	// defaultFallbackConcurrency caps Renew calls without a BatchRenewer:
+	// enough for 100 000 leases at ttl/3 for any TTL above 5 s.
+	defaultFallbackConcurrency = 64
+
+	// maxBatchWindow bounds WithBatchWindow: a longer window is a unit mistake.
+	maxBatchWindow = time.Minute
+
+	// earlyDivisor lets a renewal join a batch at most interval/4 early.
+	earlyDivisor = 4
 )
 
-// HoldOption configures Hold: any RenewOption, WithWaitBudget or
-// WithReleaseTimeout.
-type HoldOption interface{ applyHold(*holdConfig) }
-
-// RenewOption configures renewal: of Lease.KeepAlive, Hold and Lead.
-type RenewOption func(*holdConfig)
-
-func (o RenewOption) applyHold(c *holdConfig) { o(c) }
-
-// holdOption is an option of Hold alone.
-type holdOption func(*holdConfig)
-
-func (o holdOption) applyHold(c *holdConfig) { o(c) }
-
-type holdConfig struct {
-	maxFailures    int // 0: the continue policy, never give up
-	interval       time.Duration
-	renewTimeout   time.Duration
-	releaseTimeout time.Duration
-	margin         time.Duration
-	marginSet      bool
-	waitBudget     time.Duration // 0: wait until ctx is done
+// policy is how a lease is renewed and when it is given up.
+type policy struct {
+	maxFailures int // 0: the continue policy, never give up
+	interval    time.Duration
+	timeout     time.Duration // of one renewal call
+	margin      time.Duration // the local deadline falls this long before the server's expiry
 }
 
-// FenceAfter selects the fence policy (the default): the lease is given up
-// after n consecutive renewal failures (default 3) or at its local deadline,
-// cancelling the critical section with cause ErrAbandoned, without a release.
-func FenceAfter(n int) RenewOption { return func(c *holdConfig) { c.maxFailures = n } }
+// renewPhase is where a kept-alive lease is in its renewal cycle.
+type renewPhase uint8
 
-// ContinueOnRenewFailure selects the continue policy: failures are reported,
-// the critical section is never cancelled, and a lease that expired under it
-// is reported (Observer.OnLeaseExpired). Fence every write if you choose it.
-func ContinueOnRenewFailure() RenewOption { return func(c *holdConfig) { c.maxFailures = 0 } }
+const (
+	phaseIdle     renewPhase = iota // waiting for its next renewal
+	phaseQueued                     // due, waiting for a free call
+	phaseInFlight                   // in a store call
+	phaseEnded                      // given up or lost
+)
 
-// WithRenewInterval sets the time between renewals. Default: ttl/3.
-func WithRenewInterval(d time.Duration) RenewOption { return func(c *holdConfig) { c.interval = d } }
-
-// WithRenewTimeout bounds each renewal call. Default: 2 s, at most the interval.
-func WithRenewTimeout(d time.Duration) RenewOption { return func(c *holdConfig) { c.renewTimeout = d } }
-
-// WithReleaseTimeout bounds Hold's release after fn. Default: 2 s.
-func WithReleaseTimeout(d time.Duration) HoldOption {
-	return holdOption(func(c *holdConfig) { c.releaseTimeout = d })
-}
-
-// WithWaitBudget bounds how long Hold waits for a busy key, then returns an
-// error matching ErrNotAcquired. Default: until ctx is done.
-func WithWaitBudget(d time.Duration) HoldOption {
-	return holdOption(func(c *holdConfig) { c.waitBudget = d })
-}
-
-// WithDriftMargin sets how long before the server-side expiry the local
-// deadline falls. Default: ttl/10.
-func WithDriftMargin(d time.Duration) RenewOption {
-	return func(c *holdConfig) { c.margin, c.marginSet = d, true }
-}
-
-// newHoldConfig applies opts over the defaults for a lease of ttl, and checks
-// that a renewal can land before the local deadline.
-func newHoldConfig[O HoldOption](ttl time.Duration, opts []O) (holdConfig, error) {
-	c := holdConfig{
-		maxFailures:    defaultFenceAfter,
-		interval:       ttl / DefaultRenewDivisor,
-		renewTimeout:   defaultRenewTimeout,
-		releaseTimeout: defaultReleaseTimeout,
-	}
-	for _, o := range opts {
-		o.applyHold(&c)
-	}
-	if !c.marginSet {
-		c.margin = ttl / DefaultDriftDivisor
-	}
-	switch {
-	case c.maxFailures < 0:
-		return c, &ArgumentError{Arg: "FenceAfter", Reason: fmt.Sprintf("%d is negative", c.maxFailures)}
-	case c.interval <= 0:
-		return c, &ArgumentError{Arg: "renew interval", Reason: fmt.Sprintf("%v is not positive", c.interval)}
-	case c.margin < 0:
-		return c, &ArgumentError{Arg: "drift margin", Reason: fmt.Sprintf("%v is negative", c.margin)}
-	case c.interval+c.margin >= ttl:
-		return c, &ArgumentError{Arg: "renew interval", Reason: fmt.Sprintf(
-			"%v plus the drift margin %v leaves no time to renew a %v lease before its deadline", c.interval, c.margin, ttl)}
-	case c.renewTimeout <= 0:
-		return c, &ArgumentError{Arg: "renew timeout", Reason: fmt.Sprintf("%v is not positive", c.renewTimeout)}
-	case c.waitBudget < 0:
-		return c, &ArgumentError{Arg: "wait budget", Reason: fmt.Sprintf("%v is negative", c.waitBudget)}
-	case c.releaseTimeout <= 0:
-		return c, &ArgumentError{Arg: "release timeout", Reason: fmt.Sprintf("%v is not positive", c.releaseTimeout)}
-	}
-	c.renewTimeout = min(c.renewTimeout, c.interval)
-	return c, nil
-}
-
-// renewState is the renewal arithmetic, free of goroutines and clocks.
-type renewState struct {
-	ttl, margin time.Duration
-	maxFailures int       // 0: never give up on failures
-	lastSent    time.Time // when the last successful renewal (or the acquire) was sent
-	lastDone    time.Time // when its reply arrived
-	failures    int       // consecutive failures since
+// renewal is everything about renewing one lease: its TTL, the last renewal
+// that landed (or the acquire), and while a KeepAlive runs its policy,
+// failures and phase. It lives in its Lease and is guarded by the lease's
+// mu; the engine takes that lock, never while holding its own.
+type renewal struct {
+	ttl        time.Duration
+	sent, done time.Time // the last renewal that landed (or the acquire): sent and answered
+	keeper     *KeepAlive
+	policy     // of the running KeepAlive
+	failures   int
+	next       time.Time // when the next renewal is due
+	phase      renewPhase
 }
 
 // deadline is when the fence policy gives up: the server's TTL restarted no
-// earlier than lastSent.
-func (s *renewState) deadline() time.Time { return s.lastSent.Add(s.ttl - s.margin) }
+// earlier than sent.
+func (r *renewal) deadline() time.Time { return r.sent.Add(r.ttl - r.margin) }
 
 // expiredBy is when the lease has certainly expired on the server.
-func (s *renewState) expiredBy() time.Time { return s.lastDone.Add(s.ttl + s.margin) }
+func (r *renewal) expiredBy() time.Time { return r.done.Add(r.ttl + r.margin) }
 
-// succeeded records a renewal sent at sent and answered at done.
-func (s *renewState) succeeded(sent, done time.Time) {
-	s.lastSent, s.lastDone, s.failures = sent, done, 0
-}
-
-// failed records a failed renewal and says whether the failure budget is spent.
-func (s *renewState) failed() (giveUp bool) {
-	s.failures++
-	return s.maxFailures > 0 && s.failures >= s.maxFailures
-}
-
-// callTimeout bounds a renewal sent at now, never past the fence deadline.
-func (s *renewState) callTimeout(now time.Time, limit time.Duration) time.Duration {
-	if s.maxFailures > 0 {
-		limit = min(limit, s.deadline().Sub(now))
+// limit is when a kept-alive lease ends without a renewal: the local deadline
+// (fence policy) or the certain expiry (continue policy).
+func (r *renewal) limit() time.Time {
+	if r.maxFailures > 0 {
+		return r.deadline()
 	}
-	return limit
+	return r.expiredBy()
+}
+
+// wake is when the lease next needs the engine's attention.
+func (r *renewal) wake() time.Time {
+	if r.phase == phaseIdle && r.next.Before(r.limit()) {
+		return r.next
+	}
+	return r.limit()
+}
+
+// KeepAlive renews a lease on its Client's renewal engine under a failure
+// policy. Its Context tells its holder when ownership can no longer be
+// trusted.
+type KeepAlive struct {
+	lease  *Lease
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	onLoss func(error) // told of a loss that leaves ctx alone (continue policy); may be nil
+
+	// report is held while an outcome is decided and reported; stopped,
+	// set under it, silences reports once Stop has begun.
+	report  sync.Mutex
+	stopped bool
+	lost    error // why ownership is no longer trusted; under report
+
+	mu      sync.Mutex
+	unwatch func() bool // ends the watch of the context KeepAlive was given
+
+	// The engine's bookkeeping, under renewer.mu.
+	wakeAt  time.Time
+	index   int  // in the engine's heap; -1 when out of it
+	removed bool // stopped: the engine drops it
+}
+
+// KeepAlive renews l every ttl/3 (WithRenewInterval) until Stop, l.Release,
+// the end of ctx or Client.Close; none of them releases l. Under the fence
+// policy a lease whose renewals fail is given up before it can expire: the
+// KeepAlive's Context is cancelled with a cause matching ErrAbandoned. A
+// lease has one KeepAlive at a time. Options that are not about renewal
+// (WithWaitBudget, WithReleaseTimeout, WithTTL) are an *ArgumentError.
+func (l *Lease) KeepAlive(ctx context.Context, opts ...HoldOption) (*KeepAlive, error) {
+	if err := l.valid(); err != nil {
+		return nil, err
+	}
+	return l.keepAlive(ctx, nil, func(ttl time.Duration) (policy, error) {
+		cfg, err := newHoldConfig(ttl, opts, "KeepAlive", optRenewal)
+		return cfg.policy, err
+	})
+}
+
+// keepAlive starts renewing l under the policy configure makes for l's TTL,
+// with l's operation slot held so no Renew changes the TTL under it.
+func (l *Lease) keepAlive(ctx context.Context, onLoss func(error), configure func(ttl time.Duration) (policy, error)) (*KeepAlive, error) {
+	c := l.client
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if !l.begin(ctx.Done()) {
+		return nil, fmt.Errorf("leasehold: KeepAlive of %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
+	}
+	defer l.finish()
+	pol, err := configure(l.TTL())
+	if err != nil {
+		return nil, err
+	}
+	k := &KeepAlive{lease: l, onLoss: onLoss, index: -1}
+	k.ctx, k.cancel = context.WithCancelCause(ctx)
+	l.mu.Lock()
+	switch {
+	case l.r.keeper != nil:
+		l.mu.Unlock()
+		return nil, fmt.Errorf("leasehold: %q already has a KeepAlive", l.key)
+	case l.ended || l.released:
+		l.mu.Unlock()
+		return nil, fmt.Errorf("leasehold: %q was released or given up: %w", l.key, ErrNotOwned)
+	}
+	l.r.keeper, l.r.policy, l.r.failures, l.r.phase = k, pol, 0, phaseIdle
+	l.r.next = l.r.sent.Add(pol.interval)
+	wake := l.r.wake()
+	l.mu.Unlock()
+	if err := c.renew.add(k, wake); err != nil {
+		l.mu.Lock()
+		l.r.keeper = nil
+		l.mu.Unlock()
+		k.cancel(err)
+		return nil, err
+	}
+	k.mu.Lock()
+	k.unwatch = context.AfterFunc(ctx, func() { k.shut(context.Cause(ctx)) })
+	k.mu.Unlock()
+	return k, nil
+}
+
+// errNilKeepAlive is what a nil (or zero) *KeepAlive reports.
+var errNilKeepAlive = &ArgumentError{Arg: "KeepAlive", Reason: "nil, or not made by KeepAlive (a failed KeepAlive returns none)"}
+
+// A nil *KeepAlive's Context is done: it renews nothing.
+var nilKeepAliveCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errNilKeepAlive)
+	return ctx
+}()
+
+func (k *KeepAlive) isNil() bool { return k == nil || k.lease == nil }
+
+// Context returns the context to run the critical section under. It is
+// cancelled when renewal ends: with a cause matching ErrAbandoned when the
+// lease was given up (fence policy) or the store said it is no longer
+// ours, ErrClosed after Client.Close, the cause of the context KeepAlive
+// was given when that ended, and context.Canceled after Stop or Release.
+// Under the continue policy a lost lease does not cancel it.
+func (k *KeepAlive) Context() context.Context {
+	if k.isNil() {
+		return nilKeepAliveCtx
+	}
+	return k.ctx
+}
+
+// Stop ends renewal and cancels Context without releasing the lease; nothing
+// is reported for the lease after it returns. It is safe to call twice.
+func (k *KeepAlive) Stop() {
+	if k.isNil() {
+		return
+	}
+	k.shut(context.Canceled)
+}
+
+// shut ends renewal and cancels Context with cause before detaching k from
+// its lease, so a Release that finds no KeepAlive finds its Context cancelled.
+func (k *KeepAlive) shut(cause error) {
+	k.report.Lock()
+	k.stopped = true
+	k.report.Unlock()
+	l := k.lease
+	l.client.renew.remove(k)
+	k.cancel(cause)
+	k.mu.Lock()
+	unwatch := k.unwatch
+	k.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
+	l.mu.Lock()
+	if l.r.keeper == k {
+		l.r.keeper = nil
+	}
+	l.mu.Unlock()
+}
+
+// lossErr is why k stopped trusting its lease, or nil.
+func (k *KeepAlive) lossErr() error {
+	k.report.Lock()
+	defer k.report.Unlock()
+	return k.lost
+}
+
+// outcome is what the engine decided for one lease, reported by report.
+type outcome struct {
+	renewed     bool          // a renewal landed
+	ttl         time.Duration // its TTL
+	failure     error         // a renewal failed without the store saying the lease is gone
+	consecutive int
+	deadline    time.Time // the fence policy's deadline then
+	notOwned    bool      // the store said the lease is no longer ours
+	lost        error     // the lease ended: the cause (ErrAbandoned, or ErrNotOwned under continue)
+	fenced      bool      // the fence policy ended it: cancel the critical section
+	overrun     time.Duration
+	why         string
+}
+
+// lapse decides for a lease whose limit passed at now, with a renewal in
+// flight or not. l.mu is held.
+func (r *renewal) lapse(now time.Time, inFlight bool) outcome {
+	r.phase = phaseEnded
+	switch {
+	case r.maxFailures == 0:
+		return outcome{lost: errExpiredContinuing, overrun: now.Sub(r.expiredBy()),
+			why: "its TTL ran out without a successful renewal"}
+	case inFlight:
+		return outcome{fenced: true, lost: fmt.Errorf("%w: a renewal was still in flight at the local deadline (ttl %v − drift margin %v)",
+			ErrAbandoned, r.ttl, r.margin)}
+	default:
+		return outcome{fenced: true, lost: fmt.Errorf("%w: no renewal succeeded within ttl %v − drift margin %v (%d failed in a row)",
+			ErrAbandoned, r.ttl, r.margin, r.failures)}
+	}
+}
+
+// settle applies a renewal's answer, sent at sent and answered at done. l.mu
+// is held.
+func (r *renewal) settle(err error, sent, done time.Time) outcome {
+	r.next = sent.Add(r.interval)
+	switch {
+	case err == nil:
+		r.sent, r.done, r.failures, r.phase = sent, done, 0, phaseIdle
+		return outcome{renewed: true, ttl: r.ttl}
+	case errors.Is(err, ErrNotOwned):
+		r.phase = phaseEnded
+		if r.maxFailures > 0 {
+			return outcome{notOwned: true, fenced: true,
+				lost: fmt.Errorf("%w: the store says the lease is no longer ours (%w)", ErrAbandoned, err)}
+		}
+		return outcome{notOwned: true, lost: errExpiredContinuing, overrun: max(done.Sub(r.expiredBy()), 0),
+			why: "the store says the lease is no longer ours"}
+	}
+	r.failures++
+	o := outcome{failure: err, consecutive: r.failures}
+	if r.maxFailures > 0 {
+		o.deadline = r.deadline()
+		if r.failures >= r.maxFailures {
+			r.phase = phaseEnded
+			o.fenced = true
+			o.lost = fmt.Errorf("%w: %d renewals failed in a row, the last with: %w", ErrAbandoned, r.failures, err)
+			return o
+		}
+	}
+	r.phase = phaseIdle
+	return o
+}
+
+// errExpiredContinuing is the loss of a lease under the continue policy.
+var errExpiredContinuing = fmt.Errorf("%w: the lease expired while the critical section kept running (continue policy)", ErrNotOwned)
+
+// decide runs f on k's renewal state, if k still renews its lease, and
+// reports the outcome; it says whether the lease ended. Nothing is reported
+// once Stop has begun.
+func (k *KeepAlive) decide(f func(r *renewal) outcome) (ended bool) {
+	l := k.lease
+	k.report.Lock()
+	defer k.report.Unlock()
+	if k.stopped {
+		return true
+	}
+	l.mu.Lock()
+	if l.r.keeper != k {
+		l.mu.Unlock()
+		return true
+	}
+	o := f(&l.r)
+	l.mu.Unlock()
+	k.reportLocked(o)
+	return o.lost != nil
+}
+
+// reportLocked reports o: the one path of every renewal event. k.report is held.
+func (k *KeepAlive) reportLocked(o outcome) {
+	l := k.lease
+	c := l.client
+	if o.renewed {
+		l.renewed(k.ctx, o.ttl)
+		return
+	}
+	if o.notOwned {
+		l.notOwned(k.ctx, "renew")
+	}
+	if o.failure != nil {
+		observe(c, k.ctx, RenewFailureEvent{Event: l.event(), Err: o.failure, Consecutive: o.consecutive, Deadline: o.deadline},
+			func(o *Observer) func(context.Context, RenewFailureEvent) { return o.OnRenewFailure })
+	}
+	if o.lost == nil {
+		return
+	}
+	k.lost = o.lost
+	if o.fenced {
+		k.cancel(o.lost)
+		observe(c, k.ctx, AbandonEvent{Event: l.event(), Reason: o.lost},
+			func(o *Observer) func(context.Context, AbandonEvent) { return o.OnAbandon })
+	} else {
+		if k.onLoss != nil {
+			k.onLoss(o.lost)
+		}
+		observe(c, k.ctx, LeaseExpiredEvent{Event: l.event(), Overrun: o.overrun, Why: o.why},
+			func(o *Observer) func(context.Context, LeaseExpiredEvent) { return o.OnLeaseExpired })
+	}
+	l.end(k.ctx)
+}
+
+// WithBatchWindow sets how far apart renewals may be due and still share a
+// store call. Default: 20 ms; at most 1 minute.
+func WithBatchWindow(d time.Duration) Option {
+	return func(c *Client) {
+		c.renew.window = d
+		if d < 0 || d > maxBatchWindow {
+			c.setErr(&ArgumentError{Arg: "WithBatchWindow", Reason: fmt.Sprintf("%v is not between 0 and %v", d, maxBatchWindow)})
+		}
+	}
+}
+
+// WithBatchSize caps the leases in one driver.BatchRenewer call. Default: 1 000.
+func WithBatchSize(n int) Option {
+	return func(c *Client) {
+		c.renew.size = n
+		if n < 1 {
+			c.setErr(&ArgumentError{Arg: "WithBatchSize", Reason: fmt.Sprintf("%d is not positive", n)})
+		}
+	}
+}
+
+// WithRenewConcurrency caps the renewal calls in flight. Default: 4 batch
+// calls, or 64 Renew calls for a store without driver.BatchRenewer.
+func WithRenewConcurrency(n int) Option {
+	return func(c *Client) {
+		c.renew.concurrency = n
+		if n < 1 {
+			c.setErr(&ArgumentError{Arg: "WithRenewConcurrency", Reason: fmt.Sprintf("%d is not positive", n)})
+		}
+	}
+}
+
+// Close stops renewing c's leases, cancelling each KeepAlive's Context with
+// cause ErrClosed, without releasing them, and waits for the renewal calls in
+// flight, which it cancels. Later acquires return ErrClosed. With
+// WithOwnedStore it then closes the store, and returns its error. Calling
+// Close again does nothing.
+func (c *Client) Close() error {
+	first := c.renew.close()
+	if first && c.ownStore {
+		if cl, ok := c.store.(interface{ Close() error }); ok {
+			return cl.Close()
+		}
+	}
+	return nil
+}
+
+// renewer is a Client's renewal engine: one goroutine, running while any
+// lease is kept alive, renews them from a min-heap of the times they next
+// need attention, in batches (docs/design.md §4).
+type renewer struct {
+	client      *Client
+	batch       driver.BatchRenewer // nil: one Renew per lease
+	window      time.Duration
+	size        int
+	concurrency int
+
+	mu      sync.Mutex
+	heap    renewHeap     // every KeepAlive running, by the time it needs attention
+	running chan struct{} // closed when the running goroutine returns; nil: none runs
+
+	closed      atomic.Bool
+	closeOnce   sync.Once
+	poke        chan struct{}   // the heap's head moved earlier
+	results     chan *renewCall // finished store calls
+	quit        chan struct{}   // closed by Close
+	calls       context.Context // the store calls' parent; cancelled by Close
+	cancelCalls context.CancelFunc
+}
+
+// init sets r up for c's store once the options are applied.
+func (r *renewer) init(c *Client) {
+	r.client = c
+	r.batch, _ = c.store.(driver.BatchRenewer)
+	if r.concurrency == 0 {
+		r.concurrency = defaultBatchConcurrency
+		if r.batch == nil {
+			r.concurrency = defaultFallbackConcurrency
+		}
+	}
+	if r.batch == nil {
+		r.size = 1
+	}
+	r.poke = make(chan struct{}, 1)
+	r.results = make(chan *renewCall, max(r.concurrency, 1))
+	r.quit = make(chan struct{})
+	r.calls, r.cancelCalls = context.WithCancel(context.Background())
+}
+
+// close stops every lease's renewal and the goroutine, and refuses new
+// leases; it reports whether this was the first call.
+func (r *renewer) close() (first bool) {
+	r.closeOnce.Do(func() {
+		first = true
+		r.mu.Lock()
+		r.closed.Store(true)
+		live := append([]*KeepAlive(nil), r.heap...)
+		running := r.running
+		r.mu.Unlock()
+		for _, k := range live {
+			k.shut(ErrClosed)
+		}
+		close(r.quit)
+		if running != nil {
+			<-running
+		}
+	})
+	return first
+}
+
+// len returns the number of leases being renewed.
+func (r *renewer) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.heap)
+}
+
+// add starts renewing k, first at wake, starting the goroutine if none runs.
+func (r *renewer) add(k *KeepAlive, wake time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	k.wakeAt = wake
+	heap.Push(&r.heap, k)
+	switch {
+	case r.running == nil:
+		r.running = make(chan struct{})
+		go r.run(r.running)
+	case k.index == 0:
+		r.pokeLocked()
+	}
+	return nil
+}
+
+func (r *renewer) pokeLocked() {
+	select {
+	case r.poke <- struct{}{}:
+	default: // a poke is pending already
+	}
+}
+
+// remove stops renewing k; a call in flight for it is ignored for k.
+func (r *renewer) remove(k *KeepAlive) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k.removed = true
+	if k.index < 0 {
+		return
+	}
+	heap.Remove(&r.heap, k.index)
+	if len(r.heap) == 0 { // let the goroutine see it is idle
+		r.pokeLocked()
+	}
+}
+
+// idle says the heap is empty and ends the goroutine's turn; the next add
+// starts another.
+func (r *renewer) idle(running chan struct{}) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.heap) > 0 {
+		return false
+	}
+	if r.running == running {
+		r.running = nil
+	}
+	return true
+}
+
+// renewCall is one store call: a chunk of leases renewed together.
+type renewCall struct {
+	leases  []*KeepAlive
+	items   []driver.RenewItem
+	errs    []error
+	timeout time.Duration
+	sent    time.Time // when the call was made: every item's send time
+	done    time.Time // when it returned
+}
+
+// run sleeps until a lease needs attention, ends the lapsed ones and sends
+// the due ones in chunks.
+func (r *renewer) run(running chan struct{}) {
+	defer close(running)
+	var (
+		queue    []*KeepAlive // due, waiting for a free call, oldest first
+		due      []*KeepAlive // scratch
+		inFlight int
+	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		due = r.popDue(now, due[:0])
+		queue = r.sort(now, due, queue)
+		clear(due) // drop the references
+		for inFlight < r.concurrency && len(queue) > 0 {
+			var c *renewCall
+			if c, queue = r.chunk(queue); c != nil {
+				inFlight++
+				go r.call(c)
+			}
+		}
+		if inFlight == 0 && r.idle(running) {
+			return
+		}
+		if wake := r.nextWake(); wake.IsZero() {
+			timer.Stop()
+		} else {
+			timer.Reset(time.Until(wake))
+		}
+		select {
+		case <-timer.C:
+		case <-r.poke:
+		case c := <-r.results:
+			inFlight--
+			r.apply(c)
+		case <-r.quit:
+			r.cancelCalls()
+			for ; inFlight > 0; inFlight-- {
+				<-r.results
+			}
+			return
+		}
+	}
+}
+
+// popDue takes the KeepAlives that need attention within the window out of
+// the heap.
+func (r *renewer) popDue(now time.Time, due []*KeepAlive) []*KeepAlive {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	horizon := now.Add(r.window)
+	for len(r.heap) > 0 && !r.heap[0].wakeAt.After(horizon) {
+		due = append(due, heap.Pop(&r.heap).(*KeepAlive))
+	}
+	return due
+}
+
+// sort ends the due leases past their limit, queues the ones whose renewal
+// is due within the window, and puts the live ones back in the heap at
+// their next wake.
+func (r *renewer) sort(now time.Time, due, queue []*KeepAlive) []*KeepAlive {
+	for _, k := range due {
+		var wake time.Time
+		queued := false
+		ended := k.decide(func(rn *renewal) outcome {
+			if !now.Before(rn.limit()) {
+				return rn.lapse(now, rn.phase == phaseInFlight)
+			}
+			if rn.phase == phaseIdle && !rn.next.After(now.Add(min(r.window, rn.interval/earlyDivisor))) {
+				rn.phase, queued = phaseQueued, true
+			}
+			wake = rn.wake()
+			return outcome{}
+		})
+		if ended {
+			continue
+		}
+		if queued {
+			queue = append(queue, k)
+		}
+		r.mu.Lock()
+		if !k.removed {
+			k.wakeAt = wake
+			heap.Push(&r.heap, k)
+		}
+		r.mu.Unlock()
+	}
+	return queue
+}
+
+// nextWake is when the heap next needs attention; zero when it is empty.
+func (r *renewer) nextWake() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.heap) == 0 {
+		return time.Time{}
+	}
+	return r.heap[0].wakeAt
+}
+
+// chunk takes up to r.size live leases from queue into a call; nil if none.
+func (r *renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
+	n := min(r.size, len(queue))
+	c = &renewCall{leases: make([]*KeepAlive, 0, n), items: make([]driver.RenewItem, 0, n)}
+	i := 0
+	for ; i < len(queue) && len(c.leases) < r.size; i++ {
+		k := queue[i]
+		queue[i] = nil
+		l := k.lease
+		l.mu.Lock()
+		live := l.r.keeper == k && l.r.phase == phaseQueued
+		if live {
+			l.r.phase = phaseInFlight
+			c.items = append(c.items, driver.RenewItem{Key: l.key, Token: l.token, TTL: l.r.ttl})
+			if c.timeout == 0 || l.r.timeout < c.timeout {
+				c.timeout = l.r.timeout
+			}
+		}
+		l.mu.Unlock()
+		if live {
+			c.leases = append(c.leases, k)
+		}
+	}
+	rest = queue[i:]
+	if len(rest) == 0 {
+		rest = queue[:0] // reuse the array
+	}
+	if len(c.leases) == 0 {
+		return nil, rest
+	}
+	return c, rest
+}
+
+// batchErr is a batch's error for OnStoreCall: the first item's failure
+// other than ErrNotOwned (a lease gone is an answer), else nil.
+func batchErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, ErrNotOwned) {
+			return err
+		}
+	}
+	return nil
+}
+
+// call makes one store call, bounded by its leases' smallest renewal timeout;
+// their deadlines are kept by run, so one lease cannot cut a batch short.
+func (r *renewer) call(c *renewCall) {
+	ctx, cancel := context.WithTimeout(r.calls, c.timeout)
+	defer cancel()
+	c.sent = time.Now()
+	c.errs = r.send(ctx, c.items)
+	c.done = time.Now()
+	r.results <- c // never blocks: room for every call in flight
+}
+
+// send is the engine's one way to the store: every item renewed, in one
+// RenewBatch call when the store can, else one Renew each.
+func (r *renewer) send(ctx context.Context, items []driver.RenewItem) []error {
+	cl := r.client
+	if r.batch == nil {
+		errs := make([]error, len(items))
+		for i, it := range items {
+			errs[i] = cl.storeCall(ctx, "renew", 1, func() error { return cl.store.Renew(ctx, it.Key, it.Token, it.TTL) })
+		}
+		return errs
+	}
+	var errs []error
+	_ = cl.storeCall(ctx, "renew_batch", len(items), func() error {
+		errs = r.batch.RenewBatch(ctx, items)
+		return batchErr(errs)
+	})
+	if len(errs) != len(items) {
+		err := fmt.Errorf("leasehold: the store's RenewBatch returned %d results for %d items", len(errs), len(items))
+		errs = make([]error, len(items))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// apply settles a call's results and puts its leases back at their next wake.
+func (r *renewer) apply(c *renewCall) {
+	for i, k := range c.leases {
+		var wake time.Time
+		ended := k.decide(func(rn *renewal) outcome {
+			if rn.phase != phaseInFlight {
+				return outcome{} // ended at its deadline while the call was in flight
+			}
+			o := rn.settle(c.errs[i], c.sent, c.done)
+			wake = rn.wake()
+			return o
+		})
+		r.mu.Lock()
+		switch {
+		case k.index < 0: // stopped, or ended at its deadline
+		case ended:
+			heap.Remove(&r.heap, k.index)
+		case !wake.IsZero():
+			k.wakeAt = wake
+			heap.Fix(&r.heap, k.index)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// renewHeap orders KeepAlives by the time they next need attention.
+type renewHeap []*KeepAlive
+
+func (h renewHeap) Len() int           { return len(h) }
+func (h renewHeap) Less(i, j int) bool { return h[i].wakeAt.Before(h[j].wakeAt) }
+func (h renewHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *renewHeap) Push(x any) {
+	k := x.(*KeepAlive)
+	k.index = len(*h)
+	*h = append(*h, k)
+}
+
+func (h *renewHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	k.index = -1
+	return k
 }

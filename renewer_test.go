@@ -63,7 +63,7 @@ func newBatchFixture(fault func(int) error, opts ...leasehold.Option) (*fixture,
 }
 
 // keepAll starts a KeepAlive on every lease.
-func keepAll(t *testing.T, ls []*leasehold.Lease, opts ...leasehold.RenewOption) []*leasehold.KeepAlive {
+func keepAll(t *testing.T, ls []*leasehold.Lease, opts ...leasehold.HoldOption) []*leasehold.KeepAlive {
 	t.Helper()
 	ks := make([]*leasehold.KeepAlive, len(ls))
 	for i, l := range ls {
@@ -179,26 +179,26 @@ var keepers = []keeper{{"Renew", false}, {"RenewBatch", true}}
 func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 	notOwned := func(n int) error { return leasehold.ErrNotOwned }
 	for _, tc := range []struct {
-		name      string
-		fault     func(int) error
-		opts      []leasehold.RenewOption
-		at        time.Duration
-		failures  int
-		cause     error
-		lostCause error // for Err, under the continue policy
+		name     string
+		fault    func(int) error
+		opts     []leasehold.HoldOption
+		at       time.Duration
+		failures int
+		cause    error
+		expires  int // LeaseExpired events, under the continue policy
 	}{
-		{"deadline", always(errRenewDown), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, nil},
-		{"counter", always(errRenewDown), []leasehold.RenewOption{leasehold.FenceAfter(3), leasehold.WithRenewInterval(ttl / 5)}, 36 * time.Second, 3, errRenewDown, nil},
-		{"hanging store", always(errHang), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, nil},
-		{"store ignoring contexts", always(errStuck), nil, 54 * time.Second, 0, leasehold.ErrAbandoned, nil},
-		{"not owned", notOwned, nil, 20 * time.Second, 0, leasehold.ErrAbandoned, nil},
+		{"deadline", always(errRenewDown), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, 0},
+		{"counter", always(errRenewDown), []leasehold.HoldOption{leasehold.FenceAfter(3), leasehold.WithRenewInterval(ttl / 5)}, 36 * time.Second, 3, errRenewDown, 0},
+		{"hanging store", always(errHang), nil, 54 * time.Second, 2, leasehold.ErrAbandoned, 0},
+		{"store ignoring contexts", always(errStuck), nil, 54 * time.Second, 0, leasehold.ErrAbandoned, 0},
+		{"not owned", notOwned, nil, 20 * time.Second, 0, leasehold.ErrAbandoned, 0},
 		{"intermittent", func(n int) error {
 			if n%2 == 1 {
 				return errRenewDown
 			}
 			return nil
-		}, nil, 0, 0, nil, nil},
-		{"continue policy", always(errRenewDown), []leasehold.RenewOption{leasehold.ContinueOnRenewFailure()}, 0, 0, nil, leasehold.ErrNotOwned},
+		}, nil, 0, 0, nil, 0},
+		{"continue policy", always(errRenewDown), []leasehold.HoldOption{leasehold.ContinueOnRenewFailure()}, 0, 0, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			type outcome struct {
@@ -232,13 +232,8 @@ func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 						o.at, o.cause = time.Since(start), context.Cause(k.Context())
 					case <-time.After(3*ttl - time.Second): // clear of the renewal at 3 × ttl
 					}
-					select {
-					case <-k.Lost():
-						o.lost = true
-					default:
-						o.lost = false
-					}
-					o.err = k.Err()
+					o.lost = k.Context().Err() != nil
+					o.err = lossOf(k)
 					k.Stop()
 					_ = f.c.Close() // waits for a call stuck in the store
 					synctest.Wait()
@@ -255,8 +250,8 @@ func TestRenewerFencesLikeKeepAlive(t *testing.T) {
 			if tc.cause == nil && want.cause != nil {
 				t.Fatalf("%s: cancelled at %v with %v, want never", keepers[0].name, want.at, want.cause)
 			}
-			if tc.lostCause != nil && !errors.Is(want.err, tc.lostCause) {
-				t.Fatalf("%s: Err %v, want %v", keepers[0].name, want.err, tc.lostCause)
+			if want.expired != tc.expires {
+				t.Fatalf("%s: %d expiries reported, want %d", keepers[0].name, want.expired, tc.expires)
 			}
 			if tc.failures > 0 && want.failures != tc.failures {
 				t.Fatalf("%s: %d failures reported, want %d", keepers[0].name, want.failures, tc.failures)
@@ -290,11 +285,6 @@ func TestRenewerStopDisturbsNoOtherLease(t *testing.T) {
 		if cause := context.Cause(ks[1].Context()); cause != context.Canceled {
 			t.Errorf("stopped lease's cause %v, want context.Canceled", cause)
 		}
-		select {
-		case <-ks[1].Lost():
-			t.Error("Stop closed Lost")
-		default:
-		}
 		if n := leasehold.Renewing(f.c); n != 2 {
 			t.Errorf("renewing %d after one Stop, want 2", n)
 		}
@@ -309,8 +299,8 @@ func TestRenewerStopDisturbsNoOtherLease(t *testing.T) {
 			if i == 1 {
 				continue
 			}
-			if k.Context().Err() != nil || k.Err() != nil {
-				t.Errorf("lease %d disturbed: %v, %v", i, k.Context().Err(), k.Err())
+			if k.Context().Err() != nil {
+				t.Errorf("lease %d disturbed: %v", i, context.Cause(k.Context()))
 			}
 			if info, _ := f.mem.Inspect(t.Context(), ls[i].Key()); !info.Held {
 				t.Errorf("lease %d lost on the store", i)
@@ -356,8 +346,8 @@ func TestKeepAliveEndsWithItsContext(t *testing.T) {
 		if cause := context.Cause(k.Context()); cause != stop {
 			t.Errorf("cause %v, want the parent's %v", cause, stop)
 		}
-		if k.Err() != nil {
-			t.Errorf("Err %v: the end of ctx is no loss", k.Err())
+		if lossOf(k) != nil {
+			t.Errorf("cause %v: the end of ctx is no loss", lossOf(k))
 		}
 		if n := leasehold.Renewing(f.c); n != 1 {
 			t.Errorf("renewing %d after ctx ended, want 1", n)
@@ -373,8 +363,8 @@ func TestKeepAliveEndsWithItsContext(t *testing.T) {
 			t.Errorf("%d releases, want none", releases)
 		}
 		// The lease can be kept alive again under a live context.
-		if info, _ := f.mem.Inspect(t.Context(), ls[1].Key()); !info.Held || other.Err() != nil {
-			t.Errorf("the other lease was disturbed: %+v, %v", info, other.Err())
+		if info, _ := f.mem.Inspect(t.Context(), ls[1].Key()); !info.Held || other.Context().Err() != nil {
+			t.Errorf("the other lease was disturbed: %+v, %v", info, context.Cause(other.Context()))
 		}
 		other.Stop()
 	})
@@ -419,7 +409,7 @@ func TestRenewerHasNoGoroutinePerLease(t *testing.T) {
 		}
 		lost := 0
 		for _, k := range ks {
-			if k.Err() != nil {
+			if k.Context().Err() != nil {
 				lost++
 			}
 		}
@@ -443,8 +433,8 @@ func TestRenewerHasNoGoroutinePerLease(t *testing.T) {
 		k := keepAll(t, []*leasehold.Lease{l})[0]
 		time.Sleep(ttl)
 		synctest.Wait()
-		if k.Err() != nil || renewalGoroutines() != 1 {
-			t.Errorf("after a restart: Err %v, %d renewal goroutines", k.Err(), renewalGoroutines())
+		if k.Context().Err() != nil || renewalGoroutines() != 1 {
+			t.Errorf("after a restart: cause %v, %d renewal goroutines", context.Cause(k.Context()), renewalGoroutines())
 		}
 		k.Stop()
 	})
@@ -487,9 +477,6 @@ func TestClientClose(t *testing.T) {
 		for _, k := range ks {
 			if cause := context.Cause(k.Context()); !errors.Is(cause, leasehold.ErrClosed) {
 				t.Errorf("cause %v, want ErrClosed", cause)
-			}
-			if k.Err() != nil {
-				t.Errorf("Err %v after Close, want nil: the lease was not lost", k.Err())
 			}
 		}
 		if n := leasehold.Renewing(f.c); n != 0 {
@@ -600,12 +587,13 @@ func TestRenewerRejectsBadInput(t *testing.T) {
 	}
 	for name, tc := range map[string]struct {
 		l    *leasehold.Lease
-		opts []leasehold.RenewOption
+		opts []leasehold.HoldOption
 		arg  string
 	}{
-		"nil lease":      {nil, nil, "lease"},
-		"bad hold opts":  {mine, []leasehold.RenewOption{leasehold.WithRenewInterval(ttl)}, "renew interval"},
-		"negative fence": {mine, []leasehold.RenewOption{leasehold.FenceAfter(-1)}, "FenceAfter"},
+		"nil lease":         {nil, nil, "lease"},
+		"bad hold opts":     {mine, []leasehold.HoldOption{leasehold.WithRenewInterval(ttl)}, "WithRenewInterval"},
+		"not for KeepAlive": {mine, []leasehold.HoldOption{leasehold.WithWaitBudget(ttl)}, "WithWaitBudget"},
+		"negative fence":    {mine, []leasehold.HoldOption{leasehold.FenceAfter(-1)}, "FenceAfter"},
 	} {
 		_, err := tc.l.KeepAlive(t.Context(), tc.opts...)
 		var ae *leasehold.ArgumentError
@@ -692,4 +680,13 @@ func BenchmarkRenewerSchedule(b *testing.B) {
 		}
 		k.Stop()
 	}
+}
+
+// lossOf is k's loss: its Context's cause when that says the lease can no
+// longer be trusted, else nil.
+func lossOf(k *leasehold.KeepAlive) error {
+	if c := context.Cause(k.Context()); errors.Is(c, leasehold.ErrAbandoned) || errors.Is(c, leasehold.ErrNotOwned) {
+		return c
+	}
+	return nil
 }

@@ -4,170 +4,432 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
 )
 
-// waiter is one waiting Acquire of a key, from its first attempt to its
-// return: its place in the Client's queue for the key, the release watch, the
-// backoff, and the wake-up it hands on when it leaves. Acquire drives it:
-// wait, try, answered, and so on until an answer ends the wait; then leave.
-// Only the waiter's own goroutine uses it.
+// Waiting (docs/design.md §5). Every waiting call (Acquire, Hold, Lead)
+// waits the same way: a waiter joins its Client's line for the key, in
+// arrival order. On a store that keeps a queue (driver.Queuer) every waiter
+// also holds a place of its own in the store's queue, which its first
+// attempt takes, so the order is one across Clients; it keeps the place by
+// attempting at least every refresh. Only the line's head watches the store
+// for its turn, and only while the key is not held by this Client: a release
+// by this Client hands the key to its head in process, in the release's own
+// store call when the store can (driver.HandOffer) and the head is next in
+// the store's queue too, else by waking it.
+
+// queueStayMargin is what a queued waiter's entry lives beyond two refresh
+// periods: room for the round trips of a watch and an attempt, and for a
+// goroutine scheduled late.
+const queueStayMargin = 500 * time.Millisecond
+
+// queueStay is how long a waiter's entry in the store's queue lives after
+// each attempt: 2 × maxBackoff + queueStayMargin (a live waiter attempts
+// again within a backoff step plus, once, the setting up of its watch, each
+// at most maxBackoff), capped at driver.MaxQueueStay so that no Client's
+// backoff decides how long a crashed waiter holds a key up for everyone.
+func queueStay(maxBackoff time.Duration) time.Duration {
+	return min(2*maxBackoff+queueStayMargin, driver.MaxQueueStay)
+}
+
+// refreshEvery is the longest a queued waiter goes without an attempt: one
+// backoff cap, or less when the stay was capped, so that two such waits and
+// the margin fit in the stay.
+func refreshEvery(maxBackoff, stay time.Duration) time.Duration {
+	return min(maxBackoff, (stay-queueStayMargin)/2)
+}
+
+// lines are a Client's waiters, one line per key; a key takes memory only
+// while a goroutine waits for it or a lease counted by its line is held.
+type lines struct {
+	mu   sync.Mutex
+	keys map[string]*line
+}
+
+// line is one key's waiters in one Client. Its fields, and the line and
+// waiter fields said to be, are guarded by lines.mu.
+type line struct {
+	key     string
+	waiters list.List // of *waiter, in arrival order; the front is the head
+	held    int       // leases of this Client on key counted by the line (Lease.line)
+	woken   bool      // the key may be free: a release seen and not acted on by a head
+
+	// What one head hands the next (stores without a queue): the key's
+	// release watch and when the lease last seen on the key runs out.
+	released  <-chan struct{}
+	stopWatch func()
+	watched   bool // a release watch was set up or tried: not again
+	heldUntil time.Time
+}
+
+// handed is the answer of a hand-off to a waiter.
+type handed struct {
+	lease  *Lease    // the key is the waiter's: granted by the hand-off
+	unsure bool      // the outcome is unknown: the waiter looks
+	sent   time.Time // when the hand-off was sent
+}
+
+// waiter is one waiting call for a key, from its join to its leave; only its
+// own goroutine uses its unguarded fields.
 type waiter struct {
 	c          *Client
-	key        string
+	key, token string
+	ttl        time.Duration
 	maxBackoff time.Duration
 	backoff    time.Duration // the next backoff step, before jitter
+	stay       time.Duration // > 0: queued in the store (Queuer), the entry living this long
+	refresh    time.Duration // a queued waiter attempts at least this often
+	ln         *line
+	elem       *list.Element
+	kick       chan struct{} // holds a pending "look again": the waiter became the head, the key may be free, or a hand-off was answered
 
-	line    line          // nil: no wake-ups, the waiter polls alone
-	token   string        // the Acquire's token: its name in a store's queue
-	stay    time.Duration // > 0: the waiter queues in the store (storeLine), its entry living this long
-	inQueue bool          // the store may hold the waiter's entry: leave takes it out
-	behind  bool          // the store's queue has another live head: wait to be woken, polling only to stay queued
-	elem    *list.Element // the waiter's place in a waitQueue
-	turn    chan struct{} // closed when the waiter is a waitQueue's head
+	// Guarded by lines.mu.
+	trying  bool    // an attempt is in flight: no hand-off to it now
+	handing bool    // a hand-off to it is in flight: it attempts nothing
+	leaving bool    // it gave up: no hand-off to it
+	answer  *handed // a hand-off's answer, not yet taken
+	nudged  bool    // the store woke it (a hand-off went to the store's head, this waiter)
 
-	head    bool // the turn is taken: the waiter talks to the store
-	tryNow  bool // the next wait returns at once
-	watched bool // a release watch was set up or tried: not again
-
-	baton // the head's state, handed from head to head through the line
+	inQueue   bool // the store may hold its entry: leave takes it out
+	acquired  bool // it got the key
+	behind    bool // the store has a live head of another Client before it
+	tryNow    bool // the next wait returns at once
+	woken     bool // it took a wake-up and no attempt has answered since
+	heldUntil time.Time
+	turn      <-chan struct{} // its own turn watch (Queuer)
+	stopTurn  func()
+	turnTried bool
 }
 
-// baton is what one head hands the next when it leaves.
-type baton struct {
-	released  <-chan struct{} // the key's release watch; nil: none, or it failed
-	stopWatch func()          // stops the watch; called once, when the line empties
-	woken     bool            // a wake-up was taken and no attempt has answered since
-	heldUntil time.Time       // when the lease last seen on the key runs out; zero: unknown
-}
-
-// line is where a waiter waits for its turn to talk to the store, and what
-// carries the baton from head to head. waitQueue, the Client's in-process
-// queue, is the local case. A store ability that queues the waiters of every
-// process and wakes only the head (docs/design.md §5) would be another line,
-// chosen in newWaiter; the backoff stays the waiter's, as the fallback.
-type line interface {
-	// take returns when w, put in the line by newWaiter, is the head, with
-	// the baton in w; or ctx's error. tryNow: the key may be free.
-	take(ctx context.Context, w *waiter) (tryNow bool, err error)
-	// leave takes w out of the line, handing its turn and, if w took it,
-	// its baton to the next waiter.
-	leave(w *waiter)
-}
-
-// newWaiter returns a waiter for key, attempting with token, whose backoff is
-// capped at maxBackoff. When the store keeps a queue (driver.Queuer) every
-// waiter queues there, each under its own token, and the in-process queue is
-// not used: see storeLine.
-func (c *Client) newWaiter(key, token string, maxBackoff time.Duration) *waiter {
-	w := &waiter{c: c, key: key, token: token, maxBackoff: maxBackoff, backoff: min(c.minBackoff, maxBackoff)}
-	switch {
-	case c.queuer != nil:
-		w.line, w.stay = storeLine{}, queueStay(maxBackoff)
-		w.head, w.tryNow = true, true
-		c.waiters.count(key, 1)
-	case c.notifier != nil:
-		w.line = c.waiters.join(key, w)
-	default:
-		// Without wake-ups every waiter polls: polls are how a release is seen.
-		w.head, w.tryNow, w.watched = true, true, true
+// join puts a new waiter for key at the back of its line.
+func (c *Client) join(key, token string, ttl, maxBackoff time.Duration) *waiter {
+	w := &waiter{c: c, key: key, token: token, ttl: ttl, maxBackoff: maxBackoff,
+		backoff: min(c.minBackoff, maxBackoff), kick: make(chan struct{}, 1)}
+	if c.queuer != nil {
+		// Its first attempt takes its place in the store's queue.
+		w.stay = queueStay(maxBackoff)
+		w.refresh = refreshEvery(maxBackoff, w.stay)
+		w.tryNow = true
+	}
+	ls := &c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	w.ln = ls.line(key)
+	w.elem = w.ln.waiters.PushBack(w)
+	if w.ln.waiters.Front() == w.elem {
+		// The first head tries at once; a later one is kicked when its turn
+		// comes, and tries at once only if the key may be free by then.
+		w.tryNow = true
+		w.heldUntil = w.ln.heldUntil
 	}
 	return w
 }
 
-// wait returns when the waiter should try the key: at once when the key may
-// be free, else after a release or a backoff step. When ctx ends first it
-// returns an error matching ErrNotAcquired and ctx's error.
-func (w *waiter) wait(ctx context.Context) error {
-	if !w.head {
-		tryNow, err := w.line.take(ctx, w)
-		if err != nil {
-			return w.c.acquireFailed(ctx, w.key, err)
+// line returns key's line, made if there is none. ls.mu is held.
+func (ls *lines) line(key string) *line {
+	ln := ls.keys[key]
+	if ln == nil {
+		if ls.keys == nil {
+			ls.keys = make(map[string]*line)
 		}
-		w.head, w.tryNow, w.watched = true, tryNow, w.released != nil
+		ln = &line{key: key}
+		ls.keys[key] = ln
 	}
-	if w.tryNow {
-		w.tryNow = false
-		return nil
-	}
-	if !w.watched {
-		// Watch, then try once more so a release before the watch is not
-		// missed. A queued waiter the store put behind the head (no
-		// holder's time came back) skips that attempt: a release wakes the
-		// head, not it. Only if it became the head and the key was released
-		// in the moment before its watch does it miss a wake-up, and its
-		// first backoff step covers that.
-		w.watched = true
-		if w.watch(ctx) && (w.stay == 0 || !w.heldUntil.IsZero()) {
-			return nil
-		}
-	}
-	step := w.backoff
-	if w.behind {
-		// Behind the head, a wake-up is sent when this waiter's turn comes
-		// (the release after it became the head, or the head's leave), so
-		// it polls only to keep its entry alive and to trim dead heads:
-		// once a backoff cap, within its stay (queueStay). A lost wake-up
-		// costs it at most that step.
-		step = w.maxBackoff
-	}
-	wait := jitter(step)
-	if !w.heldUntil.IsZero() {
-		// The holder's lease runs out first: try right after it does.
-		wait = min(wait, max(time.Until(w.heldUntil)+time.Millisecond, 0))
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctxNotAcquired(ctx, w.key)
-	case <-w.released:
-		w.woken = true
-		w.backoff = min(w.c.minBackoff, w.maxBackoff)
-	case <-timer.C:
-		w.backoff = min(2*w.backoff, w.maxBackoff)
-	}
-	return nil
+	return ln
 }
 
-// watch sets up the key's release watch, waiting for the store at most one
-// backoff step or until the holder's lease runs out, and reports whether it
-// is set up.
+// drop deletes ln from the map once nothing needs it; it returns the release
+// watch to stop, outside the lock. ls.mu is held.
+func (ls *lines) drop(ln *line) (stop func()) {
+	if ln.waiters.Len() > 0 {
+		return nil
+	}
+	stop, ln.stopWatch, ln.released, ln.watched = ln.stopWatch, nil, nil, false
+	if ln.held == 0 && ls.keys[ln.key] == ln {
+		delete(ls.keys, ln.key)
+	}
+	return stop
+}
+
+// hold counts l as held by its Client for the waiters of its key, when the
+// key has waiters or counted leases.
+func (ls *lines) hold(l *Lease) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ln := ls.keys[l.key]; ln != nil {
+		ln.held++
+		l.line = ln
+	}
+}
+
+// unhold stops counting l as held. When no lease of the Client is left on
+// the key, the head looks again: the key may be free, or held by another
+// Client, and then the head watches for its turn.
+func (ls *lines) unhold(l *Lease) {
+	ls.mu.Lock()
+	ln := l.line
+	l.line = nil
+	var stop func()
+	if ln != nil {
+		if ln.held--; ln.held == 0 {
+			ln.woken = true
+			if f := ln.waiters.Front(); f != nil {
+				f.Value.(*waiter).poke()
+			}
+		}
+		stop = ls.drop(ln)
+	}
+	ls.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// poke gives w a pending "look again", without blocking.
+func (w *waiter) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// view is what a waiter sees of its line at one moment.
+type view struct {
+	head, held, handing bool
+	answer              *handed
+}
+
+// look returns w's view, taking a hand-off's answer and, at the head, the
+// line's wake-up and what the last head knew.
+func (w *waiter) look() view {
+	ls := &w.c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	v := view{head: w.ln.waiters.Front() == w.elem, held: w.ln.held > 0, handing: w.handing, answer: w.answer}
+	w.answer = nil
+	if w.nudged {
+		w.nudged, w.tryNow = false, true
+	}
+	if v.head && w.ln.woken {
+		w.ln.woken, w.woken = false, true
+		w.tryNow = true
+		select {
+		case <-w.ln.released: // the store's word of the same release: not twice
+		default:
+		}
+	}
+	return v
+}
+
+// wait returns when w should try the key, with a hand-off's answer if one
+// came. When ctx ends first it returns an error matching ErrNotAcquired and
+// ctx's error; a hand-off already under way is waited for and returned.
+func (w *waiter) wait(ctx context.Context) (*handed, error) {
+	for {
+		v := w.look()
+		switch {
+		case v.answer != nil:
+			return v.answer, nil
+		case v.handing:
+			<-w.kick // the releaser answers within its release timeout
+			continue
+		case w.tryNow:
+			w.tryNow = false
+			return nil, nil
+		}
+		var wait time.Duration // 0: no timer
+		switch {
+		case !v.head && w.stay == 0:
+			// Waits for its turn in process; the head talks to the store.
+		case !v.head:
+			// Queued in the store behind another waiter of this Client: it
+			// only keeps its entry alive until it is the head.
+			wait = jitter(w.refresh)
+		default:
+			if !v.held && w.watch(ctx) {
+				// A release before the watch was in place would be
+				// missed: try once more, unless the store put this waiter
+				// behind another Client's head (that head is woken, not
+				// this one; a wake-up missed in the moment before the
+				// watch costs one first backoff step).
+				if w.stay == 0 || !w.heldUntil.IsZero() {
+					return nil, nil
+				}
+			}
+			step := w.backoff
+			if w.behind || v.held {
+				// A wake-up comes when this waiter's turn comes (a release
+				// by the store's head, or by this Client, which kicks it),
+				// so it polls only to keep its entry and trim dead heads.
+				step = w.maxBackoff
+			}
+			if w.stay > 0 {
+				step = min(step, w.refresh)
+			}
+			wait = jitter(step)
+			if !w.heldUntil.IsZero() {
+				// The holder's lease runs out first: try right after it does.
+				wait = min(wait, max(time.Until(w.heldUntil)+time.Millisecond, time.Nanosecond))
+			}
+		}
+		switch w.sleep(ctx, wait) {
+		case sleptCtx:
+			if w.quit() {
+				return nil, ctxNotAcquired(ctx, w.key)
+			}
+			// A hand-off to w began just now: take its answer.
+		case sleptWoken:
+			w.woken = true
+			w.backoff = min(w.c.minBackoff, w.maxBackoff)
+			return nil, nil
+		case sleptTimer:
+			w.backoff = min(2*w.backoff, w.maxBackoff)
+			return nil, nil
+		}
+	}
+}
+
+// What ended a waiter's sleep.
+const (
+	sleptKick = iota
+	sleptCtx
+	sleptWoken
+	sleptTimer
+)
+
+// sleep waits for ctx's end, a kick, a wake-up from the store, or wait to
+// pass (0: no timer).
+func (w *waiter) sleep(ctx context.Context, wait time.Duration) int {
+	var timer <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return sleptCtx
+	case <-w.kick:
+		return sleptKick
+	case <-w.released():
+		return sleptWoken
+	case <-timer:
+		return sleptTimer
+	}
+}
+
+// released is the channel of the release or turn watch w's wait selects on.
+func (w *waiter) released() <-chan struct{} {
+	if w.stay > 0 {
+		return w.turn
+	}
+	ls := &w.c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if w.ln.waiters.Front() != w.elem {
+		return nil
+	}
+	return w.ln.released
+}
+
+// quit marks w as giving up, unless a hand-off to it is under way.
+func (w *waiter) quit() bool {
+	ls := &w.c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if w.handing || w.answer != nil {
+		return false
+	}
+	w.leaving = true
+	return true
+}
+
+// watch sets up the head's watch, once: its turn watch on a store with a
+// queue, else the line's release watch, which passes from head to head. It
+// waits for the store at most one backoff step (or refresh) or until the
+// holder's lease runs out, and reports whether a watch is in place now.
 func (w *waiter) watch(ctx context.Context) bool {
+	c := w.c
+	if w.stay > 0 {
+		if w.turnTried {
+			return false
+		}
+		w.turnTried = true
+	} else {
+		c.lines.mu.Lock()
+		tried := w.ln.watched
+		w.ln.watched = true
+		c.lines.mu.Unlock()
+		if tried || c.notifier == nil {
+			return false
+		}
+	}
 	bound := w.maxBackoff
+	if w.stay > 0 {
+		bound = w.refresh
+	}
 	if !w.heldUntil.IsZero() {
 		bound = min(bound, max(time.Until(w.heldUntil), 0)+time.Millisecond)
 	}
 	wctx, cancel := context.WithTimeout(ctx, bound)
-	var released <-chan struct{}
+	defer cancel()
+	var ch <-chan struct{}
 	var stop func()
-	var err error
-	if w.stay > 0 {
-		released, stop, err = w.c.queuer.WatchTurn(wctx, w.key, w.token)
-	} else {
-		released, stop, err = w.c.notifier.WatchReleases(wctx, w.key)
-	}
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			w.c.log.WarnContext(ctx, "leasehold: release notifications unavailable, waiting on backoff only",
-				slog.String("key", w.key), slog.Any("error", err))
+	err := c.storeCall(ctx, "watch", 1, func() (err error) {
+		if w.stay > 0 {
+			ch, stop, err = c.queuer.WatchTurn(wctx, w.key, w.token)
+		} else {
+			ch, stop, err = c.notifier.WatchReleases(wctx, w.key)
 		}
+		return err
+	})
+	if err != nil {
 		return false
 	}
-	w.released, w.stopWatch = released, stop
+	if w.stay > 0 {
+		w.turn, w.stopTurn = ch, stop
+		return true
+	}
+	c.lines.mu.Lock()
+	mine := w.ln.waiters.Front() == w.elem && w.ln.released == nil
+	if mine {
+		w.ln.released, w.ln.stopWatch = ch, stop
+	}
+	c.lines.mu.Unlock()
+	if !mine {
+		stop()
+	}
+	return mine
+}
+
+// startTry marks an attempt in flight, unless a hand-off to w is under way
+// or answered (then w takes that instead).
+func (w *waiter) startTry() bool {
+	ls := &w.c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if w.handing || w.answer != nil {
+		return false
+	}
+	w.trying = true
 	return true
 }
 
-// answered records the answer of an attempt the waiter's wait let through,
-// and reports whether it found the key busy, so the waiter waits again. A
-// wake-up taken for an attempt that failed is kept: the attempt may not have
-// reached the store, so leave passes it on.
-func (w *waiter) answered(err error, ttl time.Duration) (busy bool) {
+func (w *waiter) endTry() {
+	ls := &w.c.lines
+	ls.mu.Lock()
+	w.trying = false
+	ls.mu.Unlock()
+}
+
+// answered records the answer of an attempt and reports whether it found
+// the key busy, so the waiter waits again. A wake-up taken for an attempt
+// that failed is kept: the attempt may not have reached the store, so leave
+// passes it on.
+func (w *waiter) answered(err error) (busy bool) {
 	if w.stay > 0 {
 		// Granted, the script took the entry out; refused, it made or
 		// refreshed it; failed, it may have.
@@ -175,8 +437,8 @@ func (w *waiter) answered(err error, ttl time.Duration) (busy bool) {
 	}
 	switch {
 	case err == nil:
-		// The next head finds the key held by this Client until then.
-		w.woken, w.heldUntil = false, time.Now().Add(ttl)
+		w.woken, w.acquired = false, true
+		w.heldUntil = time.Now().Add(w.ttl) // the next head finds the key held by this Client until then
 		return false
 	case !errors.Is(err, ErrNotAcquired):
 		return false
@@ -190,187 +452,206 @@ func (w *waiter) answered(err error, ttl time.Duration) (busy bool) {
 	// time (driver.Queuer). Only a waiter whose turn watch was in place
 	// before this attempt is sure to hear of its turn; until then it keeps
 	// its backoff, since its turn may have come before the watch.
-	w.behind = w.stay > 0 && w.released != nil && held != nil && held.Remaining <= 0
+	w.behind = w.stay > 0 && w.turn != nil && held != nil && held.Remaining <= 0
 	return true
 }
 
-// leave ends the wait: the next waiter gets the turn and the baton.
+// leave ends the wait: a head hands the next head its turn and what it
+// knew, and a queued waiter leaves the store's queue.
 func (w *waiter) leave() {
-	if w.line != nil {
-		w.line.leave(w)
-	}
-}
-
-// queueStayMargin is what a queued waiter's entry lives beyond two backoff
-// steps: room for the round trips of a watch and an attempt, and for a
-// goroutine scheduled late.
-const queueStayMargin = 500 * time.Millisecond
-
-// queueStay is how long a waiter's entry in the store's queue lives after
-// each attempt. A live waiter attempts again, refreshing it, within a backoff
-// step (at most maxBackoff) plus, once, the setting up of its watch (at most
-// maxBackoff too): 2×maxBackoff plus queueStayMargin covers both. So a head
-// that crashed, paused or left without a word holds the queue up for at most
-// queueStay after its last attempt, plus the backoff step of the waiter behind
-// it, whose next attempt removes the expired entry: 3.5 s with the default
-// 1 s cap. A live waiter slower than this (a store round trip over the
-// margin) only loses its place: it joins again at the back.
-//
-// It is capped at driver.MaxTTL, the longest span a store takes, so a
-// backoff cap of 12 hours or more does not make every attempt invalid: such
-// a waiter's entry may lapse between attempts, and it joins again.
-func queueStay(maxBackoff time.Duration) time.Duration {
-	return min(2*maxBackoff+queueStayMargin, driver.MaxTTL)
-}
-
-// storeLine is the line of a waiter queued in the store (driver.Queuer):
-// every waiter of every Client has its own entry there, in arrival order, so
-// the order is the same across processes, and the store wakes the head
-// alone. Each waiter attempts on its own: the head when woken, and every
-// waiter at its backoff step, which is also what keeps its entry alive. The
-// in-process queue is not put in front: with one entry per Client, a
-// Client's waiters would wait for their local turn and then join the store's
-// queue at its back, behind waiters of other processes that came later, and
-// a Client that re-acquires in a loop would still go ahead of its own
-// earlier waiters' peers. A store queue for every waiter keeps arrival order
-// exact, at the cost of one poll per waiter per backoff step (at most one a
-// second by default).
-type storeLine struct{}
-
-var _ line = storeLine{}
-
-// take is not called: every waiter of a storeLine is its own head.
-func (storeLine) take(context.Context, *waiter) (bool, error) { return true, nil }
-
-// leave stops the waiter's watch and takes its entry out of the store's
-// queue, when the store may hold one, so the waiter behind it is woken at
-// once if the key is free. A failed leave costs the queue at most the
-// entry's stay.
-func (storeLine) leave(w *waiter) {
 	c := w.c
-	if w.stopWatch != nil {
-		w.stopWatch()
-	}
-	if w.inQueue {
-		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
-		err := c.storeCall(ctx, "leave", 1, func() error { return c.queuer.LeaveQueue(ctx, w.key, w.token) })
-		cancel()
-		if err != nil {
-			c.log.Warn("leasehold: could not leave the store's queue; the entry expires on its own",
-				slog.String("key", w.key), slog.Duration("stay", w.stay), slog.Any("error", err))
+	ls := &c.lines
+	ls.mu.Lock()
+	w.leaving = true
+	wasHead := w.ln.waiters.Front() == w.elem
+	w.ln.waiters.Remove(w.elem)
+	if wasHead {
+		w.ln.heldUntil = w.heldUntil
+		switch {
+		case w.acquired:
+			w.ln.woken = false // a release seen meanwhile was the one it acted on
+		case w.woken:
+			w.ln.woken = true // a wake-up this head could not act on
+		}
+		if f := w.ln.waiters.Front(); f != nil {
+			f.Value.(*waiter).poke()
 		}
 	}
-	c.waiters.count(w.key, -1)
-}
-
-// waitQueues are the Client's lines of waiters, one per key, so a release
-// wakes one waiter, not all. The zero value is ready; idle keys take no memory.
-type waitQueues struct {
-	mu     sync.Mutex
-	keys   map[string]*waitQueue
-	queued map[string]int // waiters queued in the store (storeLine), per key
-}
-
-// count adds n to key's waiters queued in the store.
-func (qs *waitQueues) count(key string, n int) {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if qs.queued == nil {
-		qs.queued = make(map[string]int)
-	}
-	if qs.queued[key] += n; qs.queued[key] == 0 {
-		delete(qs.queued, key)
-	}
-}
-
-// waitQueue is the in-process line of one key: its waiters in arrival order,
-// the front one the head. Its fields are guarded by qs.mu.
-type waitQueue struct {
-	qs      *waitQueues
-	key     string
-	waiters list.List // of *waiter
-	taken   bool      // a head took its turn: later heads try at once only when woken
-	baton             // the last head's, for the next
-}
-
-var _ line = (*waitQueue)(nil)
-
-// join puts w at the back of key's queue, made when no waiter waits for key.
-func (qs *waitQueues) join(key string, w *waiter) *waitQueue {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	q := qs.keys[key]
-	if q == nil {
-		if qs.keys == nil {
-			qs.keys = make(map[string]*waitQueue)
-		}
-		q = &waitQueue{qs: qs, key: key}
-		qs.keys[key] = q
-	}
-	if w.elem = q.waiters.PushBack(w); q.waiters.Front() == w.elem {
-		w.turn = turnNow
-	} else {
-		w.turn = make(chan struct{})
-	}
-	return q
-}
-
-// turnNow is the turn of a waiter that is the head as it joins: closed, so an
-// uncontended Acquire makes no channel.
-var turnNow = func() chan struct{} {
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}()
-
-// take waits for w's turn. The first head tries at once; a later one finds
-// the key as busy as it was and waits first, unless it was handed a wake-up.
-func (q *waitQueue) take(ctx context.Context, w *waiter) (bool, error) {
-	select {
-	case <-w.turn: // a head's turn wins over its ended ctx, as its attempt checks ctx
-	default:
-		select {
-		case <-w.turn:
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}
-	q.qs.mu.Lock()
-	defer q.qs.mu.Unlock()
-	first := !q.taken
-	q.taken = true
-	w.baton, q.woken = q.baton, false
-	return first || w.woken, nil
-}
-
-func (q *waitQueue) leave(w *waiter) {
-	q.qs.mu.Lock()
-	wasHead := q.waiters.Front() == w.elem
-	q.waiters.Remove(w.elem)
-	if w.head {
-		q.baton = w.baton
-	}
-	var stop func()
-	switch front := q.waiters.Front(); {
-	case front == nil:
-		delete(q.qs.keys, q.key)
-		stop = q.stopWatch
-	case wasHead:
-		close(front.Value.(*waiter).turn)
-	}
-	q.qs.mu.Unlock()
+	stop := ls.drop(w.ln)
+	ls.mu.Unlock()
 	if stop != nil {
 		stop() // may talk to the store (an UNSUBSCRIBE): not under the lock
 	}
+	if w.stopTurn != nil {
+		w.stopTurn()
+	}
+	if w.inQueue {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
+		_ = c.storeCall(ctx, "leave", 1, func() error { return c.queuer.LeaveQueue(ctx, w.key, w.token) })
+		cancel()
+	}
 }
 
-// waiting returns how many goroutines wait for key in its queue.
-func (qs *waitQueues) waiting(key string) int {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	n := qs.queued[key]
-	if q := qs.keys[key]; q != nil {
-		n += q.waiters.Len()
+// acquire is Acquire's wait: attempts go out until one is answered with more
+// than "busy", or a release by this Client hands the key over.
+func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
+	if err := validateKeyTTL(key, ttl); err != nil {
+		return nil, err
 	}
-	return n
+	w := c.join(key, c.newToken(), ttl, maxBackoff)
+	defer w.leave()
+	for {
+		h, err := w.wait(ctx)
+		if h != nil {
+			if l := w.take(ctx, h); l != nil {
+				return l, nil
+			}
+			if cerr := expired(ctx); cerr != nil {
+				return nil, ctxNotAcquired(ctx, key)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !w.startTry() {
+			continue // a hand-off is under way: wait for it
+		}
+		l, err := c.try(ctx, key, w.token, ttl, w.stay)
+		w.endTry()
+		if w.answered(err) {
+			continue
+		}
+		if err != nil {
+			return nil, c.acquireFailed(ctx, key, err)
+		}
+		return l, nil
+	}
+}
+
+// take makes a hand-off's answer w's lease, or nil. A lease handed to a
+// waiter whose ctx ended meanwhile is released (to the next waiter).
+func (w *waiter) take(ctx context.Context, h *handed) *Lease {
+	l := h.lease
+	if h.unsure {
+		l = w.claim(ctx, h.sent)
+	}
+	if l == nil {
+		w.tryNow = true // the key may be free
+		return nil
+	}
+	w.inQueue = false // the hand-off took the entry out
+	if expired(ctx) != nil {
+		w.quit() // no hand-off to w: it is leaving
+		_ = l.release(ctx, w.c.cleanupTimeout)
+		return nil
+	}
+	w.acquired, w.heldUntil = true, time.Now().Add(w.ttl)
+	return l
+}
+
+// claim finds out whether a hand-off of unknown outcome, sent at sent, gave
+// w the key, and returns the lease if so. When the store cannot say, w's
+// token is released in case.
+func (w *waiter) claim(ctx context.Context, sent time.Time) *Lease {
+	c := w.c
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanupTimeout)
+	defer cancel()
+	var info driver.Info
+	err := c.storeCall(cctx, "inspect", 1, func() (err error) {
+		info, err = c.store.Inspect(cctx, w.key)
+		return err
+	})
+	switch {
+	case err != nil:
+		c.cleanUp(ctx, w.key, w.token, 0)
+		return nil
+	case !info.Held || info.Token != w.token || info.Fence <= 0:
+		return nil
+	}
+	return c.newLease(w.key, w.token, info.Fence, w.ttl, sent, time.Now())
+}
+
+// giveBack ends l in the store: by a hand-off to the head of the Client's
+// line for its key when the store can, else by a release (retried while its
+// outcome is unknown, within ctx).
+func (c *Client) giveBack(ctx context.Context, l *Lease) error {
+	w := c.lines.handOffTo(c, l)
+	if w == nil {
+		err, unsure := c.releaseRetrying(ctx, l.key, l.token)
+		if err != nil && unsure && errors.Is(err, ErrNotOwned) {
+			err = nil // released by an attempt whose reply was lost, or expired
+		}
+		return err
+	}
+	h := &handed{sent: time.Now()}
+	var fence int64
+	var head string
+	err := c.storeCall(ctx, "handoff", 1, func() (err error) {
+		fence, head, err = c.handOffer.HandOff(ctx, l.key, l.token, w.token, w.ttl)
+		return err
+	})
+	switch {
+	case err == nil && fence > 0:
+		h.lease = c.newLease(l.key, w.token, fence, w.ttl, h.sent, time.Now())
+	case err == nil:
+		c.lines.wake(l.key, head) // released; the store's head may be another waiter of this Client
+	case unknownOutcome(err):
+		h.unsure = true
+		rerr, _ := c.releaseRetrying(ctx, l.key, l.token)
+		if err = rerr; errors.Is(rerr, ErrNotOwned) {
+			err = nil // handed over, released, or expired: either way not ours
+		}
+	}
+	c.lines.answer(w, h)
+	return err
+}
+
+// handOffTo picks the head of the line of l's key for a hand-off of l,
+// marking it, or nil when there is none it can go to now.
+func (ls *lines) handOffTo(c *Client, l *Lease) *waiter {
+	if c.handOffer == nil {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.keys[l.key]
+	if ln == nil || ln.waiters.Len() == 0 {
+		return nil
+	}
+	w := ln.waiters.Front().Value.(*waiter)
+	if w.trying || w.handing || w.leaving || w.answer != nil || w.token == l.token {
+		return nil
+	}
+	w.handing = true
+	return w
+}
+
+// answer gives w the answer of a hand-off to it.
+func (ls *lines) answer(w *waiter, h *handed) {
+	ls.mu.Lock()
+	w.handing, w.answer = false, h
+	ls.mu.Unlock()
+	w.poke()
+}
+
+// wake tells the waiter of key with token, if it is this Client's, that
+// the store woke it: it tries at once.
+func (ls *lines) wake(key, token string) {
+	if token == "" {
+		return
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.keys[key]
+	if ln == nil {
+		return
+	}
+	for e := ln.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*waiter); w.token == token {
+			w.nudged = true
+			w.poke()
+			return
+		}
+	}
 }

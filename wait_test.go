@@ -81,7 +81,7 @@ func TestReleaseWakesOneLocalWaiter(t *testing.T) {
 		if calls := store.acquires.Load(); calls != 3 {
 			t.Fatalf("%d acquire calls before the first release, want 3", calls)
 		}
-		if w := c.Waiting("k"); w != n {
+		if w := leasehold.Waiting(c, "k"); w != n {
 			t.Fatalf("Waiting = %d, want %d", w, n)
 		}
 		start := time.Now()
@@ -111,7 +111,7 @@ func TestReleaseWakesOneLocalWaiter(t *testing.T) {
 		if time.Since(start) != 0 {
 			t.Fatalf("the fake clock moved %v: a hand-off waited for its backoff", time.Since(start))
 		}
-		if w := c.Waiting("k"); w != 0 {
+		if w := leasehold.Waiting(c, "k"); w != 0 {
 			t.Fatalf("Waiting = %d after every waiter acquired", w)
 		}
 	})
@@ -162,11 +162,11 @@ func TestCancelledHeadPassesWakeOn(t *testing.T) {
 	})
 }
 
-// A head that took the key at its first attempt never found it busy and set
-// up no watch. The next head must set one up before it waits; otherwise every
-// later head, waking on its backoff to a key released long ago, would win at
-// once and never watch either, and the queue would run on backoff for good.
-func TestNextHeadWatchesWhenFirstHeadDidNot(t *testing.T) {
+// A head whose Client holds the key needs no watch of the store: its own
+// Client's release wakes it in process. A's first attempt takes the free key
+// while B waits behind it: B makes no call until A releases, then gets the
+// key at once though its backoff is an hour.
+func TestNextHeadIsWokenByItsOwnClientsRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &hookStore{Store: memstore.New()}
 		c := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
@@ -188,15 +188,19 @@ func TestNextHeadWatchesWhenFirstHeadDidNot(t *testing.T) {
 		if !ok || a == nil {
 			t.Fatal("A did not get the free key")
 		}
-		if calls := store.acquires.Load(); calls != 2 {
-			t.Fatalf("%d acquire calls, want 2: A's, and B's after it set up its watch", calls)
+		if calls := store.acquires.Load(); calls != 1 {
+			t.Fatalf("%d acquire calls, want 1: A's (B waits for its own Client's release)", calls)
 		}
+		start := time.Now()
 		if err := a.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
 		if l, ok := received(gotB); !ok || l == nil {
 			t.Fatal("B was not woken by A's release")
+		}
+		if calls := store.acquires.Load(); calls != 2 || time.Since(start) != 0 {
+			t.Fatalf("%d acquire calls after %v, want 2 at once", calls, time.Since(start))
 		}
 	})
 }
@@ -448,7 +452,7 @@ func TestWaiterCancelledBeforeItsTurn(t *testing.T) {
 		if calls := store.acquires.Load() - before; calls != 0 {
 			t.Fatalf("%d acquire calls when B gave up, want 0", calls)
 		}
-		if w := c.Waiting("k"); w != 2 {
+		if w := leasehold.Waiting(c, "k"); w != 2 {
 			t.Fatalf("Waiting = %d after B left, want 2", w)
 		}
 		for i, got := range []<-chan *leasehold.Lease{gotA, gotC} {
