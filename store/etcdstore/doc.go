@@ -29,11 +29,15 @@
 // in the steady state an acquire is one transaction (and the keep-alive, in
 // parallel) and a release is one transaction: two raft writes per cycle, as
 // with concurrency.Mutex on a session lease, where a lease per acquire cost
-// a grant and a revoke more. An acquire whose transaction took the key but
-// whose keep-alive found the lease gone (it ran out in between) revokes
-// nothing, and tries once more on a new lease; one whose keep-alive failed
-// otherwise revokes the lease, which undoes the acquire, and returns the
-// error. An idle lease is not reused within 250 ms of the end of its TTL,
+// a grant and a revoke more. An acquire whose transaction or keep-alive
+// finds its lease gone (it ran out, or was revoked from outside, as
+// etcdctl lease revoke does) tries once more on a new lease, never on
+// another idle one, and the Store drops and revokes its idle leases of that
+// TTL, likely revoked too: revoking the idle leases costs the next acquire
+// of each TTL a failed transaction and a grant, and fails none. One whose
+// keep-alive failed otherwise revokes the lease, which undoes the acquire,
+// and returns the error. A lease revoked under a held lock ends the lock,
+// as an expiry does: Renew and Release answer ErrNotOwned. An idle lease is not reused within 250 ms of the end of its TTL,
 // counted from the sending of its grant or last keep-alive; it is dropped,
 // and expires in etcd by itself. Close revokes the idle leases. Up to 256
 // idle leases per TTL are kept, for up to 16 TTLs.
@@ -156,7 +160,8 @@
 // watch (WatchReleases), and one per waiter that watches its turn
 // (WatchTurn); the key's last waiter, or the waiter, stops it, and Close
 // stops all of them and waits for them. A lease that cannot be kept for
-// reuse is revoked on a goroutine of its own, bounded by 2 s. One goroutine
+// reuse, and the idle leases of a TTL dropped when one was found gone, are
+// revoked on a goroutine of their own, bounded by 2 s. One goroutine
 // reads the keep-alive stream while it is open; Close ends it. List looks
 // leases up on up to 16 goroutines of its own, which end before it returns.
 package etcdstore

@@ -175,7 +175,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 }
 
 // acquireOnce is acquire; retried: this is the one more attempt made after
-// an idle lease was found revoked, or a known entry gone.
+// a lease was found gone, on new leases, never idle ones (likely gone too).
 func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay time.Duration, retried bool) (int64, error) {
 	fail := func(err error) (int64, error) { return 0, fmt.Errorf("etcdstore: acquire %q: %w", key, err) }
 	lk, qp := s.LockKey(key), s.QueuePrefix(key)
@@ -188,13 +188,13 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 	if stay > 0 {
 		entry, known = s.queued.get(ek)
 	}
-	lease, refresh, err := s.takeLease(ctx, ttl)
+	lease, refresh, err := s.takeLease(ctx, ttl, retried)
 	if err != nil {
 		return fail(err)
 	}
 	refreshEntry := false
 	if stay > 0 && !known {
-		if entryLease, refreshEntry, err = s.takeLease(ctx, stay); err != nil {
+		if entryLease, refreshEntry, err = s.takeLease(ctx, stay, retried); err != nil {
 			s.freeLease(lease)
 			return fail(err)
 		}
@@ -243,9 +243,10 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 	kas.Wait()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 		// An idle lease expired or was revoked from outside (etcdctl lease
-		// revoke): nothing was written. Try once more with new leases.
-		s.leases.forget(lease)
-		s.leases.forget(entryLease)
+		// revoke): nothing was written. Drop the idle leases of its TTL,
+		// likely revoked too, and try once more on new leases.
+		s.leaseGone(lease)
+		s.leaseGone(entryLease)
 		return s.acquireOnce(ctx, key, token, ttl, stay, true)
 	}
 	if err != nil {
@@ -310,10 +311,10 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 		}
 		switch {
 		case mine == 0:
-			// The entry the Store knew is gone (its lease expired): join
-			// again, at the back, in one more attempt.
+			// The entry the Store knew is gone (its lease expired, or was
+			// revoked): join again, at the back, in one more attempt.
 			s.queued.forget(ek)
-			s.leases.forget(entry.lease)
+			s.leaseGone(entry.lease)
 			return s.acquireOnce(ctx, key, token, ttl, stay, retried)
 		case entryLease != 0 && errors.Is(entryKAErr, rpctypes.ErrLeaseNotFound):
 			// The new entry's reused lease had run out: the entry went

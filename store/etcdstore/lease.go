@@ -152,6 +152,26 @@ func (p *leasePool) forget(id clientv3.LeaseID) {
 	delete(p.owned, id)
 }
 
+// gone stops tracking id, found gone, and the idle leases of its TTL, which
+// it returns: a lease revoked from outside seldom goes alone (an operator
+// revokes what etcdctl lease list shows), and each one reused would cost an
+// acquire a failed transaction.
+func (p *leasePool) gone(id clientv3.LeaseID) []clientv3.LeaseID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	info, ok := p.owned[id]
+	if !ok {
+		return nil // already found gone, or not the Store's
+	}
+	delete(p.owned, id)
+	ids := p.idle[info.ttl]
+	for _, id := range ids {
+		delete(p.owned, id)
+	}
+	delete(p.idle, info.ttl)
+	return ids
+}
+
 // drain empties the pool, returning the idle leases.
 func (p *leasePool) drain() []clientv3.LeaseID {
 	p.mu.Lock()
@@ -166,13 +186,18 @@ func (p *leasePool) drain() []clientv3.LeaseID {
 }
 
 // takeLease returns a lease for ttl on which no key is: an idle one, else a
-// new one. refresh: the lease is an idle one that may have less than ttl
+// new one; always a new one when grant is set (a lease was just found gone).
+// refresh: the lease is an idle one that may have less than ttl
 // left, so the caller must keep it alive, sent no earlier than the request
 // that puts a key on it, before it counts on the key (the rounding of ttl
 // up to seconds can spare that for a lease reused soon enough).
-func (s *Store) takeLease(ctx context.Context, ttl time.Duration) (id clientv3.LeaseID, refresh bool, err error) {
+func (s *Store) takeLease(ctx context.Context, ttl time.Duration, grant bool) (id clientv3.LeaseID, refresh bool, err error) {
 	want := seconds(ttl)
 	now := time.Now()
+	if grant {
+		id, err = s.grant(ctx, want)
+		return id, false, err
+	}
 	if id, fresh, ok := s.leases.take(want, now); ok {
 		return id, now.Sub(fresh) > time.Duration(want)*time.Second-ttl, nil
 	}
@@ -219,9 +244,29 @@ func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) (int64, erro
 	case err == nil:
 		s.leases.refreshed(id, sent)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		s.leases.forget(id)
+		s.leaseGone(id)
 	}
 	return ka, err
+}
+
+// leaseGone stops tracking id, found gone (revoked from outside, or expired),
+// and revokes, on a goroutine of its own, the idle leases of its TTL, which
+// were likely revoked with it; those that were not are no longer reused.
+func (s *Store) leaseGone(id clientv3.LeaseID) {
+	ids := s.leases.gone(id)
+	if len(ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return // they expire by themselves
+	}
+	s.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(s.ctx, revokeLaterTimeout)
+		defer cancel()
+		s.revokeAll(ctx, ids)
+	})
 }
 
 // revoke revokes a lease that no key of a current owner is attached to. It
@@ -255,9 +300,10 @@ func (s *Store) revokeLater(id clientv3.LeaseID) {
 // enough.
 const revokeLaterTimeout = 2 * time.Second
 
-// closeRevokes bounds the idle leases Close revokes at once: up to 4096
-// idle leases go in a few hundred round trips' time without opening
-// thousands of requests at once against a cluster other clients use too.
+// closeRevokes bounds the idle leases Close (or leaseGone) revokes at once:
+// up to 4096 idle leases go in a few hundred round trips' time without
+// opening thousands of requests at once against a cluster other clients use
+// too.
 const closeRevokes = 16
 
 // revokeIdle revokes the idle leases, closeRevokes at a time, within
@@ -266,6 +312,11 @@ func (s *Store) revokeIdle() {
 	ids := s.leases.drain()
 	ctx, cancel := context.WithTimeout(context.Background(), revokeLaterTimeout)
 	defer cancel()
+	s.revokeAll(ctx, ids)
+}
+
+// revokeAll revokes ids, leases no key is on, closeRevokes at a time.
+func (s *Store) revokeAll(ctx context.Context, ids []clientv3.LeaseID) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, closeRevokes)
 	for _, id := range ids {
