@@ -39,7 +39,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // ErrStale is matched by every *StaleError.
@@ -91,7 +91,7 @@ func (m Mode) String() string {
 // so zero or less is a caller's mistake (an unset field), not a stale writer.
 func Validate(presented int64) error {
 	if presented <= 0 {
-		return &leasehold.ArgumentError{Arg: "fence", Reason: fmt.Sprintf("%d is not positive", presented)}
+		return &driver.ArgumentError{Arg: "fence", Reason: fmt.Sprintf("%d is not positive", presented)}
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ type Register interface {
 	// Write stores value under key if the mode accepts fence over the key's
 	// current fence, raising the key's fence in the same atomic step. It
 	// returns a *StaleError, writing nothing, when it does not, and an
-	// *leasehold.ArgumentError for a fence that is not positive.
+	// *driver.ArgumentError for a fence that is not positive.
 	Write(ctx context.Context, key string, fence int64, value []byte) error
 
 	// Read returns key's value and the fence it was written with; a key

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -28,7 +27,7 @@ func NewBusySignal(s driver.Store) *BusySignal {
 // Acquire is the store's Acquire, signalling a busy answer.
 func (b *BusySignal) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	f, err := b.Store.Acquire(ctx, key, token, ttl)
-	if errors.Is(err, leasehold.ErrNotAcquired) {
+	if errors.Is(err, driver.ErrNotAcquired) {
 		b.busy <- struct{}{}
 	}
 	return f, err

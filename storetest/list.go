@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -193,8 +192,8 @@ func testListBadArguments(t *testing.T, s driver.Store) {
 	l := lister(t, s)
 	wantArg := func(what string, err error, arg string) {
 		t.Helper()
-		var ae *leasehold.ArgumentError
-		if !errors.As(err, &ae) || ae.Arg != arg || !errors.Is(err, leasehold.ErrInvalidArgument) {
+		var ae *driver.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != arg || !errors.Is(err, driver.ErrInvalidArgument) {
 			t.Errorf("%s: error %v, want an *ArgumentError for the %s", what, err, arg)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -23,7 +22,7 @@ func queuer(t *testing.T, s driver.Store) driver.Queuer {
 // is positive when wantRemaining and 0 when not.
 func refused(t *testing.T, what string, err error, wantRemaining bool) {
 	t.Helper()
-	var held *leasehold.HeldError
+	var held *driver.HeldError
 	switch {
 	case !errors.As(err, &held):
 		t.Fatalf("%s: %v, want a *HeldError", what, err)

@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -77,7 +76,7 @@ const (
 	shortTTL = 30 * time.Millisecond
 )
 
-func token() string { return leasehold.NewToken() }
+func token() string { return rand.Text() }
 
 func acquire(t *testing.T, s driver.Store, key, tok string, ttl time.Duration) int64 {
 	t.Helper()
@@ -140,12 +139,12 @@ func testAcquireIsExclusive(t *testing.T, s driver.Store) {
 	fa := acquire(t, s, key, a, longTTL)
 
 	_, err := s.Acquire(t.Context(), key, b, longTTL)
-	wantErr(t, "second owner's Acquire", err, leasehold.ErrNotAcquired)
-	if errors.Is(err, leasehold.ErrInvalidArgument) {
+	wantErr(t, "second owner's Acquire", err, driver.ErrNotAcquired)
+	if errors.Is(err, driver.ErrInvalidArgument) {
 		t.Fatalf("busy key reported as invalid argument: %v", err)
 	}
 	_, err = s.Acquire(t.Context(), key, a, longTTL)
-	wantErr(t, "the owner's own second Acquire (leases are not re-entrant)", err, leasehold.ErrNotAcquired)
+	wantErr(t, "the owner's own second Acquire (leases are not re-entrant)", err, driver.ErrNotAcquired)
 
 	info := wantHeldBy(t, s, key, a)
 	if info.Fence != fa {
@@ -179,7 +178,7 @@ func testConcurrentAcquire(t *testing.T, s driver.Store) {
 				mu.Lock()
 				winners = append(winners, tok)
 				mu.Unlock()
-			case !errors.Is(err, leasehold.ErrNotAcquired):
+			case !errors.Is(err, driver.ErrNotAcquired):
 				t.Errorf("Acquire: %v", err)
 			}
 		})
@@ -195,18 +194,18 @@ func testConcurrentAcquire(t *testing.T, s driver.Store) {
 func testWrongTokenRelease(t *testing.T, s driver.Store) {
 	key, a := Key(t), token()
 	fa := acquire(t, s, key, a, longTTL)
-	wantErr(t, "Release with another token", s.Release(t.Context(), key, token()), leasehold.ErrNotOwned)
+	wantErr(t, "Release with another token", s.Release(t.Context(), key, token()), driver.ErrNotOwned)
 	info := wantHeldBy(t, s, key, a)
 	if info.Fence != fa {
 		t.Errorf("fence changed by a rejected release: %d, want %d", info.Fence, fa)
 	}
-	wantErr(t, "Release of a key never acquired", s.Release(t.Context(), Key(t), a), leasehold.ErrNotOwned)
+	wantErr(t, "Release of a key never acquired", s.Release(t.Context(), Key(t), a), driver.ErrNotOwned)
 }
 
 func testWrongTokenRenew(t *testing.T, s driver.Store) {
 	key, a := Key(t), token()
 	acquire(t, s, key, a, longTTL)
-	wantErr(t, "Renew with another token", s.Renew(t.Context(), key, token(), time.Hour), leasehold.ErrNotOwned)
+	wantErr(t, "Renew with another token", s.Renew(t.Context(), key, token(), time.Hour), driver.ErrNotOwned)
 	if info := wantHeldBy(t, s, key, a); info.TTL > longTTL {
 		t.Errorf("TTL after a rejected renew = %v, want <= %v (unchanged)", info.TTL, longTTL)
 	}
@@ -225,8 +224,8 @@ func testReleaseThenReacquire(t *testing.T, s driver.Store) {
 	if info.Fence != fa {
 		t.Errorf("after release Inspect fence = %d, want the last issued %d", info.Fence, fa)
 	}
-	wantErr(t, "second Release", s.Release(t.Context(), key, a), leasehold.ErrNotOwned)
-	wantErr(t, "Renew after Release", s.Renew(t.Context(), key, a, longTTL), leasehold.ErrNotOwned)
+	wantErr(t, "second Release", s.Release(t.Context(), key, a), driver.ErrNotOwned)
+	wantErr(t, "Renew after Release", s.Renew(t.Context(), key, a, longTTL), driver.ErrNotOwned)
 	if inspect(t, s, key).Held {
 		t.Fatal("Renew after Release recreated the key")
 	}
@@ -258,7 +257,7 @@ func testExpiredOwner(t *testing.T, s driver.Store) {
 	key, a, b := Key(t), token(), token()
 	fa := acquire(t, s, key, a, shortTTL)
 	waitExpired(t, s, key, shortTTL)
-	wantErr(t, "Renew after expiry", s.Renew(t.Context(), key, a, longTTL), leasehold.ErrNotOwned)
+	wantErr(t, "Renew after expiry", s.Renew(t.Context(), key, a, longTTL), driver.ErrNotOwned)
 	if inspect(t, s, key).Held {
 		t.Fatal("Renew after expiry recreated the key")
 	}
@@ -266,8 +265,8 @@ func testExpiredOwner(t *testing.T, s driver.Store) {
 	if fb <= fa {
 		t.Errorf("fence after expiry %d, want > %d", fb, fa)
 	}
-	wantErr(t, "old owner's Release", s.Release(t.Context(), key, a), leasehold.ErrNotOwned)
-	wantErr(t, "old owner's Renew", s.Renew(t.Context(), key, a, longTTL), leasehold.ErrNotOwned)
+	wantErr(t, "old owner's Release", s.Release(t.Context(), key, a), driver.ErrNotOwned)
+	wantErr(t, "old owner's Renew", s.Renew(t.Context(), key, a, longTTL), driver.ErrNotOwned)
 	if info := wantHeldBy(t, s, key, b); info.Fence != fb {
 		t.Errorf("fence = %d, want the new owner's %d", info.Fence, fb)
 	}
@@ -354,8 +353,8 @@ func testBadInput(t *testing.T, s driver.Store) {
 	}
 	wantArg := func(t *testing.T, what string, err error, arg string) {
 		t.Helper()
-		var ae *leasehold.ArgumentError
-		if !errors.As(err, &ae) || !errors.Is(err, leasehold.ErrInvalidArgument) {
+		var ae *driver.ArgumentError
+		if !errors.As(err, &ae) || !errors.Is(err, driver.ErrInvalidArgument) {
 			t.Fatalf("%s: error %v, want an *ArgumentError", what, err)
 		}
 		if ae.Arg != arg || !strings.Contains(err.Error(), arg) {
@@ -447,7 +446,7 @@ func testCancelledContext(t *testing.T, s driver.Store) {
 	cancel()
 	if _, err := s.Acquire(ctx, key, token(), longTTL); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
-	} else if errors.Is(err, leasehold.ErrNotAcquired) {
+	} else if errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("a failed call reported as a busy key: %v", err)
 	}
 	if info := inspect(t, s, key); info.Held {
@@ -544,10 +543,10 @@ func testRenewBatch(t *testing.T, s driver.Store) {
 	if len(errs) != len(items) {
 		t.Fatalf("RenewBatch returned %d results for %d items", len(errs), len(items))
 	}
-	for i, want := range []error{nil, leasehold.ErrNotOwned, leasehold.ErrNotOwned, leasehold.ErrNotOwned, nil, nil, nil} {
+	for i, want := range []error{nil, driver.ErrNotOwned, driver.ErrNotOwned, driver.ErrNotOwned, nil, nil, nil} {
 		switch {
 		case i == 4 || i == 5:
-			var ae *leasehold.ArgumentError
+			var ae *driver.ArgumentError
 			if !errors.As(errs[i], &ae) || ae.Arg != map[int]string{4: "key", 5: "ttl"}[i] {
 				t.Errorf("item %d (%+v): %v, want an *ArgumentError for its %s", i, items[i], errs[i], map[int]string{4: "key", 5: "ttl"}[i])
 			}

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 )
@@ -185,7 +184,7 @@ func testBadInput(t *testing.T, newRegister func(*testing.T, fence.Mode) fence.R
 			for _, key := range []string{fresh, written} {
 				for _, f := range []int64{0, -1, -1 << 62, math.MinInt64} {
 					err := write(t, r, key, f, "x")
-					var ae *leasehold.ArgumentError
+					var ae *driver.ArgumentError
 					if !errors.As(err, &ae) || ae.Arg != "fence" {
 						t.Errorf("Write with fence %d: %v, want an *ArgumentError naming fence", f, err)
 					}
@@ -193,7 +192,7 @@ func testBadInput(t *testing.T, newRegister func(*testing.T, fence.Mode) fence.R
 			}
 			for _, k := range []string{"", "a\nb", strings.Repeat("k", driver.MaxKeyLen+1)} {
 				err := r.Write(t.Context(), k, 1, []byte("x"))
-				var ae *leasehold.ArgumentError
+				var ae *driver.ArgumentError
 				if !errors.As(err, &ae) || ae.Arg != "key" {
 					t.Errorf("Write with key %q: %v, want an *ArgumentError naming key", k, err)
 				}

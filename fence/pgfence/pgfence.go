@@ -26,10 +26,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/driver"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -92,11 +93,11 @@ func checkIdent(arg, s string, qualified bool) error {
 		parts = strings.Split(s, ".")
 	}
 	if len(parts) > 2 {
-		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has more than one dot", s)}
+		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has more than one dot", s)}
 	}
 	for _, p := range parts {
 		if p == "" || strings.ContainsRune(p, 0) || len(p) > 63 {
-			return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is not a PostgreSQL identifier", s)}
+			return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is not a PostgreSQL identifier", s)}
 		}
 	}
 	return nil
@@ -164,13 +165,13 @@ func (t *Table) column(ctx context.Context, q Querier) (typ string, notNull bool
 //
 // It returns nil when the row was written, a *fence.StaleError when its fence
 // was not accepted, ErrNoRow when no row has the key, and an
-// *leasehold.ArgumentError for a fence that is not positive or an empty set.
+// *driver.ArgumentError for a fence that is not positive or an empty set.
 func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64, set string, args ...any) error {
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
 	}
 	if strings.TrimSpace(set) == "" {
-		return &leasehold.ArgumentError{Arg: "set", Reason: "empty"}
+		return &driver.ArgumentError{Arg: "set", Reason: "empty"}
 	}
 	n := len(args)
 	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND $%d %s %s",
@@ -195,12 +196,12 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 	}
 	id, ok := row[t.key]
 	if !ok {
-		return &leasehold.ArgumentError{Arg: "row", Reason: fmt.Sprintf("has no value for the key column %q", t.key)}
+		return &driver.ArgumentError{Arg: "row", Reason: fmt.Sprintf("has no value for the key column %q", t.key)}
 	}
 	cols := make([]string, 0, len(row))
 	for c := range row {
 		if c == Column {
-			return &leasehold.ArgumentError{Arg: "row", Reason: fmt.Sprintf("sets %q, which is the fence's", Column)}
+			return &driver.ArgumentError{Arg: "row", Reason: fmt.Sprintf("sets %q, which is the fence's", Column)}
 		}
 		if err := checkIdent("row", c, false); err != nil {
 			return err
@@ -247,7 +248,7 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 		return err
 	}
 	if fn == nil {
-		return &leasehold.ArgumentError{Arg: "fn", Reason: "nil"}
+		return &driver.ArgumentError{Arg: "fn", Reason: "nil"}
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

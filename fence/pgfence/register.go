@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 )
@@ -26,7 +25,7 @@ var _ fence.Register = (*Register)(nil)
 // create the table.
 func NewRegister(q Querier, table string, opts ...fence.Option) (*Register, error) {
 	if q == nil {
-		return nil, &leasehold.ArgumentError{Arg: "q", Reason: "nil"}
+		return nil, &driver.ArgumentError{Arg: "q", Reason: "nil"}
 	}
 	t, err := NewTable(table, "key", opts...)
 	if err != nil {

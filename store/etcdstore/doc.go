@@ -97,12 +97,12 @@
 //     election timeout of 1 s): a TTL of 100 ms holds the key for 2 s on
 //     such a cluster. etcd revokes expired leases on a timer, so a key
 //     disappears up to about half a second after its lease ran out.
-//   - Inspect and the Remaining of a *leasehold.HeldError report the lease's
+//   - Inspect and the Remaining of a *driver.HeldError report the lease's
 //     remaining time as etcd does, in whole seconds, rounded up here
 //     (never above the lease's TTL) so that a waiter does not try again
 //     before the lease can be gone.
 //   - An etcd that cannot be reached, or cannot reach a quorum, gives an
-//     error, never a false "acquired" and never leasehold.ErrNotAcquired.
+//     error, never a false "acquired" and never driver.ErrNotAcquired.
 //     Every request is bounded by the caller's context.
 //
 // # What it does not guarantee

@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -156,7 +155,7 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 // transaction.
 //
 // When the key is held, or waiters are queued, it returns a
-// *leasehold.HeldError with the holder's remaining TTL (0 when the key is
+// *driver.HeldError with the holder's remaining TTL (0 when the key is
 // free), after one more round trip in which the unused lease is revoked and
 // the holder's lease is looked up at the same time. Any other error means
 // etcd could not answer; the lease of an acquire whose outcome is unknown is
@@ -349,13 +348,13 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 	if errors.Is(refreshErr, rpctypes.ErrLeaseNotFound) {
 		s.queued.forget(ek) // expired since the transaction: the next attempt joins again
 	}
-	return 0, &leasehold.HeldError{Key: key, Remaining: left}
+	return 0, &driver.HeldError{Key: key, Remaining: left}
 }
 
 // Release implements driver.Store in one round trip: one transaction
 // deletes the lock key only if it still holds token (never by key alone).
 // The owner's lease, which no key is on any more, is kept for reuse when the
-// Store granted it, and revoked otherwise. It returns leasehold.ErrNotOwned
+// Store granted it, and revoked otherwise. It returns driver.ErrNotOwned
 // when the key is absent or holds another token.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
@@ -370,7 +369,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("etcdstore: release %q: %w", key, err)
 	}
 	if !resp.Succeeded {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	if len(resp.Responses) == 1 {
 		for _, kv := range resp.Responses[0].GetResponseDeleteRange().GetPrevKvs() {
@@ -387,7 +386,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // from the lease's TTL, it then grants a lease of the new TTL, moves the key
 // onto it in a transaction that checks the token again, and keeps the old
 // lease for reuse (or revokes it, when the Store did not grant it): four
-// round trips in all. It returns leasehold.ErrNotOwned when the key is
+// round trips in all. It returns driver.ErrNotOwned when the key is
 // absent, holds another token, or its lease has expired.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
@@ -399,14 +398,14 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
 	}
 	if len(get.Kvs) == 0 || string(get.Kvs[0].Value) != token {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	// The lease is this owner's: only its acquire or renew attached it.
 	if old := clientv3.LeaseID(get.Kvs[0].Lease); old != 0 {
 		ka, err := s.keepAlive(ctx, old)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return leasehold.ErrNotOwned // expired since the read
+			return driver.ErrNotOwned // expired since the read
 		case err != nil:
 			return fmt.Errorf("etcdstore: renew %q: keep lease alive: %w", key, err)
 		case ka == s.grantedTTL(ttl):
@@ -429,7 +428,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	if !resp.Succeeded {
 		s.freeLease(lease) // no key was put on it
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	// Free the lease the key was on just before the move (a concurrent
 	// renew of the same owner may have moved it too). It is never the

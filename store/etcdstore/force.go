@@ -9,7 +9,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -52,7 +51,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
-			return driver.AuditRecord{}, leasehold.ErrNotOwned
+			return driver.AuditRecord{}, driver.ErrNotOwned
 		}
 		var fence int64
 		if f := resp.Responses[1].GetResponseRange().GetKvs(); len(f) == 1 {

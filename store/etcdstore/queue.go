@@ -105,7 +105,7 @@ func (es *entries) touch(ek string, rev int64, until time.Time) {
 // every etcd lease); a waiter with an entry has the entry's lease kept
 // alive once, which keeps its place (a keep-alive does not write the key).
 // The head is told the holder's remaining time; a waiter behind it gets a
-// *leasehold.HeldError whose Remaining is 0. It refuses a stay outside
+// *driver.HeldError whose Remaining is 0. It refuses a stay outside
 // driver.MinTTL..driver.MaxTTL with an *ArgumentError.
 func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {

@@ -84,7 +84,7 @@
 // that was already waiting when the holder died takes over one duration
 // after the holder's last renewal, as with a server-side TTL. A Store that
 // restarts (or a new process) counts from its first look again.
-// Inspect, List and the Remaining of a *leasehold.HeldError report the rest
+// Inspect, List and the Remaining of a *driver.HeldError report the rest
 // of the duration as this Store counts it. The same rule applies to the
 // holder's own Renew and Release: a Store that has seen its own Lease
 // unchanged for the duration answers ErrNotOwned, as after an expiry.

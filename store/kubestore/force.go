@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -62,7 +61,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	for range writeAttempts {
 		lease, err := s.leases.Get(ctx, s.Name(key), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return driver.AuditRecord{}, leasehold.ErrNotOwned
+			return driver.AuditRecord{}, driver.ErrNotOwned
 		}
 		if err != nil {
 			return fail(err)
@@ -72,7 +71,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 			return fail(err)
 		}
 		if held, _ := s.held(lease, st); !held {
-			return driver.AuditRecord{}, leasehold.ErrNotOwned
+			return driver.AuditRecord{}, driver.ErrNotOwned
 		}
 		recs, err := readAudit(lease)
 		if err != nil {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -365,7 +364,7 @@ func clearHolder(lease *coordinationv1.Lease) {
 // this Store first saw it, it writes token into it with the fence raised by
 // one, guarded by the resourceVersion it read. Two round trips.
 //
-// When the key is held it returns a *leasehold.HeldError whose Remaining is
+// When the key is held it returns a *driver.HeldError whose Remaining is
 // the rest of the holder's duration as this Store counts it. A write that
 // meets a conflict (someone else wrote the Lease since the read) reads
 // again, at most 5 times in all.
@@ -397,7 +396,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 			return fail(err)
 		}
 		if held, left := s.held(lease, st); held {
-			return 0, &leasehold.HeldError{Key: key, Remaining: left}
+			return 0, &driver.HeldError{Key: key, Remaining: left}
 		}
 		if st.fence == 1<<63-1 {
 			return fail(errors.New("the fence is at its maximum"))
@@ -449,11 +448,11 @@ func (s *Store) cachedFirst(attempt int, name, token string) *coordinationv1.Lea
 }
 
 // owned reads key's Lease and checks that token holds it now, by this
-// Store's observation; it returns leasehold.ErrNotOwned when it does not.
+// Store's observation; it returns driver.ErrNotOwned when it does not.
 func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.Lease, lockState, error) {
 	lease, err := s.leases.Get(ctx, s.Name(key), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, lockState{}, leasehold.ErrNotOwned
+		return nil, lockState{}, driver.ErrNotOwned
 	}
 	if err != nil {
 		return nil, lockState{}, err
@@ -463,7 +462,7 @@ func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.L
 		return nil, st, err
 	}
 	if held, _ := s.held(lease, st); !held || st.token != token {
-		return nil, st, leasehold.ErrNotOwned
+		return nil, st, driver.ErrNotOwned
 	}
 	return lease, st, nil
 }
@@ -473,7 +472,7 @@ func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.L
 // The Lease stays, with its fence. Two round trips; one when this Store
 // wrote the Lease last (its acquire or renewal), since it then writes from
 // that version without reading, and reads only after a conflict. It returns
-// leasehold.ErrNotOwned when the Lease is missing, free, held by another
+// driver.ErrNotOwned when the Lease is missing, free, held by another
 // token, or expired by this Store's count.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
@@ -487,7 +486,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // resourceVersion read. Two round trips; one when this Store wrote the
 // Lease last, as for Release. Every renewal is a write, even to
 // the same TTL: the new resourceVersion is what tells waiters that the
-// holder is alive. It returns leasehold.ErrNotOwned when the Lease is
+// holder is alive. It returns driver.ErrNotOwned when the Lease is
 // missing, free, held by another token, or expired by this Store's count.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
@@ -521,7 +520,7 @@ func (s *Store) writeOwned(ctx context.Context, op, key, token string, held bool
 		if lease == nil {
 			var err error
 			lease, _, err = s.owned(ctx, key, token)
-			if errors.Is(err, leasehold.ErrNotOwned) {
+			if errors.Is(err, driver.ErrNotOwned) {
 				return err
 			}
 			if err != nil {

@@ -51,7 +51,7 @@ func (s *Store) Close() error {
 // Lease (a field selector on its name). Waiters are woken when the Lease is
 // seen free (a release or a forced release clears its holder) or deleted.
 // An expiry writes nothing, so it wakes no one: a waiter learns the
-// holder's remaining time from its *leasehold.HeldError and tries again
+// holder's remaining time from its *driver.HeldError and tries again
 // then. One watch per key is shared by all of the Store's waiters on that
 // key.
 //

@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -105,7 +104,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	defer s.mu.Unlock()
 	now := s.now()
 	if e, ok := s.held(key, now); ok {
-		return 0, &leasehold.HeldError{Key: key, Remaining: e.expires.Sub(now)}
+		return 0, &driver.HeldError{Key: key, Remaining: e.expires.Sub(now)}
 	}
 	s.acquires++
 	if s.acquires%sweepEvery == 0 {
@@ -130,7 +129,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.held(key, s.now()); !ok || e.token != token {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	delete(s.locks, key)
 	s.wake(key)
@@ -161,7 +160,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	now := s.now()
 	e, ok := s.held(key, now)
 	if !ok {
-		return driver.AuditRecord{}, leasehold.ErrNotOwned
+		return driver.AuditRecord{}, driver.ErrNotOwned
 	}
 	delete(s.locks, key)
 	rec := driver.NewAuditRecord(now, key, e.token, s.fences[key], reason, by)
@@ -204,7 +203,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	defer s.mu.Unlock()
 	now := s.now()
 	if e, ok := s.held(key, now); !ok || e.token != token {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	s.locks[key] = entry{token: token, expires: now.Add(ttl)}
 	return nil
@@ -229,7 +228,7 @@ func (s *Store) RenewBatch(ctx context.Context, items []driver.RenewItem) []erro
 			continue
 		}
 		if e, ok := s.held(it.Key, now); !ok || e.token != it.Token {
-			errs[i] = leasehold.ErrNotOwned
+			errs[i] = driver.ErrNotOwned
 			continue
 		}
 		s.locks[it.Key] = entry{token: it.Token, expires: now.Add(it.TTL)}

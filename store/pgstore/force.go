@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -74,7 +73,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 		)
 		if err := tx.QueryRow(ctx, s.forceSelectSQL, key).Scan(&token, &fence); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return leasehold.ErrNotOwned
+				return driver.ErrNotOwned
 			}
 			return err
 		}
@@ -82,7 +81,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 		return tx.QueryRow(ctx, s.forceSQL, key, rec.Holder, rec.Token, rec.Fence, reason, by, s.channel).Scan(&rec.Time, nil)
 	})
 	switch {
-	case errors.Is(err, leasehold.ErrNotOwned):
+	case errors.Is(err, driver.ErrNotOwned):
 		return driver.AuditRecord{}, err
 	case err != nil:
 		return driver.AuditRecord{}, fmt.Errorf("pgstore: force release %q: %w", key, err)

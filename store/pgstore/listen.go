@@ -18,8 +18,8 @@ import (
 const (
 	// reconnectMin and reconnectMax bound the jittered, doubling pause
 	// between two attempts to open the listening connection. A lost
-	// connection costs waiters only their backoff (whose default cap is
-	// one second, leasehold.DefaultMaxBackoff), so waiting longer than
+	// connection costs waiters only their backoff (the Client's default cap is
+	// one second), so waiting longer than
 	// that to reconnect would gain nothing, and a database that is down
 	// is then dialled about once a second per Store, not in a spin.
 	reconnectMin = 10 * time.Millisecond

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -97,11 +96,11 @@ type Store struct {
 // session of its own, so it must reach PostgreSQL directly or through a
 // session-pooling proxy: LISTEN does not work through transaction pooling.
 //
-// New returns an *leasehold.ArgumentError for a nil pool or a table or
+// New returns an *driver.ArgumentError for a nil pool or a table or
 // channel name PostgreSQL would not take as it is.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
-		return nil, &leasehold.ArgumentError{Arg: "pool", Reason: "nil"}
+		return nil, &driver.ArgumentError{Arg: "pool", Reason: "nil"}
 	}
 	c := config{table: DefaultTable}
 	for _, o := range opts {
@@ -112,7 +111,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	}
 	parts := strings.Split(c.table, ".")
 	if len(parts) > 2 {
-		return nil, &leasehold.ArgumentError{Arg: "table", Reason: fmt.Sprintf("%q has more than one dot", c.table)}
+		return nil, &driver.ArgumentError{Arg: "table", Reason: fmt.Sprintf("%q has more than one dot", c.table)}
 	}
 	for _, p := range parts {
 		if err := checkIdent("table", c.table, p); err != nil {
@@ -159,11 +158,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 func checkIdent(arg, whole, part string) error {
 	switch {
 	case part == "":
-		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has an empty name", whole)}
+		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has an empty name", whole)}
 	case len(part) > maxIdentLen:
-		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is longer than %d bytes", whole, maxIdentLen)}
+		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is longer than %d bytes", whole, maxIdentLen)}
 	case strings.ContainsRune(part, 0):
-		return &leasehold.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q contains NUL", whole)}
+		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q contains NUL", whole)}
 	}
 	return nil
 }
@@ -426,10 +425,10 @@ func (s *Store) Close() error {
 }
 
 // Acquire implements driver.Store in one statement and one round trip,
-// on the database's clock. It returns the new fence; a *leasehold.HeldError
+// on the database's clock. It returns the new fence; a *driver.HeldError
 // carrying the holder's remaining TTL when the key is held, or a TTL of 0
 // when the key is free but waiters are queued for it (driver.Queuer: no
-// one jumps the queue); an *leasehold.ArgumentError for bad input (nothing
+// one jumps the queue); an *driver.ArgumentError for bad input (nothing
 // is sent then); and any other error, wrapped as "pgstore: acquire", when
 // the database could not answer. After such an error the acquire may or may
 // not have been applied.
@@ -442,15 +441,15 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 
 // AcquireQueued implements driver.Queuer in the one statement of Acquire,
 // which also joins or refreshes token's row in the waiters table when
-// refused. A refused waiter behind the head gets a *leasehold.HeldError
+// refused. A refused waiter behind the head gets a *driver.HeldError
 // whose Remaining is 0. It refuses a stay outside
-// driver.MinTTL..driver.MaxTTL with an *leasehold.ArgumentError.
+// driver.MinTTL..driver.MaxTTL with an *driver.ArgumentError.
 func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
 	if err := driver.ValidateTTL(stay); err != nil {
-		return 0, &leasehold.ArgumentError{Arg: "stay", Reason: err.(*leasehold.ArgumentError).Reason}
+		return 0, &driver.ArgumentError{Arg: "stay", Reason: err.(*driver.ArgumentError).Reason}
 	}
 	return s.acquire(ctx, key, token, ttl, stay)
 }
@@ -479,7 +478,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	if fence != nil {
 		return *fence, nil
 	}
-	held := &leasehold.HeldError{Key: key}
+	held := &driver.HeldError{Key: key}
 	if remaining != nil && *remaining > 0 {
 		held.Remaining = *remaining
 	}
@@ -503,7 +502,7 @@ func (s *Store) opError(op, key string, err error) error {
 // Release implements driver.Store in one round trip: it clears the owner
 // if the key holds token and has not expired, and, when a waiter is queued
 // for the key, wakes the queue's head (pg_notify) in the same statement. It
-// returns leasehold.ErrNotOwned when the key is not held with token.
+// returns driver.ErrNotOwned when the key is not held with token.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
@@ -513,7 +512,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return s.opError("release", key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	return nil
 }
@@ -544,7 +543,7 @@ func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct
 
 // Renew implements driver.Store in one round trip: it sets the lease to
 // end ttl from now (it may shorten it) if the key holds token and has not
-// expired. It returns leasehold.ErrNotOwned otherwise.
+// expired. It returns driver.ErrNotOwned otherwise.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
@@ -554,7 +553,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return fmt.Errorf("pgstore: renew %q: %w", key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	return nil
 }
@@ -598,7 +597,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 // WatchReleases returns once the connection's LISTEN has been executed, so a
 // release committed after it returns is announced to the watch, unless the
 // connection breaks first. It returns at once when the connection is
-// already listening. It returns an *leasehold.ArgumentError for a bad key, an
+// already listening. It returns an *driver.ArgumentError for a bad key, an
 // error when ctx ends before the connection listens (the database may be
 // down; the error says why the last attempt failed), and ErrClosed after
 // Close.

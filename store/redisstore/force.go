@@ -13,7 +13,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/redisstore/internal/redisslot"
 	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
@@ -51,7 +50,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	res, err := forceScript.Run(ctx, s.client, []string{key, FenceKey(key), AuditKey(key), QueueKey(key), QueueDeadlinesKey(key)},
 		key, reason, by, AuditPerKey, ReleaseChannel(key)).Slice()
 	if errors.Is(err, redis.Nil) {
-		return driver.AuditRecord{}, leasehold.ErrNotOwned
+		return driver.AuditRecord{}, driver.ErrNotOwned
 	}
 	if err != nil && strings.HasPrefix(err.Error(), "LEASEHOLD_NOTALOCK") {
 		return driver.AuditRecord{}, fmt.Errorf("redisstore: force release %q: the key has no expiry or no fence counter (%s): an application's key, not a leasehold lock; nothing was removed", key, FenceKey(key))

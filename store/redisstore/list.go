@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
 )
@@ -53,7 +52,7 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 		infos, next, err := s.list(ctx, g, pos, limit)
 		return page{infos, next}, err
 	}, nil)
-	if err != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
+	if err != nil && !errors.Is(err, driver.ErrInvalidArgument) {
 		err = fmt.Errorf("redisstore: list %q: %w", pattern, err)
 	}
 	return p.infos, p.next, err
@@ -251,5 +250,5 @@ func parseListPos(after string) (listPos, error) {
 
 // badAfter is the *ArgumentError for an after List cannot have returned.
 func badAfter(why string) error {
-	return &leasehold.ArgumentError{Arg: "after", Reason: why}
+	return &driver.ArgumentError{Arg: "after", Reason: why}
 }

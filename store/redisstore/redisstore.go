@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/redisstore/internal/redisslot"
 	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
@@ -288,7 +287,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 
 // AcquireQueued implements driver.Queuer: Acquire, joining or refreshing
 // token's place in key's queue, in the same script call, when refused. A
-// refused waiter behind the head gets a *leasehold.HeldError whose
+// refused waiter behind the head gets a *driver.HeldError whose
 // Remaining is 0. It refuses a stay outside driver.MinTTL..driver.MaxTTL
 // with an *ArgumentError.
 func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
@@ -326,7 +325,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	case granted:
 		return fence, nil
 	case pttl != nil:
-		return 0, &leasehold.HeldError{Key: key, Remaining: heldFor(*pttl)}
+		return 0, &driver.HeldError{Key: key, Remaining: heldFor(*pttl)}
 	}
 	return 0, fmt.Errorf("redisstore: acquire %q: unexpected reply %v", key, res)
 }
@@ -418,7 +417,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("redisstore: release %q: %w", key, err)
 	}
 	if n == 0 {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	return nil
 }
@@ -464,7 +463,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}
 	if n == 0 {
-		return leasehold.ErrNotOwned
+		return driver.ErrNotOwned
 	}
 	return nil
 }
@@ -507,7 +506,7 @@ func (s *Store) RenewBatch(ctx context.Context, items []driver.RenewItem) []erro
 		case err != nil:
 			errs[i] = fmt.Errorf("redisstore: renew %q: %w", items[i].Key, err)
 		case n == 0:
-			errs[i] = leasehold.ErrNotOwned
+			errs[i] = driver.ErrNotOwned
 		}
 	}
 	return errs

@@ -31,7 +31,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/store/redisstore/internal/redisslot"
@@ -122,7 +121,7 @@ func (w *Writer) Set(ctx context.Context, key string, fence int64, value any) er
 // accepted.
 func (w *Writer) HSet(ctx context.Context, key string, fence int64, fieldValues ...any) error {
 	if len(fieldValues) == 0 || len(fieldValues)%2 != 0 {
-		return &leasehold.ArgumentError{Arg: "fieldValues", Reason: fmt.Sprintf("%d values, want field, value pairs", len(fieldValues))}
+		return &driver.ArgumentError{Arg: "fieldValues", Reason: fmt.Sprintf("%d values, want field, value pairs", len(fieldValues))}
 	}
 	_, err := w.Run(ctx, hsetScript, []string{key}, fence, fieldValues...)
 	return err
@@ -139,7 +138,7 @@ func (w *Writer) Del(ctx context.Context, key string, fence int64) error {
 // *fence.StaleError, having run nothing, when the fence is refused.
 func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceToken int64, args ...any) (any, error) {
 	if len(keys) == 0 {
-		return nil, &leasehold.ArgumentError{Arg: "keys", Reason: "empty: a fenced script needs the key its fence guards"}
+		return nil, &driver.ArgumentError{Arg: "keys", Reason: "empty: a fenced script needs the key its fence guards"}
 	}
 	for _, k := range keys {
 		if err := driver.ValidateKey(k); err != nil {
