@@ -16,7 +16,8 @@ import (
 // start and the func it returns run under the Fanout's lock, in the order the
 // waiters came and went: they must not block nor call back into the Fanout.
 // A store that runs a goroutine per watch starts it in start and cancels it
-// in the returned func.
+// in the returned func. With a nil start (an in-process store) every key is
+// ready at once.
 type Fanout struct {
 	start  func(key string) (stop func())
 	closed error // what Watch returns after Close
@@ -43,7 +44,8 @@ func NewFanout(start func(key string) (stop func()), closed error) *Fanout {
 // (Ready), with the waiter's channel, which holds at most one pending
 // wake-up, and the func that removes the waiter (call it exactly once; more
 // calls do nothing). It fails, having added nothing, when ctx ends first
-// (naming key) or the Fanout is closed.
+// (an error wrapping ctx's cause, for the store to name the key in) or the
+// Fanout is closed (its closed error, as it is).
 func (f *Fanout) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
 	f.mu.Lock()
@@ -55,7 +57,12 @@ func (f *Fanout) Watch(ctx context.Context, key string) (<-chan struct{}, func()
 	if k == nil {
 		k = &fanKey{waiters: make(map[chan struct{}]struct{}), ready: make(chan struct{})}
 		f.keys[key] = k
-		k.stop = f.start(key)
+		if f.start == nil {
+			k.isReady = true
+			close(k.ready)
+		} else {
+			k.stop = f.start(key)
+		}
 	}
 	k.waiters[ch] = struct{}{}
 	ready := k.ready
@@ -83,7 +90,7 @@ func (f *Fanout) Watch(ctx context.Context, key string) (<-chan struct{}, func()
 		if f.isClosed() {
 			return nil, nil, f.closed
 		}
-		return nil, nil, fmt.Errorf("watch of %q not in place: %w", key, context.Cause(ctx))
+		return nil, nil, fmt.Errorf("not in place: %w", context.Cause(ctx))
 	}
 }
 

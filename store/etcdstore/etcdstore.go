@@ -58,18 +58,11 @@ type Store struct {
 
 	ctx     context.Context // cancelled by Close: ends the turn watches
 	cancel  context.CancelFunc
+	watches *driver.Fanout // by lock key; one shared etcd watch per key
 	mu      sync.Mutex
-	watches map[string]*keyWatch // by lock key; one shared watch per key
 	closed  bool
 	done    chan struct{}  // closed by Close
 	wg      sync.WaitGroup // the watch goroutines
-}
-
-// keyWatch is one etcd watch on a lock key, shared by that key's waiters.
-type keyWatch struct {
-	cancel  context.CancelFunc         // ends the watch goroutine
-	ready   chan struct{}              // closed once the watch was first established
-	waiters map[chan struct{}]struct{} // woken on each DELETE of the key
 }
 
 // New returns a Store that keeps its locks in the etcd cluster that client
@@ -85,10 +78,10 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		client:  client,
-		prefix:  DefaultPrefix,
-		watches: make(map[string]*keyWatch),
-		done:    make(chan struct{}),
+		prefix: DefaultPrefix,
+		done:   make(chan struct{}),
 	}
+	s.watches = driver.NewFanout(s.startWatch, errClosed)
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -109,11 +102,8 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.done)
 	s.cancel()
-	for _, w := range s.watches {
-		w.cancel()
-	}
-	s.watches = nil
 	s.mu.Unlock()
+	s.watches.Close()
 	s.wg.Wait()
 	s.revokeIdle()
 	return nil
@@ -615,59 +605,20 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	lk := s.LockKey(key)
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, nil, errClosed
+	ch, stop, err := s.watches.Watch(ctx, s.LockKey(key))
+	if err != nil && err != errClosed {
+		err = fmt.Errorf("etcdstore: watch %q: %w", key, err)
 	}
-	w := s.watches[lk]
-	if w == nil {
-		wctx, cancel := context.WithCancel(context.Background())
-		w = &keyWatch{cancel: cancel, ready: make(chan struct{}), waiters: make(map[chan struct{}]struct{})}
-		s.watches[lk] = w
-		s.wg.Add(1)
-		go s.watch(wctx, lk, w)
-	}
-	w.waiters[ch] = struct{}{}
-	s.mu.Unlock()
-
-	var once sync.Once
-	stop := func() { once.Do(func() { s.unwatch(lk, w, ch) }) }
-	select {
-	case <-w.ready:
-		return ch, stop, nil
-	case <-s.done:
-		stop()
-		return nil, nil, errClosed
-	case <-ctx.Done():
-		stop()
-		return nil, nil, fmt.Errorf("etcdstore: watch %q: not established: %w", key, context.Cause(ctx))
-	}
+	return ch, stop, err
 }
 
-// unwatch removes one waiter, and ends the key's watch with its last waiter.
-func (s *Store) unwatch(lk string, w *keyWatch, ch chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(w.waiters, ch)
-	if len(w.waiters) == 0 && s.watches[lk] == w {
-		delete(s.watches, lk)
-		w.cancel()
-	}
-}
-
-// wake gives every waiter of w a pending wake-up, without blocking.
-func (s *Store) wake(w *keyWatch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range w.waiters {
-		select {
-		case ch <- struct{}{}:
-		default: // a wake-up is already pending
-		}
-	}
+// startWatch starts the etcd watch of lock key lk, for the Fanout; the func
+// it returns ends it.
+func (s *Store) startWatch(lk string) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.watch(ctx, lk)
+	return cancel
 }
 
 // Bounds of the pause before a broken watch is made again: short enough
@@ -680,7 +631,7 @@ const (
 
 // watch runs the etcd watch of one lock key until ctx is cancelled (by the
 // key's last waiter, or by Close), making it again whenever it breaks.
-func (s *Store) watch(ctx context.Context, lk string, w *keyWatch) {
+func (s *Store) watch(ctx context.Context, lk string) {
 	defer s.wg.Done()
 	established := false
 	pause := time.Duration(0)
@@ -698,12 +649,12 @@ func (s *Store) watch(ctx context.Context, lk string, w *keyWatch) {
 				pause = 0
 				if !established {
 					established = true
-					close(w.ready)
+					s.watches.Ready(lk)
 				} else {
-					s.wake(w) // a release may have gone unseen while it was down
+					s.watches.Wake(lk) // a release may have gone unseen while it was down
 				}
 			case len(resp.Events) > 0:
-				s.wake(w)
+				s.watches.Wake(lk)
 			}
 		}
 		if ctx.Err() != nil {

@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -105,17 +104,14 @@ func (es *entries) touch(ek string, rev int64, until time.Time) {
 // every etcd lease); a waiter with an entry has the entry's lease kept
 // alive once, which keeps its place (a keep-alive does not write the key).
 // The head is told the holder's remaining time; a waiter behind it gets a
-// *driver.HeldError whose Remaining is 0. It refuses a stay outside
-// driver.MinTTL..driver.MaxTTL with an *ArgumentError.
+// *driver.HeldError whose Remaining is 0. A stay is capped at
+// driver.MaxQueueStay; one below driver.MinTTL is an *driver.ArgumentError.
 func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	if err := driver.ValidateTTL(stay); err != nil {
-		var arg *driver.ArgumentError
-		if errors.As(err, &arg) {
-			return 0, &driver.ArgumentError{Arg: "stay", Reason: arg.Reason}
-		}
+	stay, err := driver.QueueStay(stay)
+	if err != nil {
 		return 0, err
 	}
 	return s.acquire(ctx, key, token, ttl, stay)

@@ -101,10 +101,8 @@ type Store struct {
 
 	mu      sync.Mutex
 	seen    map[string]observation // by Lease name: held Leases observed
-	watches map[string]*keyWatch   // by Lease name; one shared watch per key
-	closed  bool
-	done    chan struct{}  // closed by Close
-	wg      sync.WaitGroup // the watch goroutines
+	watches *driver.Fanout         // by Lease name; one shared watch per key
+	wg      sync.WaitGroup         // the watch goroutines
 }
 
 // observation is when the Store first saw one version of a held Lease, on
@@ -134,9 +132,8 @@ func New(client kubernetes.Interface, namespace string, opts ...Option) (*Store,
 		namespace: namespace,
 		prefix:    DefaultNamePrefix,
 		seen:      make(map[string]observation),
-		watches:   make(map[string]*keyWatch),
-		done:      make(chan struct{}),
 	}
+	s.watches = driver.NewFanout(s.startWatch, errClosed)
 	for _, opt := range opts {
 		opt(s)
 	}

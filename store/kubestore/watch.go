@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,14 +14,6 @@ import (
 	"github.com/leasehold/leasehold/driver"
 )
 
-// keyWatch is one Kubernetes watch on a key's Lease, shared by that key's
-// waiters.
-type keyWatch struct {
-	cancel  context.CancelFunc         // ends the watch goroutine
-	ready   chan struct{}              // closed once the watch was first established
-	waiters map[chan struct{}]struct{} // woken when the Lease is seen free or deleted
-}
-
 var errClosed = errors.New("kubestore: store closed")
 
 // Close stops the watches that carry release notifications and waits for
@@ -31,18 +22,7 @@ var errClosed = errors.New("kubestore: store closed")
 // lock operations keep working. Calling Close again does nothing. It always
 // returns nil.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.done)
-	for _, w := range s.watches {
-		w.cancel()
-	}
-	s.watches = nil
-	s.mu.Unlock()
+	s.watches.Close()
 	s.wg.Wait()
 	return nil
 }
@@ -65,59 +45,20 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	name := s.Name(key)
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, nil, errClosed
+	ch, stop, err := s.watches.Watch(ctx, s.Name(key))
+	if err != nil && err != errClosed {
+		err = fmt.Errorf("kubestore: watch %q: %w", key, err)
 	}
-	w := s.watches[name]
-	if w == nil {
-		wctx, cancel := context.WithCancel(context.Background())
-		w = &keyWatch{cancel: cancel, ready: make(chan struct{}), waiters: make(map[chan struct{}]struct{})}
-		s.watches[name] = w
-		s.wg.Add(1)
-		go s.watch(wctx, name, w)
-	}
-	w.waiters[ch] = struct{}{}
-	s.mu.Unlock()
-
-	var once sync.Once
-	stop := func() { once.Do(func() { s.unwatch(name, w, ch) }) }
-	select {
-	case <-w.ready:
-		return ch, stop, nil
-	case <-s.done:
-		stop()
-		return nil, nil, errClosed
-	case <-ctx.Done():
-		stop()
-		return nil, nil, fmt.Errorf("kubestore: watch %q: not established: %w", key, context.Cause(ctx))
-	}
+	return ch, stop, err
 }
 
-// unwatch removes one waiter, and ends the key's watch with its last waiter.
-func (s *Store) unwatch(name string, w *keyWatch, ch chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(w.waiters, ch)
-	if len(w.waiters) == 0 && s.watches[name] == w {
-		delete(s.watches, name)
-		w.cancel()
-	}
-}
-
-// wake gives every waiter of w a pending wake-up, without blocking.
-func (s *Store) wake(w *keyWatch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range w.waiters {
-		select {
-		case ch <- struct{}{}:
-		default: // a wake-up is already pending
-		}
-	}
+// startWatch starts the watch of Lease name, for the Fanout; the func it
+// returns ends it.
+func (s *Store) startWatch(name string) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.watch(ctx, name)
+	return cancel
 }
 
 // Bounds of the pause before a broken watch is made again: short enough
@@ -130,7 +71,7 @@ const (
 
 // watch runs the watch of one Lease until ctx is cancelled (by the key's
 // last waiter, or by Close), making it again whenever it ends.
-func (s *Store) watch(ctx context.Context, name string, w *keyWatch) {
+func (s *Store) watch(ctx context.Context, name string) {
 	defer s.wg.Done()
 	established := false
 	pause := time.Duration(0)
@@ -141,11 +82,11 @@ func (s *Store) watch(ctx context.Context, name string, w *keyWatch) {
 			pause = 0
 			if !established {
 				established = true
-				close(w.ready)
+				s.watches.Ready(name)
 			} else {
-				s.wake(w) // a release may have gone unseen while it was down
+				s.watches.Wake(name) // a release may have gone unseen while it was down
 			}
-			s.readEvents(w, wi)
+			s.readEvents(name, wi)
 		}
 		if ctx.Err() != nil {
 			return
@@ -159,20 +100,20 @@ func (s *Store) watch(ctx context.Context, name string, w *keyWatch) {
 	}
 }
 
-// readEvents wakes w's waiters on each event that shows the Lease free or
+// readEvents wakes name's waiters on each event that shows the Lease free or
 // deleted, until the watch ends. A watch started without a resourceVersion
 // first sends the Lease as it is: a free one wakes the waiters at once,
 // which only makes them look.
-func (s *Store) readEvents(w *keyWatch, wi watch.Interface) {
+func (s *Store) readEvents(name string, wi watch.Interface) {
 	defer wi.Stop()
 	for ev := range wi.ResultChan() {
 		switch ev.Type {
 		case watch.Deleted:
-			s.wake(w)
+			s.watches.Wake(name)
 		case watch.Added, watch.Modified:
 			if lease, ok := ev.Object.(*coordinationv1.Lease); ok {
 				if h := lease.Spec.HolderIdentity; h == nil || *h == "" {
-					s.wake(w)
+					s.watches.Wake(name)
 				}
 			}
 		case watch.Error:

@@ -33,7 +33,7 @@ type Store struct {
 	mu       sync.Mutex
 	locks    map[string]entry
 	fences   map[string]int64
-	watchers map[string]map[chan struct{}]struct{}
+	watches  *driver.Fanout // release watches, by key
 	acquires int
 	audit    []driver.AuditRecord // oldest first, at most maxAudit
 }
@@ -70,10 +70,10 @@ func WithClock(now func() time.Time) Option {
 // New returns an empty Store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		now:      time.Now,
-		locks:    make(map[string]entry),
-		fences:   make(map[string]int64),
-		watchers: make(map[string]map[chan struct{}]struct{}),
+		now:     time.Now,
+		locks:   make(map[string]entry),
+		fences:  make(map[string]int64),
+		watches: driver.NewFanout(nil, nil),
 	}
 	for _, o := range opts {
 		o(s)
@@ -136,15 +136,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// wake tells key's watchers it was released. s.mu must be held.
-func (s *Store) wake(key string) {
-	for ch := range s.watchers[key] {
-		select {
-		case ch <- struct{}{}:
-		default: // a wake-up is already pending
-		}
-	}
-}
+// wake tells key's watchers it was released.
+func (s *Store) wake(key string) { s.watches.Wake(key) }
 
 // ForceRelease implements driver.ForceReleaser. The Store keeps the newest
 // 10 000 records, in memory.
@@ -259,25 +252,7 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, err
 	}
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.watchers[key] == nil {
-		s.watchers[key] = make(map[chan struct{}]struct{})
-	}
-	s.watchers[key][ch] = struct{}{}
-	s.mu.Unlock()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			delete(s.watchers[key], ch)
-			if len(s.watchers[key]) == 0 {
-				delete(s.watchers, key)
-			}
-		})
-	}
-	return ch, stop, nil
+	return s.watches.Watch(ctx, key)
 }
 
 // List implements driver.Lister in key order (bytewise) across calls: next

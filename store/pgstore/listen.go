@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 const (
@@ -60,9 +62,9 @@ type listener struct {
 	connectTimeout, healthInterval, pingTimeout time.Duration
 
 	mu        sync.Mutex
-	waiters   map[string]map[chan struct{}]struct{} // by key, or by turnID
-	listening chan struct{}                         // closed while the connection listens; replaced when it is lost
-	lastErr   error                                 // why the last connection attempt or connection failed
+	waiters   *driver.Fanout // by key, or by turnID; all on the one connection
+	listening chan struct{}  // closed while the connection listens; replaced when it is lost
+	lastErr   error          // why the last connection attempt or connection failed
 	started   bool
 	closed    bool
 	closing   chan struct{} // closed by close
@@ -80,7 +82,7 @@ func newListener(pool *pgxpool.Pool, channel string) *listener {
 		healthInterval: healthInterval,
 		pingTimeout:    pingTimeout,
 
-		waiters:   make(map[string]map[chan struct{}]struct{}),
+		waiters:   driver.NewFanout(nil, ErrClosed), // one connection listens for every id
 		listening: make(chan struct{}),
 		closing:   make(chan struct{}),
 		done:      make(chan struct{}),
@@ -90,7 +92,6 @@ func newListener(pool *pgxpool.Pool, channel string) *listener {
 // watch returns a watch of id: a key (WatchReleases) or a turnID
 // (WatchTurn). key names it in errors.
 func (l *listener) watch(ctx context.Context, id, key string) (<-chan struct{}, func(), error) {
-	ch := make(chan struct{}, 1)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -102,17 +103,12 @@ func (l *listener) watch(ctx context.Context, id, key string) (<-chan struct{}, 
 		rctx, l.cancel = context.WithCancel(context.Background())
 		go l.run(rctx)
 	}
-	set := l.waiters[id]
-	if set == nil {
-		set = make(map[chan struct{}]struct{})
-		l.waiters[id] = set
-	}
-	set[ch] = struct{}{}
 	listening := l.listening
 	l.mu.Unlock()
-
-	var once sync.Once
-	stop := func() { once.Do(func() { l.unwatch(id, ch) }) }
+	ch, stop, err := l.waiters.Watch(ctx, id) // in place at once: the connection serves every id
+	if err != nil {
+		return nil, nil, err // closed
+	}
 	select {
 	case <-listening: // the usual case: no wait, even if ctx is done
 		return ch, stop, nil
@@ -136,16 +132,6 @@ func (l *listener) watch(ctx context.Context, id, key string) (<-chan struct{}, 
 	}
 }
 
-func (l *listener) unwatch(key string, ch chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	set := l.waiters[key]
-	delete(set, ch)
-	if len(set) == 0 {
-		delete(l.waiters, key)
-	}
-}
-
 // turnIDLen is the length of a turnID: the marker byte and 64 hex digits.
 const turnIDLen = 1 + 2*sha256.Size
 
@@ -154,24 +140,12 @@ const turnIDLen = 1 + 2*sha256.Size
 // from a ForceRelease with no one queued, the watches of the key alone. A
 // watch that has a wake-up pending keeps just that one: releases coalesce.
 func (l *listener) notify(payload string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	key := payload
 	if len(payload) > turnIDLen && payload[0] == 1 {
-		l.wake(payload[:turnIDLen])
+		l.waiters.Wake(payload[:turnIDLen])
 		key = payload[turnIDLen:]
 	}
-	l.wake(key)
-}
-
-// wake wakes the watches of id; l.mu is held.
-func (l *listener) wake(id string) {
-	for ch := range l.waiters[id] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	l.waiters.Wake(key)
 }
 
 // run keeps one connection listening until ctx is cancelled by close,
@@ -295,6 +269,7 @@ func (l *listener) close() {
 	close(l.closing)
 	started, cancel := l.started, l.cancel
 	l.mu.Unlock()
+	l.waiters.Close()
 	if started {
 		cancel()
 		<-l.done

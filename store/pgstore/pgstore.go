@@ -442,14 +442,15 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 // AcquireQueued implements driver.Queuer in the one statement of Acquire,
 // which also joins or refreshes token's row in the waiters table when
 // refused. A refused waiter behind the head gets a *driver.HeldError
-// whose Remaining is 0. It refuses a stay outside
-// driver.MinTTL..driver.MaxTTL with an *driver.ArgumentError.
+// whose Remaining is 0. A stay is capped at
+// driver.MaxQueueStay; one below driver.MinTTL is an *driver.ArgumentError.
 func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return 0, err
 	}
-	if err := driver.ValidateTTL(stay); err != nil {
-		return 0, &driver.ArgumentError{Arg: "stay", Reason: err.(*driver.ArgumentError).Reason}
+	stay, err := driver.QueueStay(stay)
+	if err != nil {
+		return 0, err
 	}
 	return s.acquire(ctx, key, token, ttl, stay)
 }
