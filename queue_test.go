@@ -133,7 +133,7 @@ func (s *queueStore) HandOff(ctx context.Context, key, token, next string, ttl t
 	if err := s.Store.Release(ctx, key, token); err != nil {
 		return 0, "", err
 	}
-	if head, queued := s.head(key); queued && head != next {
+	if head, queued := s.head(key); next == "" || (queued && head != next) {
 		s.wake(key)
 		return 0, head, nil
 	}

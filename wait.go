@@ -447,6 +447,9 @@ func (w *waiter) answered(err error) (busy bool) {
 	held := (*HeldError)(nil)
 	if errors.As(err, &held) && held.Remaining > 0 {
 		w.heldUntil = time.Now().Add(held.Remaining)
+		if w.stay > 0 {
+			w.toFront() // the store's head is the first of this Client's waiters
+		}
 	}
 	// A store's queue answers a waiter behind its head with no holder's
 	// time (driver.Queuer). Only a waiter whose turn watch was in place
@@ -454,6 +457,20 @@ func (w *waiter) answered(err error) (busy bool) {
 	// its backoff, since its turn may have come before the watch.
 	w.behind = w.stay > 0 && w.turn != nil && held != nil && held.Remaining <= 0
 	return true
+}
+
+// toFront moves w, which the store says is the head of its queue, to the
+// front of its line: two waiters of one Client can reach the store in the
+// other order than they joined the line, and the head of the line is the
+// one that watches for its turn and that a release hands the key to.
+func (w *waiter) toFront() {
+	ls := &w.c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if f := w.ln.waiters.Front(); f != w.elem {
+		w.ln.waiters.MoveToFront(w.elem)
+		f.Value.(*waiter).poke() // no longer the head: it looks again
+	}
 }
 
 // leave ends the wait: a head hands the next head its turn and what it
@@ -576,21 +593,36 @@ func (w *waiter) claim(ctx context.Context, sent time.Time) *Lease {
 // line for its key when the store can, else by a release (retried while its
 // outcome is unknown, within ctx).
 func (c *Client) giveBack(ctx context.Context, l *Lease) error {
-	w := c.lines.handOffTo(c, l)
-	if w == nil {
+	if c.handOffer == nil {
 		err, unsure := c.releaseRetrying(ctx, l.key, l.token)
 		if err != nil && unsure && errors.Is(err, ErrNotOwned) {
 			err = nil // released by an attempt whose reply was lost, or expired
 		}
 		return err
 	}
+	w := c.lines.handOffTo(l)
+	next, ttl := "", time.Duration(0) // no waiter to hand to: a release that names the store's head
+	if w != nil {
+		next, ttl = w.token, w.ttl
+	}
 	h := &handed{sent: time.Now()}
 	var fence int64
 	var head string
 	err := c.storeCall(ctx, "handoff", 1, func() (err error) {
-		fence, head, err = c.handOffer.HandOff(ctx, l.key, l.token, w.token, w.ttl)
+		fence, head, err = c.handOffer.HandOff(ctx, l.key, l.token, next, ttl)
 		return err
 	})
+	if w == nil {
+		if err == nil {
+			c.lines.wake(l.key, head)
+		} else if unknownOutcome(err) {
+			rerr, _ := c.releaseRetrying(ctx, l.key, l.token)
+			if err = rerr; errors.Is(rerr, ErrNotOwned) {
+				err = nil // released by the hand-off whose reply was lost, or expired
+			}
+		}
+		return err
+	}
 	switch {
 	case err == nil && fence > 0:
 		h.lease = c.newLease(l.key, w.token, fence, w.ttl, h.sent, time.Now())
@@ -609,10 +641,7 @@ func (c *Client) giveBack(ctx context.Context, l *Lease) error {
 
 // handOffTo picks the head of the line of l's key for a hand-off of l,
 // marking it, or nil when there is none it can go to now.
-func (ls *lines) handOffTo(c *Client, l *Lease) *waiter {
-	if c.handOffer == nil {
-		return nil
-	}
+func (ls *lines) handOffTo(l *Lease) *waiter {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.keys[l.key]

@@ -75,9 +75,10 @@ type HandOffer interface {
 	// next may take a free key: the queue is empty or next is its live
 	// head; next's entry is then removed. It returns that fence (> 0).
 	//
-	// If next may not take it, the key is released as by Release (the
-	// queue's head is woken) and HandOff returns fence 0 with head, the
-	// token of the live head it woke ("" when none). ErrNotOwned means key
+	// If next may not take it, or next is "", the key is released as by
+	// Release (the queue's head is woken) and HandOff returns fence 0 with
+	// head, the token of the live head it woke ("" when none), so that a
+	// Client whose waiter that is can tell it at once. ErrNotOwned means key
 	// does not hold token and nothing changed; an *ArgumentError, that an
 	// argument is bad and nothing was sent. Any other error leaves the
 	// outcome unknown: the key may be released, handed to next, or still

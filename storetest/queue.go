@@ -2,20 +2,18 @@ package storetest
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
 )
 
-// queuer returns s's driver.Queuer, or skips the test.
+// queuer returns s's driver.Queuer (Run runs these cases only for a Queuer).
 func queuer(t *testing.T, s driver.Store) driver.Queuer {
 	t.Helper()
-	q, ok := s.(driver.Queuer)
-	if !ok {
-		t.Skip("store does not implement driver.Queuer")
-	}
-	return q
+	return s.(driver.Queuer)
 }
 
 // refused checks that err is ErrNotAcquired, a *HeldError whose Remaining
@@ -147,6 +145,196 @@ func testQueueWakesHead(t *testing.T, s driver.Store) {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, key, "head"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testQueueStayBounded: a stay longer than driver.MaxQueueStay is taken,
+// and the entry lives no longer than that bound: a waiter that crashed with
+// a long stay holds the key up for at most driver.MaxQueueStay.
+func testQueueStayBounded(t *testing.T, s driver.Store) {
+	q := queuer(t, s)
+	ctx := t.Context()
+	key := Key(t)
+	acquire(t, s, key, "holder", longTTL)
+	_, err := q.AcquireQueued(ctx, key, "crashed", longTTL, 12*time.Hour)
+	refused(t, "a 12-hour stay", err, true)
+	joined := time.Now()
+	if err := s.Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		tok := token()
+		_, err := s.Acquire(ctx, key, tok, longTTL)
+		if err == nil {
+			if err := s.Release(ctx, key, tok); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if time.Since(joined) > driver.MaxQueueStay+5*time.Second {
+			t.Fatalf("a waiter that asked for 12 h holds the key up %v after it joined", time.Since(joined))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the entry of a 12 h stay lasted %v (bound %v)", time.Since(joined), driver.MaxQueueStay)
+}
+
+// testForceReleaseWakesHead: an operator's forced release wakes the head of
+// the key's queue, as a release does.
+func testForceReleaseWakesHead(t *testing.T, s driver.Store) {
+	q, f := queuer(t, s), forceReleaser(t, s)
+	ctx := t.Context()
+	key := Key(t)
+	acquire(t, s, key, "holder", longTTL)
+	_, err := q.AcquireQueued(ctx, key, "head", longTTL, longTTL)
+	refused(t, "the head's attempt on a held key", err, true)
+	turn, stop, err := q.WatchTurn(ctx, key, "head")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := f.ForceRelease(ctx, key, "storetest: stuck holder", "storetest"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-turn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the head was not woken by the forced release")
+	}
+	if _, err := q.AcquireQueued(ctx, key, "head", longTTL, longTTL); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, key, "head"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testHandOff: HandOff gives the key to the waiter it names only when that
+// waiter is the live head (or no one waits), with a higher fence and its
+// entry gone; otherwise it releases and names the head it woke; it changes
+// nothing for a token that does not hold the key, and refuses bad input.
+func testHandOff(t *testing.T, s driver.Store) {
+	q, h := queuer(t, s), s.(driver.HandOffer)
+	ctx := t.Context()
+	key := Key(t)
+	f0 := acquire(t, s, key, "holder", longTTL)
+	for _, w := range []string{"w1", "w2"} {
+		_, err := q.AcquireQueued(ctx, key, w, longTTL, longTTL)
+		wantErr(t, w+" joins", err, driver.ErrNotAcquired)
+	}
+	turn, stop, err := q.WatchTurn(ctx, key, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, _, err := h.HandOff(ctx, key, "nobody", "w1", longTTL); !errors.Is(err, driver.ErrNotOwned) {
+		t.Fatalf("a hand-off by a token that holds nothing: %v, want ErrNotOwned", err)
+	}
+	wantHeldBy(t, s, key, "holder")
+	for name, args := range map[string][3]string{"token": {"", "w1"}, "next": {"holder", "bad token"}, "key": {"holder", "w1", ""}} {
+		k := key
+		if name == "key" {
+			k = ""
+		}
+		_, _, err := h.HandOff(ctx, k, args[0], args[1], longTTL)
+		var ae *driver.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != name {
+			t.Errorf("a bad %s: %v, want an *ArgumentError naming it", name, err)
+		}
+	}
+	if _, _, err := h.HandOff(ctx, key, "holder", "w1", 0); !errors.Is(err, driver.ErrInvalidArgument) {
+		t.Errorf("a TTL of 0: %v, want ErrInvalidArgument", err)
+	}
+	wantHeldBy(t, s, key, "holder")
+
+	// w2 is not the head: a release, naming w1, who is woken.
+	f, head, err := h.HandOff(ctx, key, "holder", "w2", longTTL)
+	if err != nil || f != 0 || head != "w1" {
+		t.Fatalf("a hand-off to a waiter behind the head: (%d, %q, %v), want a release naming w1", f, head, err)
+	}
+	if info := inspect(t, s, key); info.Held {
+		t.Fatalf("after the hand-off became a release the key is %+v", info)
+	}
+	select {
+	case <-turn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the head was not woken by the hand-off that released")
+	}
+	f1, err := q.AcquireQueued(ctx, key, "w1", longTTL, longTTL)
+	if err != nil || f1 <= f0 {
+		t.Fatalf("w1 takes the free key: %d, %v; want a fence above %d", f1, err, f0)
+	}
+	// w2 is the head now: handed over, with a higher fence, its entry gone.
+	f2, head, err := h.HandOff(ctx, key, "w1", "w2", longTTL)
+	if err != nil || f2 <= f1 || head != "" {
+		t.Fatalf("a hand-off to the head: (%d, %q, %v); want a fence above %d", f2, head, err, f1)
+	}
+	if info := wantHeldBy(t, s, key, "w2"); info.Fence != f2 || info.TTL <= 0 {
+		t.Fatalf("after the hand-off: %+v, want fence %d and a TTL", info, f2)
+	}
+	// No one waits: a release names no head, and a newcomer may take the key.
+	if f, head, err := h.HandOff(ctx, key, "w2", "", longTTL); err != nil || f != 0 || head != "" {
+		t.Fatalf("a hand-off to no one: (%d, %q, %v), want a plain release", f, head, err)
+	}
+	acquire(t, s, key, "newcomer", longTTL)
+	// No one waits: the key goes to whom the holder names.
+	if f, _, err := h.HandOff(ctx, key, "newcomer", "named", longTTL); err != nil || f <= f2 {
+		t.Fatalf("a hand-off with an empty queue: (%d, %v)", f, err)
+	}
+	wantHeldBy(t, s, key, "named")
+	if err := s.Release(ctx, key, "named"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testHandOffAtomic: while other callers keep trying to take the key, every
+// hand-off to a waiter gives it the key in the same step as the release:
+// no one else ever holds it between the two, and fences rise.
+func testHandOffAtomic(t *testing.T, s driver.Store) {
+	h := s.(driver.HandOffer)
+	ctx := t.Context()
+	key := Key(t)
+	holder := token()
+	last := acquire(t, s, key, holder, longTTL)
+	stop := make(chan struct{})
+	var stolen atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tok := token()
+				if _, err := s.Acquire(ctx, key, tok, longTTL); err == nil {
+					stolen.Add(1)
+					_ = s.Release(ctx, key, tok)
+				}
+			}
+		})
+	}
+	for i := range 100 {
+		next := token()
+		f, _, err := h.HandOff(ctx, key, holder, next, longTTL)
+		if err != nil || f <= last {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("hand-off %d: (%d, %v), want a fence above %d", i, f, err, last)
+		}
+		holder, last = next, f
+	}
+	close(stop)
+	wg.Wait()
+	if n := stolen.Load(); n != 0 {
+		t.Fatalf("another caller took the key %d times between a release and its hand-off", n)
+	}
+	if err := s.Release(ctx, key, holder); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -24,40 +24,58 @@ import (
 	"github.com/leasehold/leasehold/driver"
 )
 
-// Run runs the conformance suite against stores made by newStore.
+// Run runs the conformance suite against stores made by newStore. The
+// cases of an optional ability run when the store has it.
 func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 	t.Helper()
+	probe := newStore(t)
+	has := map[string]bool{"": true}
+	_, has["notifier"] = probe.(driver.ReleaseNotifier)
+	_, has["batch"] = probe.(driver.BatchRenewer)
+	_, has["lister"] = probe.(driver.Lister)
+	_, has["forcer"] = probe.(driver.ForceReleaser)
+	_, has["queuer"] = probe.(driver.Queuer)
+	_, has["handoff"] = probe.(driver.HandOffer)
+	has["queuer+forcer"] = has["queuer"] && has["forcer"]
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s driver.Store)
+		need string // the ability the case checks, "" for none
 	}{
-		{"AcquireIsExclusive", testAcquireIsExclusive},
-		{"ConcurrentAcquireHasOneWinner", testConcurrentAcquire},
-		{"WrongTokenReleaseChangesNothing", testWrongTokenRelease},
-		{"WrongTokenRenewChangesNothing", testWrongTokenRenew},
-		{"ReleaseThenReacquire", testReleaseThenReacquire},
-		{"RenewExtends", testRenewExtends},
-		{"ExpiredOwnerLosesEverything", testExpiredOwner},
-		{"FencesRiseOverCycles", testFencesRise},
-		{"InspectUnknownKey", testInspectUnknown},
-		{"TTLBounds", testTTLBounds},
-		{"BadInputWritesNothing", testBadInput},
-		{"HostileKeysAndTokensRoundTrip", testHostileInput},
-		{"CancelledContextNeverAcquires", testCancelledContext},
-		{"ReleaseWakesWatchers", testReleaseWakesWatchers},
-		{"RenewBatchPerItem", testRenewBatch},
-		{"ListHeldLocks", testListHeldLocks},
-		{"ListPatterns", testListPatterns},
-		{"ListBadArguments", testListBadArguments},
-		{"ForceRelease", testForceRelease},
-		{"ForceReleaseFreeKey", testForceReleaseFree},
-		{"ForceReleaseBadInput", testForceReleaseBadInput},
-		{"AuditOrder", testAuditOrder},
-		{"QueueServesInOrder", testQueueOrder},
-		{"QueueSkipsExpiredHead", testQueueExpiredHead},
-		{"QueueWakesTheHead", testQueueWakesHead},
+		{"AcquireIsExclusive", testAcquireIsExclusive, ""},
+		{"ConcurrentAcquireHasOneWinner", testConcurrentAcquire, ""},
+		{"WrongTokenReleaseChangesNothing", testWrongTokenRelease, ""},
+		{"WrongTokenRenewChangesNothing", testWrongTokenRenew, ""},
+		{"ReleaseThenReacquire", testReleaseThenReacquire, ""},
+		{"RenewExtends", testRenewExtends, ""},
+		{"ExpiredOwnerLosesEverything", testExpiredOwner, ""},
+		{"FencesRiseOverCycles", testFencesRise, ""},
+		{"InspectUnknownKey", testInspectUnknown, ""},
+		{"TTLBounds", testTTLBounds, ""},
+		{"BadInputWritesNothing", testBadInput, ""},
+		{"HostileKeysAndTokensRoundTrip", testHostileInput, ""},
+		{"CancelledContextNeverAcquires", testCancelledContext, ""},
+		{"ReleaseWakesWatchers", testReleaseWakesWatchers, "notifier"},
+		{"RenewBatchPerItem", testRenewBatch, ""},
+		{"ListHeldLocks", testListHeldLocks, "lister"},
+		{"ListPatterns", testListPatterns, "lister"},
+		{"ListBadArguments", testListBadArguments, "lister"},
+		{"ForceRelease", testForceRelease, "forcer"},
+		{"ForceReleaseFreeKey", testForceReleaseFree, "forcer"},
+		{"ForceReleaseBadInput", testForceReleaseBadInput, "forcer"},
+		{"AuditOrder", testAuditOrder, "forcer"},
+		{"QueueServesInOrder", testQueueOrder, "queuer"},
+		{"QueueSkipsExpiredHead", testQueueExpiredHead, "queuer"},
+		{"QueueWakesTheHead", testQueueWakesHead, "queuer"},
+		{"QueueStayIsBounded", testQueueStayBounded, "queuer"},
+		{"ForceReleaseWakesTheHead", testForceReleaseWakesHead, "queuer+forcer"},
+		{"HandOffToTheHead", testHandOff, "handoff"},
+		{"HandOffIsAtomic", testHandOffAtomic, "handoff"},
 	}
 	for _, tc := range tests {
+		if !has[tc.need] {
+			continue // an ability the store does not have
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, newStore(t))
@@ -455,10 +473,7 @@ func testCancelledContext(t *testing.T, s driver.Store) {
 }
 
 func testReleaseWakesWatchers(t *testing.T, s driver.Store) {
-	n, ok := s.(driver.ReleaseNotifier)
-	if !ok {
-		t.Skip("store does not implement driver.ReleaseNotifier")
-	}
+	n := s.(driver.ReleaseNotifier)
 	key, a := Key(t), token()
 	acquire(t, s, key, a, longTTL)
 	if q, ok := s.(driver.Queuer); ok {

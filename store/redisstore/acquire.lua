@@ -8,13 +8,7 @@
 -- the holder} when not (-2: not held, or the caller is behind the head), and
 -- an error reply, having written nothing, when the counter is not a decimal
 -- in 1 .. 2^63-1 or cannot rise further.
-local last = redis.call('GET', KEYS[2])
-if last and not lh_int(last) then
-  return redis.error_reply('LEASEHOLD_BADFENCE ' .. lh_show(last))
-end
-if last == LH_MAX then
-  return redis.error_reply('LEASEHOLD_FENCE_EXHAUSTED ' .. last)
-end
+local last = lh_last(KEYS[2])
 local tok, stay = ARGV[1], tonumber(ARGV[3])
 local now, head, empty = false, false, true
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -23,15 +17,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and (empty or head == tok) then
-  -- fence = max(last + 1, server time in microseconds): after the data is
-  -- lost (restart without persistence, FLUSHALL, failover to a lagging
-  -- replica) the counter restarts from the clock, which is past every fence
-  -- issued before.
-  local t = redis.call('TIME')
-  local fence = t[1] .. string.format('%06d', tonumber(t[2]))
-  if last and lh_cmp(last, fence) >= 0 then
-    fence = lh_incr(last)
-  end
+  local fence = lh_fence(last)
   redis.call('SET', KEYS[1], tok, 'PX', ARGV[2])
   redis.call('SET', KEYS[2], fence)
   if head == tok then

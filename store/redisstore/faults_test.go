@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,22 @@ func TestLostAcquireReplyIsCleanedUp(t *testing.T) {
 		t.Fatalf("the key is not free after the clean-up: %v", err)
 	}
 }
+
+// pttl asks the server itself, on a clean connection, how long key has left.
+func pttl(t *testing.T, key string) time.Duration {
+	t.Helper()
+	v, err := shared.Do("PTTL", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+const holdTTL = 600 * time.Millisecond // renew every 200 ms, deadline at 540 ms
 
 // A silent partition between the holder and Redis: renewals get no answer.
 // The holder's critical section is cancelled while the server still holds

@@ -67,9 +67,14 @@ var (
 	queueLib string
 	//go:embed leave.lua
 	leaveLua string
+	//go:embed fence.lua
+	fenceLib string
+	//go:embed handoff.lua
+	handOffLua string
 
-	// Acquire and release must not run twice; renew and inspect may.
-	acquireScript = rscript.Once(rscript.Int64Lib + queueLib + acquireLua)
+	// Acquire, release and hand-off must not run twice; renew and inspect may.
+	acquireScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + acquireLua)
+	handOffScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + handOffLua)
 	releaseScript = rscript.Once(queueLib + releaseLua)
 	leaveScript   = rscript.New(queueLib + leaveLua)
 	renewScript   = rscript.New(renewLua)
@@ -83,6 +88,7 @@ var (
 	_ driver.Lister          = (*Store)(nil)
 	_ driver.ForceReleaser   = (*Store)(nil)
 	_ driver.Queuer          = (*Store)(nil)
+	_ driver.HandOffer       = (*Store)(nil)
 )
 
 // Store is a driver.Store on Redis. It is safe for concurrent use.
@@ -406,6 +412,47 @@ func (s *Store) run(ctx context.Context, sc rscript.Script, keys []string, args 
 		cmd.SetErr(err)
 	}
 	return cmd
+}
+
+// HandOff implements driver.HandOffer in one round trip: a release that
+// gives the key to next when next may take it (the queue is empty or next
+// is its live head), with a new fence, in the same script call; with next
+// "" a release that names the head it woke.
+func (s *Store) HandOff(ctx context.Context, key, token, next string, ttl time.Duration) (int64, string, error) {
+	if err := driver.ValidateRelease(key, token); err != nil {
+		return 0, "", err
+	}
+	if next != "" {
+		if err := driver.ValidateAcquire(key, next, ttl); err != nil {
+			if ae := (*driver.ArgumentError)(nil); errors.As(err, &ae) && ae.Arg == "token" {
+				return 0, "", &driver.ArgumentError{Arg: "next", Reason: ae.Reason}
+			}
+			return 0, "", err
+		}
+	}
+	sfx := redisslot.Suffix(key)
+	res, err := s.run(ctx, handOffScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
+		[]any{token, next, millis(ttl), ReleaseChannel(key)}, nil).Slice()
+	if err != nil {
+		return 0, "", acquireError(key, err)
+	}
+	if len(res) == 0 {
+		return 0, "", fmt.Errorf("redisstore: hand-off %q: empty reply", key)
+	}
+	switch got, _ := res[0].(int64); {
+	case got == 0 && len(res) == 1:
+		return 0, "", driver.ErrNotOwned
+	case got == 1 && len(res) == 2:
+		if f, _ := res[1].(string); f != "" {
+			if fence, ok := parseFence(f); ok {
+				return fence, "", nil
+			}
+		}
+	case got == 2 && len(res) == 2:
+		head, _ := res[1].(string)
+		return 0, head, nil
+	}
+	return 0, "", fmt.Errorf("redisstore: hand-off %q: unexpected reply %v", key, res)
 }
 
 // Release implements driver.Store in one round trip.

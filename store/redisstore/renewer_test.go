@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -195,73 +194,5 @@ func TestRenewBatchOnCluster(t *testing.T) {
 		if info, err := s.Inspect(ctx, its[i].Key); err != nil || info.TTL <= time.Second {
 			t.Errorf("item %d renewed but its TTL is %v (%v)", i, info.TTL, err)
 		}
-	}
-}
-
-// The Client's renewal engine keeps leases alive on Redis with pipelines only, never
-// a renewal sent on its own, on a single server and on a cluster.
-func TestRenewerOnRedis(t *testing.T) {
-	cluster := testserver.StartRedisCluster(t, 3)
-	for name, client := range map[string]redis.UniversalClient{
-		"single":  singleClient(shared.Addr()),
-		"cluster": clusterClient(cluster.Addrs()),
-	} {
-		t.Run(name, func(t *testing.T) {
-			ctx := t.Context()
-			if err := client.Ping(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
-			const batchSize = 500
-			c := leasehold.New(newStore(t, client), leasehold.WithLogger(slog.New(slog.DiscardHandler)), leasehold.WithBatchSize(batchSize))
-			hook := &pipeHook{sent: make(chan int, 64)}
-			client.AddHook(hook)
-			defer c.Close()
-			var err error
-			// Each lease is kept alive as soon as it is taken, so that a
-			// slow machine cannot let the first ones lapse before the last
-			// is acquired.
-			const n, ttl = 2500, 1500 * time.Millisecond
-			ls := make([]*leasehold.Lease, n)
-			ks := make([]*leasehold.KeepAlive, n)
-			for i := range ls {
-				if ls[i], err = c.TryAcquire(ctx, fmt.Sprintf("renewer:%s:%d:%s", name, i, leasehold.NewToken()[:6]), ttl); err != nil {
-					t.Fatal(err)
-				}
-				if ks[i], err = ls[i].KeepAlive(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// Wait for renewals covering every lease three times over: past
-			// the TTL of the acquire.
-			renewed, timeout := 0, time.After(30*time.Second)
-			for renewed < 3*n {
-				select {
-				case k := <-hook.sent:
-					renewed += k
-				case <-timeout:
-					t.Fatalf("only %d renewals sent in 30 s", renewed)
-				}
-			}
-			pipes, single := hook.counts()
-			if len(single) > 0 {
-				t.Errorf("%d renewals sent on their own", len(single))
-			}
-			for _, p := range pipes {
-				if p > batchSize {
-					t.Errorf("a pipeline of %d commands, more than the batch size", p)
-				}
-			}
-			for i, k := range ks {
-				if k.Err() != nil {
-					t.Fatalf("lease %d lost: %v", i, k.Err())
-				}
-			}
-			for _, i := range []int{0, n / 2, n - 1} {
-				if info, err := c.Store().Inspect(ctx, ls[i].Key()); err != nil || !info.Held || info.Token != ls[i].Token() {
-					t.Errorf("lease %d on the store: %+v, %v", i, info, err)
-				}
-			}
-			t.Logf("%d pipelines for %d renewals", len(pipes), renewed)
-		})
 	}
 }

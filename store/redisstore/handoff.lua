@@ -1,0 +1,35 @@
+-- HandOff: end KEYS[1]'s ownership by ARGV[1] and, in the same step, give
+-- the key to ARGV[2] for ARGV[3] ms with a new fence, if ARGV[2] may take a
+-- free key: the queue (KEYS[3], KEYS[4]; queue.lua) is empty or ARGV[2] is
+-- its live head, whose entry is then removed. Otherwise (or when ARGV[2]
+-- is '') release as
+-- release.lua does: wake channel ARGV[4] and the head on its own channel.
+-- KEYS[2] is the fence counter.
+-- Returns {0} when KEYS[1] does not hold ARGV[1] (nothing changed), {1,
+-- fence as a decimal string} when handed over, {2, head or ''} when
+-- released; an error reply, having written nothing, when the counter stops
+-- a new fence.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0}
+end
+local last = lh_last(KEYS[2])
+local head, empty = false, true
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  head, empty = lh_head(KEYS[3], KEYS[4], lh_now())
+end
+if ARGV[2] ~= '' and (empty or head == ARGV[2]) then
+  local fence = lh_fence(last)
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], fence)
+  if head then
+    lh_remove(KEYS[3], KEYS[4], head)
+  end
+  return {1, fence}
+end
+redis.call('DEL', KEYS[1])
+redis.pcall('PUBLISH', ARGV[4], '')
+if head then
+  redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
+  return {2, head}
+end
+return {2, ''}
