@@ -29,10 +29,10 @@ type HoldOption func(*holdConfig)
 type optCalls uint8
 
 const (
-	optRenewal optCalls = 1 << iota // KeepAlive, and Hold and Lead, which renew
-	optHold                         // Hold
-	optLoop                         // RunLoop
-	optLead                         // Lead
+	optRenewal  optCalls = 1 << iota // KeepAlive, and Hold and Lead, which renew
+	optHold                          // Hold
+	optLoop                          // RunLoop
+	optLead                          // Lead
 	optRenewing = optRenewal | optHold | optLead
 )
 

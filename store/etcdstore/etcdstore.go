@@ -77,7 +77,7 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 		return nil, errors.New("etcdstore: nil client")
 	}
 	s := &Store{
-		client:  client,
+		client: client,
 		prefix: DefaultPrefix,
 		done:   make(chan struct{}),
 	}
