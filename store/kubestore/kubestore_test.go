@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clienttest"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/kubestore"
 	"github.com/leasehold/leasehold/storetest"
@@ -114,6 +114,14 @@ func TestConformance(t *testing.T) {
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("storetest on kube-apiserver took %v", time.Since(start).Round(time.Millisecond)) })
 	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, ns) })
+}
+
+// The Client's promises on Kubernetes Leases: every Client of a case has a
+// Store of its own (on one client, whose rate limit the tests raise).
+func TestClient(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	clienttest.Run(t, func(t *testing.T) driver.Store { return newStore(t, c, ns) })
 }
 
 func TestNewRefusesBadArguments(t *testing.T) {
@@ -347,52 +355,6 @@ func TestForeignLeaseIsRefused(t *testing.T) {
 		if err != nil || got.Spec.HolderIdentity != nil {
 			t.Errorf("annotations %v: the Lease was written: %+v, %v", ann, got.Spec, err)
 		}
-	}
-}
-
-// With a backoff of an hour, only the release notification can hand the
-// lock to the waiter in time.
-func TestWaiterIsWokenByRelease(t *testing.T) {
-	const handOffs = 30
-	c := newClient(t)
-	store := storetest.NewBusySignal(newStore(t, c, namespace(t, c)))
-	lc := leasehold.New(store, leasehold.WithBackoff(time.Hour, time.Hour))
-	key := storetest.Key(t)
-	holder, err := lc.TryAcquire(t.Context(), key, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var took []time.Duration
-	for i := range handOffs {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		type result struct {
-			lease *leasehold.Lease
-			err   error
-			at    time.Time
-		}
-		got := make(chan result, 1)
-		go func() {
-			l, err := lc.Acquire(ctx, key, time.Hour)
-			got <- result{l, err, time.Now()}
-		}()
-		store.WaitBusy(t, 2)
-		start := time.Now()
-		if err := holder.Release(t.Context()); err != nil {
-			cancel()
-			t.Fatalf("hand-off %d: Release: %v", i, err)
-		}
-		r := <-got
-		cancel()
-		if r.err != nil {
-			t.Fatalf("hand-off %d: waiter: %v", i, r.err)
-		}
-		took = append(took, r.at.Sub(start))
-		holder = r.lease
-	}
-	slices.Sort(took)
-	t.Logf("release → next owner over %d hand-offs: median %v, max %v", len(took), took[len(took)/2], took[len(took)-1])
-	if worst := took[len(took)-1]; worst > 10*time.Second {
-		t.Errorf("slowest hand-off %v: a waiter was not woken", worst)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/clienttest"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest"
@@ -102,6 +103,14 @@ func newTable(t testing.TB, p *pgxpool.Pool) (*pgstore.Store, string) {
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, pool) })
+}
+
+// The Client's promises on PostgreSQL: every Client of a case has a pool
+// and a Store of its own, as separate processes would.
+func TestClient(t *testing.T) {
+	clienttest.Run(t, func(t *testing.T) driver.Store {
+		return newStore(t, newPool(t, shared.DSN(), nil))
+	})
 }
 
 // A store on a schema-qualified table, with a channel of its own.

@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,26 +18,6 @@ import (
 	"github.com/leasehold/leasehold/store/pgstore"
 	"github.com/leasehold/leasehold/storetest"
 )
-
-// countedStore counts the queued attempts and the turn watches of one
-// Client's store; it embeds the *pgstore.Store, so every ability stays.
-type countedStore struct {
-	*pgstore.Store
-	attempts, watches *atomic.Int64
-}
-
-func (s countedStore) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
-	turn, stop, err := s.Store.WatchTurn(ctx, key, token)
-	if err == nil {
-		s.watches.Add(1)
-	}
-	return turn, stop, err
-}
-
-func (s countedStore) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
-	s.attempts.Add(1)
-	return s.Store.AcquireQueued(ctx, key, token, ttl, stay)
-}
 
 // queueLen is the number of rows in key's queue in the default waiters
 // table.
@@ -61,149 +39,6 @@ func waitQueueLen(t *testing.T, key string, n int) {
 			t.Fatalf("key's queue holds %d waiters, want %d", queueLen(t, key), n)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// Eight Clients, each with its own pool and Store as separate processes
-// would have, queue for one key one after another: they get it in arrival
-// order, and each hand-off is one attempt, by the head alone (the backoff is
-// an hour, so only a wake-up can move a waiter). The queue is empty at the
-// end.
-func TestQueueIsFIFOAcrossStores(t *testing.T) {
-	key := storetest.Key(t)
-	var attempts, watches atomic.Int64
-	const n = 8
-	clients := make([]*leasehold.Client, n+1)
-	for i := range clients {
-		p := newPool(t, shared.DSN(), func(c *pgxpool.Config) { c.MaxConns = 2 })
-		s := countedStore{newStore(t, p), &attempts, &watches}
-		clients[i] = leasehold.New(s, leasehold.WithBackoff(time.Hour, time.Hour))
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	holder, err := clients[n].TryAcquire(ctx, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type served struct {
-		i     int
-		lease *leasehold.Lease
-	}
-	got := make(chan served, n)
-	for i := range n {
-		wg.Go(func() {
-			l, err := clients[i].Acquire(ctx, key, time.Minute)
-			if err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("waiter %d: %v", i, err)
-				}
-				return
-			}
-			got <- served{i, l}
-		})
-		// Each waiter is in the queue before the next one starts.
-		waitQueueLen(t, key, i+1)
-	}
-	// Every waiter watches its turn. The head made its first attempt and
-	// one after its watch; the others, told they are behind the head, only
-	// their first.
-	for watches.Load() < n || attempts.Load() < n+1 {
-		if ctx.Err() != nil {
-			t.Fatalf("%d watches and %d attempts, want %d and %d", watches.Load(), attempts.Load(), n, n+1)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	before := attempts.Load()
-	var order []int
-	for range n {
-		if err := holder.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("hand-off %d not done; order so far %v", len(order), order)
-		case s := <-got:
-			holder = s.lease
-			order = append(order, s.i)
-		}
-	}
-	if want := []int{0, 1, 2, 3, 4, 5, 6, 7}; !slices.Equal(order, want) {
-		t.Errorf("served in order %v, want %v", order, want)
-	}
-	if calls := attempts.Load() - before; calls != n {
-		t.Errorf("%d hand-offs made %d attempts, want one each", n, calls)
-	}
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rows := queueLen(t, key); rows != 0 {
-		t.Errorf("%d rows left in the queue", rows)
-	}
-}
-
-// A waiter whose process crashes after joining the queue (its pool gone, no
-// LeaveQueue) holds the key up for its stay after its last attempt, plus
-// the backoff step of the waiter behind it, and no longer: the bound of
-// docs/design.md §5.
-func TestCrashedWaiterDoesNotBlockTheQueue(t *testing.T) {
-	key := storetest.Key(t)
-	holder := leasehold.New(newStore(t, pool))
-	held, err := holder.TryAcquire(t.Context(), key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The crashed process: its one attempt joins the queue as the head,
-	// then its pool and Store are gone.
-	const stay = 500 * time.Millisecond
-	deadPool := newPool(t, shared.DSN(), nil)
-	dead, err := pgstore.New(deadPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dead.AcquireQueued(t.Context(), key, leasehold.NewToken(), time.Minute, stay); !errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Fatalf("the dead waiter's attempt on a held key: %v, want ErrNotAcquired", err)
-	}
-	joined := time.Now()
-	_ = dead.Close()
-	deadPool.Close()
-
-	// A live waiter of another process, behind it, with a backoff capped at
-	// maxBackoff.
-	const maxBackoff = 200 * time.Millisecond
-	live := leasehold.New(newStore(t, newPool(t, shared.DSN(), nil)), leasehold.WithBackoff(10*time.Millisecond, maxBackoff))
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	got := make(chan error, 1)
-	var at time.Time
-	go func() {
-		l, err := live.Acquire(ctx, key, time.Minute)
-		at = time.Now()
-		if err == nil {
-			err = l.Release(context.WithoutCancel(ctx))
-		}
-		got <- err
-	}()
-	waitQueueLen(t, key, 2)
-	if err := held.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil { // bounded by ctx
-		t.Fatalf("the live waiter: %v", err)
-	}
-	took := at.Sub(joined)
-	// The bound, with room for a loaded machine: the round trips of the
-	// live waiter's attempts and a late goroutine.
-	bound := stay + maxBackoff + 3*time.Second
-	t.Logf("the live waiter held the key %v after the dead head joined for %v", took, stay)
-	if took < stay-5*time.Millisecond {
-		t.Errorf("the live waiter got the key after %v, before the dead head's stay of %v", took, stay)
-	}
-	if took > bound {
-		t.Errorf("the dead head held the queue up for %v, want at most %v", took, bound)
-	}
-	if rows := queueLen(t, key); rows != 0 {
-		t.Errorf("%d rows left in the queue", rows)
 	}
 }
 
