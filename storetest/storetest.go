@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		need string // the ability the case checks, "" for none
 	}{
 		{"AcquireIsExclusive", testAcquireIsExclusive, ""},
+		{"BusyReportsTheHoldersTTL", testBusyReportsTTL, ""},
 		{"ConcurrentAcquireHasOneWinner", testConcurrentAcquire, ""},
 		{"WrongTokenReleaseChangesNothing", testWrongTokenRelease, ""},
 		{"WrongTokenRenewChangesNothing", testWrongTokenRenew, ""},
@@ -581,5 +582,21 @@ func testRenewBatch(t *testing.T, s driver.Store) {
 		if info := inspect(t, s, k); info.Held {
 			t.Errorf("%q is held after a refused renewal: %+v", k, info)
 		}
+	}
+}
+
+// testBusyReportsTTL: a refused Acquire is a *HeldError naming the key and,
+// when the store reports it, the holder's remaining TTL, never more than
+// the lease.
+func testBusyReportsTTL(t *testing.T, s driver.Store) {
+	key := Key(t)
+	acquire(t, s, key, token(), time.Minute)
+	_, err := s.Acquire(t.Context(), key, token(), time.Second)
+	var held *driver.HeldError
+	if !errors.As(err, &held) || held.Key != key || held.Remaining < 0 || held.Remaining > time.Minute {
+		t.Fatalf("Acquire of a held key: %v, want a *HeldError naming it with at most the holder's minute", err)
+	}
+	if held.Remaining > 0 && held.Remaining < 50*time.Second {
+		t.Errorf("the holder's remaining TTL is %v a moment after it took a minute", held.Remaining)
 	}
 }

@@ -257,19 +257,6 @@ func TestTTLIsRoundedUpToSeconds(t *testing.T) {
 	}
 }
 
-func TestBusyReportsHolderTTL(t *testing.T) {
-	c := leasehold.New(newStore(t, newClient(t, shared.Endpoints())))
-	key := storetest.Key(t)
-	if _, err := c.TryAcquire(t.Context(), key, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	_, err := c.TryAcquire(t.Context(), key, time.Minute)
-	var held *leasehold.HeldError
-	if !errors.As(err, &held) || held.Remaining < 58*time.Second || held.Remaining > time.Minute {
-		t.Fatalf("error %v, want a *HeldError with the holder's remaining TTL of about a minute", err)
-	}
-}
-
 // An expiry deletes the lock key too, which wakes the watchers.
 func TestExpiryWakesWatchers(t *testing.T) {
 	s := newStore(t, newClient(t, shared.Endpoints()))

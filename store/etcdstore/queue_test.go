@@ -137,4 +137,3 @@ func TestQueueWakesTheHeadAfterARestart(t *testing.T) {
 		}
 	}
 }
-

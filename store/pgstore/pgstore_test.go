@@ -170,19 +170,6 @@ func TestNewRefusesBadNames(t *testing.T) {
 	}
 }
 
-func TestBusyReportsHolderTTL(t *testing.T) {
-	s := newStore(t, pool)
-	key := storetest.Key(t)
-	if _, err := s.Acquire(t.Context(), key, leasehold.NewToken(), time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	_, err := s.Acquire(t.Context(), key, leasehold.NewToken(), time.Second)
-	var held *leasehold.HeldError
-	if !errors.As(err, &held) || held.Key != key || held.Remaining <= 50*time.Second || held.Remaining > time.Minute {
-		t.Fatalf("error %v, want a *HeldError with the holder's remaining TTL of about a minute", err)
-	}
-}
-
 func TestInspectAfterExpiryKeepsFence(t *testing.T) {
 	s := newStore(t, pool)
 	key, tok := storetest.Key(t), leasehold.NewToken()

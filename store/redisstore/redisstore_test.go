@@ -149,19 +149,6 @@ func TestNoCrossSlotOnCluster(t *testing.T) {
 	}
 }
 
-func TestBusyReportsHolderTTL(t *testing.T) {
-	c := leasehold.New(newStore(t, singleClient(shared.Addr())))
-	key := storetest.Key(t)
-	if _, err := c.TryAcquire(t.Context(), key, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	_, err := c.TryAcquire(t.Context(), key, time.Minute)
-	var held *leasehold.HeldError
-	if !errors.As(err, &held) || held.Remaining <= 0 || held.Remaining > time.Minute {
-		t.Fatalf("error %v, want a *HeldError with the holder's remaining TTL", err)
-	}
-}
-
 func TestFencesRiseAfterFlushAll(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	s := newStore(t, singleClient(srv.Addr()))
