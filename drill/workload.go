@@ -130,7 +130,7 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 	}
 	release := func() {
 		k.Stop()
-		if k.Err() == nil {
+		if !lost(k) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.ttl)
 			_ = l.Release(rctx)
 			cancel()
@@ -154,7 +154,7 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 	select {
 	case <-time.After(r.work/18 + rand.N(r.work-r.work/18)):
 	case <-k.Context().Done(): // the fence policy gave the lease up: stop
-		if k.Err() != nil && w.store.failRenew.Load() {
+		if lost(k) && w.store.failRenew.Load() {
 			r.rec.Event(history.Event{Fault: faults.RenewFailures{}.Name(), Worker: w.id, Key: key, Fence: l.Fence(), At: time.Now()})
 		}
 		release()
@@ -188,6 +188,13 @@ func (w *worker) section(ctx context.Context, key string) sectionResult {
 	return sectionRan
 }
 
+// lost says whether k stopped trusting its lease (given up, or found gone),
+// as against stopped or ended with its context.
+func lost(k *leasehold.KeepAlive) bool {
+	cause := context.Cause(k.Context())
+	return errors.Is(cause, leasehold.ErrAbandoned) || errors.Is(cause, leasehold.ErrNotOwned)
+}
+
 // carelessWork is a worker process's critical section after its claim: it
 // works, writes done and releases, never looking at its lease's context. A
 // SIGSTOP during the work makes it wake past its TTL, write with its old
@@ -198,7 +205,7 @@ func (w *worker) carelessWork(ctx context.Context, k *leasehold.KeepAlive, l *le
 	r.status(line{T: lineWorking, Key: l.Key(), Fence: l.Fence()})
 	defer r.status(line{T: lineIdle})
 	sleepFor(ctx, r.work/18+rand.N(r.work-r.work/18))
-	if k.Err() != nil && w.store.failRenew.Load() {
+	if lost(k) && w.store.failRenew.Load() {
 		r.rec.Event(history.Event{Fault: faults.RenewFailures{}.Name(), Worker: w.id, Key: l.Key(), Fence: l.Fence(), At: time.Now()})
 	}
 	_ = r.write(ctx, w.id, l.Key(), l.Fence(), jobs.Done)

@@ -218,7 +218,7 @@ func newNamespaces(max int) *namespaces {
 }
 
 // of returns the labels of the event's namespace, bounded.
-func (n *namespaces) of(lk leasehold.Lock) *nsLabels {
+func (n *namespaces) of(lk leasehold.Event) *nsLabels {
 	ns := lk.Namespace
 	if ns == "" {
 		ns = leasehold.DefaultNamespace(lk.Key)

@@ -191,7 +191,7 @@ func (t *Telemetry) errText(key string, err error) string {
 }
 
 // lockAttrs are the attributes of every span: key, namespace, fence, store.
-func (t *Telemetry) lockAttrs(lk leasehold.Lock, extra ...attribute.KeyValue) []attribute.KeyValue {
+func (t *Telemetry) lockAttrs(lk leasehold.Event, extra ...attribute.KeyValue) []attribute.KeyValue {
 	attrs := append(make([]attribute.KeyValue, 0, 4+len(extra)), t.keyAttr(lk.Key), NamespaceAttr.String(lk.Namespace))
 	if lk.Fence != 0 {
 		attrs = append(attrs, FenceAttr.Int64(lk.Fence))
@@ -202,14 +202,14 @@ func (t *Telemetry) lockAttrs(lk leasehold.Lock, extra ...attribute.KeyValue) []
 	return append(attrs, extra...)
 }
 
-func (t *Telemetry) onAcquireStart(ctx context.Context, lk leasehold.Lock) {
+func (t *Telemetry) onAcquireStart(ctx context.Context, lk leasehold.Event) {
 	t.inst.waiters.Add(ctx, 1, t.ns.of(lk).only)
 }
 
 // onAcquire records the acquire span, from the call to its answer.
 func (t *Telemetry) onAcquire(ctx context.Context, e leasehold.AcquireEvent) {
 	now := time.Now()
-	ns := t.ns.of(e.Lock)
+	ns := t.ns.of(e.Event)
 	t.inst.acquire.Add(ctx, 1, ns.result(string(e.Result)))
 	if e.Result != leasehold.StoreFailed {
 		t.inst.wait.Record(ctx, e.Wait.Seconds(), ns.only)
@@ -223,7 +223,7 @@ func (t *Telemetry) onAcquire(ctx context.Context, e leasehold.AcquireEvent) {
 	}
 	_, span := t.tracer.Start(ctx, "leasehold.acquire",
 		trace.WithTimestamp(now.Add(-e.Wait)),
-		trace.WithAttributes(t.lockAttrs(e.Lock,
+		trace.WithAttributes(t.lockAttrs(e.Event,
 			ResultAttr.String(string(e.Result)),
 			WaitAttr.Float64(e.Wait.Seconds()),
 			TTLAttr.Float64(e.TTL.Seconds()))...))
@@ -240,18 +240,18 @@ func (t *Telemetry) onRenew(_ context.Context, e leasehold.RenewEvent) {
 // onRelease records the hold span, from the acquire to now.
 func (t *Telemetry) onRelease(ctx context.Context, e leasehold.ReleaseEvent) {
 	now := time.Now()
-	ns := t.ns.of(e.Lock)
+	ns := t.ns.of(e.Event)
 	t.inst.held.Record(ctx, e.Held.Seconds(), ns.only)
 	st := t.leases.take(leaseID{e.Key, e.Fence})
 	outcome := Released
 	if st != nil && st.outcome != "" {
 		outcome = st.outcome
 	}
-	t.holdSpan(ctx, e.Lock, st, now.Add(-e.Held), now, outcome, "")
+	t.holdSpan(ctx, e.Event, st, now.Add(-e.Held), now, outcome, "")
 }
 
 // holdSpan ends a lease's hold span with its pending events.
-func (t *Telemetry) holdSpan(ctx context.Context, lk leasehold.Lock, st *leaseState, start, end time.Time, outcome, why string) {
+func (t *Telemetry) holdSpan(ctx context.Context, lk leasehold.Event, st *leaseState, start, end time.Time, outcome, why string) {
 	attrs := []attribute.KeyValue{OutcomeAttr.String(outcome), HeldAttr.Float64(end.Sub(start).Seconds())}
 	if st != nil && st.ttl > 0 {
 		attrs = append(attrs, TTLAttr.Float64(st.ttl.Seconds()))
@@ -279,7 +279,7 @@ func (t *Telemetry) holdSpan(ctx context.Context, lk leasehold.Lock, st *leaseSt
 }
 
 func (t *Telemetry) onRenewFailure(ctx context.Context, e leasehold.RenewFailureEvent) {
-	ns := t.ns.of(e.Lock)
+	ns := t.ns.of(e.Event)
 	t.inst.renewFailures.Add(ctx, 1, ns.only)
 	t.leases.event(leaseID{e.Key, e.Fence}, ns, pendingEvent{name: "leasehold.renew_failure", at: time.Now(), attrs: []attribute.KeyValue{
 		ErrorAttr.String(t.errText(e.Key, e.Err)), attribute.Int("leasehold.consecutive", e.Consecutive),
@@ -290,7 +290,7 @@ func (t *Telemetry) onRenewFailure(ctx context.Context, e leasehold.RenewFailure
 // the hold span, as no OnRelease follows it.
 func (t *Telemetry) onNotOwned(ctx context.Context, e leasehold.NotOwnedEvent) {
 	now := time.Now()
-	ns := t.ns.of(e.Lock)
+	ns := t.ns.of(e.Event)
 	t.inst.notOwned.Add(ctx, 1, ns.op(e.Op))
 	id := leaseID{e.Key, e.Fence}
 	ev := pendingEvent{name: "leasehold.not_owned", at: now, attrs: []attribute.KeyValue{attribute.String("leasehold.op", e.Op)}}
@@ -303,11 +303,11 @@ func (t *Telemetry) onNotOwned(ctx context.Context, e leasehold.NotOwnedEvent) {
 		return // the start is unknown: no span rather than a wrong one
 	}
 	st.add(ev)
-	t.holdSpan(ctx, e.Lock, st, st.acquiredAt, now, NotOwned, "release refused: the key no longer held the lease")
+	t.holdSpan(ctx, e.Event, st, st.acquiredAt, now, NotOwned, "release refused: the key no longer held the lease")
 }
 
 func (t *Telemetry) onAbandon(ctx context.Context, e leasehold.AbandonEvent) {
-	ns := t.ns.of(e.Lock)
+	ns := t.ns.of(e.Event)
 	t.inst.abandoned.Add(ctx, 1, ns.only)
 	t.leases.event(leaseID{e.Key, e.Fence}, ns, pendingEvent{name: "leasehold.abandon", at: time.Now(), attrs: []attribute.KeyValue{
 		attribute.String("leasehold.reason", t.errText(e.Key, e.Reason)),
@@ -315,7 +315,7 @@ func (t *Telemetry) onAbandon(ctx context.Context, e leasehold.AbandonEvent) {
 }
 
 func (t *Telemetry) onLeaseExpired(ctx context.Context, e leasehold.LeaseExpiredEvent) {
-	ns := t.ns.of(e.Lock)
+	ns := t.ns.of(e.Event)
 	t.inst.expired.Add(ctx, 1, ns.only)
 	t.leases.event(leaseID{e.Key, e.Fence}, ns, pendingEvent{name: "leasehold.lease_expired", at: time.Now(), attrs: []attribute.KeyValue{
 		attribute.Float64("leasehold.overrun_seconds", e.Overrun.Seconds()),
@@ -326,7 +326,7 @@ func (t *Telemetry) onLeaseExpired(ctx context.Context, e leasehold.LeaseExpired
 // still counted as held until its TTL frees it.
 func (t *Telemetry) onReleaseFailure(ctx context.Context, e leasehold.ReleaseFailureEvent) {
 	now := time.Now()
-	ns := t.ns.of(e.Lock)
+	ns := t.ns.of(e.Event)
 	t.inst.releaseFailures.Add(ctx, 1, ns.only)
 	st := t.leases.endHold(leaseID{e.Key, e.Fence})
 	if st == nil || st.acquiredAt.IsZero() {
@@ -334,7 +334,7 @@ func (t *Telemetry) onReleaseFailure(ctx context.Context, e leasehold.ReleaseFai
 	}
 	msg := t.errText(e.Key, e.Err)
 	st.add(pendingEvent{name: "leasehold.release_failure", at: now, attrs: []attribute.KeyValue{ErrorAttr.String(msg)}})
-	t.holdSpan(ctx, e.Lock, st, st.acquiredAt, now, ReleaseFailed, "release failed: "+msg)
+	t.holdSpan(ctx, e.Event, st, st.acquiredAt, now, ReleaseFailed, "release failed: "+msg)
 }
 
 // onStoreCall times the call and, when the caller's context carries a span,

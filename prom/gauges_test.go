@@ -238,7 +238,7 @@ func TestHeldLeasesMapStaysBounded(t *testing.T) {
 	obs := m.Observer()
 	acquire := func(i int, ttl time.Duration) {
 		key := fmt.Sprintf("loops:%d", i)
-		obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: leasehold.Lock{Key: key, Namespace: "loops", Fence: int64(i)}, Result: leasehold.Acquired, TTL: ttl})
+		obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Event: leasehold.Event{Key: key, Namespace: "loops", Fence: int64(i)}, Result: leasehold.Acquired, TTL: ttl})
 	}
 	for i := range 10000 {
 		acquire(i, time.Second)
@@ -276,12 +276,12 @@ func TestNewMetricsCardinalityUnderFlood(t *testing.T) {
 		wg.Go(func() {
 			for i := range events {
 				ns := fmt.Sprintf("tenant-%d", (i*7+g)%100)
-				lk := leasehold.Lock{Key: ns + ":" + fmt.Sprint(i), Namespace: ns}
+				lk := leasehold.Event{Key: ns + ":" + fmt.Sprint(i), Namespace: ns}
 				obs.OnAcquireStart(t.Context(), lk)
 				lk.Fence = int64(g*events + i + 1)
-				obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: lk, Result: leasehold.Acquired, TTL: time.Minute, Blocking: true})
+				obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Event: lk, Result: leasehold.Acquired, TTL: time.Minute, Blocking: true})
 				obs.OnStoreCall(t.Context(), leasehold.StoreCallEvent{Op: ops[i%len(ops)], Store: fmt.Sprintf("store%d", (i+g)%50), Items: 1, Took: time.Millisecond})
-				obs.OnRelease(t.Context(), leasehold.ReleaseEvent{Lock: lk, Held: time.Second})
+				obs.OnRelease(t.Context(), leasehold.ReleaseEvent{Event: lk, Held: time.Second})
 			}
 		})
 	}

@@ -332,7 +332,7 @@ func allowed(base, extra []string) []string {
 }
 
 // counters returns the counters of the event's namespace, bounded.
-func (o *Metrics) counters(lk leasehold.Lock) (string, *nsCounters) {
+func (o *Metrics) counters(lk leasehold.Event) (string, *nsCounters) {
 	ns := lk.Namespace
 	switch {
 	case o.namespace != nil:
@@ -370,7 +370,7 @@ func (o *Metrics) learnNamespace(ns string) *nsCounters {
 }
 
 // onAcquireStart counts a waiter until its OnAcquire.
-func (o *Metrics) onAcquireStart(_ context.Context, lk leasehold.Lock) {
+func (o *Metrics) onAcquireStart(_ context.Context, lk leasehold.Event) {
 	_, c := o.counters(lk)
 	c.waiters.Inc()
 }
@@ -378,7 +378,7 @@ func (o *Metrics) onAcquireStart(_ context.Context, lk leasehold.Lock) {
 // onAcquire counts the call by result and, unless the store failed, observes
 // its wait; an acquired lease is tracked as held until its TTL.
 func (o *Metrics) onAcquire(_ context.Context, e leasehold.AcquireEvent) {
-	ns, c := o.counters(e.Lock)
+	ns, c := o.counters(e.Event)
 	if e.Blocking {
 		c.waiters.Dec()
 	}
@@ -405,13 +405,13 @@ func (o *Metrics) onRenew(_ context.Context, e leasehold.RenewEvent) {
 // onRelease observes how long the lease was held, and stops tracking it.
 func (o *Metrics) onRelease(_ context.Context, e leasehold.ReleaseEvent) {
 	o.leases.remove(leaseID{e.Key, e.Fence})
-	ns, _ := o.counters(e.Lock)
+	ns, _ := o.counters(e.Event)
 	o.held.WithLabelValues(ns).Observe(e.Held.Seconds())
 }
 
 // onRenewFailure counts a failed renewal.
 func (o *Metrics) onRenewFailure(_ context.Context, e leasehold.RenewFailureEvent) {
-	_, c := o.counters(e.Lock)
+	_, c := o.counters(e.Event)
 	c.renewFailures.Inc()
 }
 
@@ -419,7 +419,7 @@ func (o *Metrics) onRenewFailure(_ context.Context, e leasehold.RenewFailureEven
 // held any more.
 func (o *Metrics) onNotOwned(_ context.Context, e leasehold.NotOwnedEvent) {
 	o.leases.remove(leaseID{e.Key, e.Fence})
-	ns, c := o.counters(e.Lock)
+	ns, c := o.counters(e.Event)
 	if ctr, ok := c.notOwned[e.Op]; ok {
 		ctr.Inc()
 	} else {
@@ -429,19 +429,19 @@ func (o *Metrics) onNotOwned(_ context.Context, e leasehold.NotOwnedEvent) {
 
 // onAbandon counts a lease given up under the fence policy.
 func (o *Metrics) onAbandon(_ context.Context, e leasehold.AbandonEvent) {
-	_, c := o.counters(e.Lock)
+	_, c := o.counters(e.Event)
 	c.abandoned.Inc()
 }
 
 // onLeaseExpired counts a lease that expired under running work.
 func (o *Metrics) onLeaseExpired(_ context.Context, e leasehold.LeaseExpiredEvent) {
-	_, c := o.counters(e.Lock)
+	_, c := o.counters(e.Event)
 	c.expired.Inc()
 }
 
 // onReleaseFailure counts a release the store failed to answer.
 func (o *Metrics) onReleaseFailure(_ context.Context, e leasehold.ReleaseFailureEvent) {
-	_, c := o.counters(e.Lock)
+	_, c := o.counters(e.Event)
 	c.releaseFailures.Inc()
 }
 

@@ -585,7 +585,7 @@ func TestLearnedNamespacesAreBounded(t *testing.T) {
 	}
 	obs := f.o.Observer()
 	acquire := func(ns string) {
-		obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: leasehold.Lock{Key: ns + ":1", Namespace: ns}, Result: leasehold.Acquired})
+		obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Event: leasehold.Event{Key: ns + ":1", Namespace: ns}, Result: leasehold.Acquired})
 	}
 	for i := range prom.DefaultMaxNamespaces + 5 {
 		acquire(fmt.Sprintf("tenant-%d", i))
@@ -631,7 +631,7 @@ func TestLearnedNamespacesUnderConcurrency(t *testing.T) {
 		wg.Go(func() {
 			for i := range events {
 				ns := fmt.Sprintf("ns%d", (i*7+g)%100)
-				obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Lock: leasehold.Lock{Key: ns + ":x", Namespace: ns}, Result: leasehold.Acquired})
+				obs.OnAcquire(t.Context(), leasehold.AcquireEvent{Event: leasehold.Event{Key: ns + ":x", Namespace: ns}, Result: leasehold.Acquired})
 			}
 		})
 	}

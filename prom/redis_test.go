@@ -34,7 +34,7 @@ func TestGaugesOnRedis(t *testing.T) {
 	calls := &callCounter{n: map[string]uint64{}}
 	waiting := make(chan struct{}, 1)
 	signal := calls.observer()
-	signal.OnAcquireStart = func(context.Context, leasehold.Lock) { waiting <- struct{}{} }
+	signal.OnAcquireStart = func(context.Context, leasehold.Event) { waiting <- struct{}{} }
 	newClient := func() *leasehold.Client {
 		c := leasehold.New(store, leasehold.WithObserver(m.Observer()), leasehold.WithObserver(signal),
 			leasehold.WithLogger(slog.New(slog.DiscardHandler)))

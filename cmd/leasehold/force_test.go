@@ -86,13 +86,13 @@ func forceReleaseCase(t *testing.T, storeArgs []string, c *leasehold.Client) (ol
 	// The holder learns at its next renewal (within a renewal interval, 1 s)
 	// that the store refused it: ErrNotOwned, not its local deadline.
 	select {
-	case <-ka.Lost():
+	case <-ka.Context().Done():
 		t.Logf("the holder saw the forced release after %v (renewal interval %v)", time.Since(forcedAt).Round(time.Millisecond), ttl/3)
 	case <-time.After(ttl):
 		t.Fatalf("the holder's KeepAlive did not end within the TTL %v of a forced release", ttl)
 	}
-	if !errors.Is(ka.Err(), leasehold.ErrNotOwned) {
-		t.Fatalf("KeepAlive.Err() = %v, want ErrNotOwned: the renewal refused, before the local deadline", ka.Err())
+	if cause := context.Cause(ka.Context()); !errors.Is(cause, leasehold.ErrNotOwned) {
+		t.Fatalf("the KeepAlive's cause = %v, want ErrNotOwned: the renewal refused, before the local deadline", cause)
 	}
 	if err := c.Store().Renew(ctx, key, l.Token(), ttl); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("the removed token's Renew = %v, want ErrNotOwned", err)

@@ -89,7 +89,7 @@ func TestTTLFromMetrics(t *testing.T) {
 	}
 	hold := func(key string, d time.Duration, n int) {
 		for range n {
-			obs.Observer().OnRelease(t.Context(), leasehold.ReleaseEvent{Lock: leasehold.Lock{Key: key, Namespace: leasehold.DefaultNamespace(key)}, Held: d})
+			obs.Observer().OnRelease(t.Context(), leasehold.ReleaseEvent{Event: leasehold.Event{Key: key, Namespace: leasehold.DefaultNamespace(key)}, Held: d})
 		}
 	}
 	// runs: 50 holds of 4 s, 40 of 12 s, 10 of 18 s. The 99th of 100 is

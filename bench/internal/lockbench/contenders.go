@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/redisstore"
 )
 
@@ -100,7 +101,7 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 	c.store = store
 
 	lhClient := leasehold.New(store)
-	lhPolling := leasehold.New(store, leasehold.WithoutWakeups())
+	lhPolling := leasehold.New(pollingStore{s: store})
 	rsync := redsync.New(goredis.NewPool(c.rs.client))
 	rlock := redislock.New(c.rl.client)
 	rdLocker, err := c.newLocker()
@@ -127,7 +128,7 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		{id: "leasehold", label: "leasehold", lib: c.lh, newHandle: func(key string) handle {
 			return &leaseholdHandle{c: lhClient, key: key}
 		}},
-		{id: "leasehold-nowake", label: "leasehold, WithoutWakeups", lib: c.lh, newHandle: func(key string) handle {
+		{id: "leasehold-nowake", label: "leasehold, polling (no wake-ups)", lib: c.lh, newHandle: func(key string) handle {
 			return &leaseholdHandle{c: lhPolling, key: key}
 		}},
 		{id: "redsync", label: "redsync, default retry", lib: c.rs, newHandle: func(key string) handle {
@@ -277,3 +278,28 @@ func (h *redislockHandle) acquire(ctx context.Context) (err error) {
 func (h *redislockHandle) release(ctx context.Context) error { return h.l.Release(ctx) }
 
 func (h *redislockHandle) renew(ctx context.Context) error { return h.l.Refresh(ctx, lockTTL, nil) }
+
+// pollingStore is the Redis store with its wake-ups and queue hidden: its
+// Client's waiters poll on their backoff alone, which is what the wake-ups
+// are measured against. Renewals are still batched.
+type pollingStore struct{ s *redisstore.Store } // not embedded: its other abilities stay hidden
+
+func (s pollingStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	return s.s.Acquire(ctx, key, token, ttl)
+}
+
+func (s pollingStore) Release(ctx context.Context, key, token string) error {
+	return s.s.Release(ctx, key, token)
+}
+
+func (s pollingStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	return s.s.Renew(ctx, key, token, ttl)
+}
+
+func (s pollingStore) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	return s.s.Inspect(ctx, key)
+}
+
+func (s pollingStore) RenewBatch(ctx context.Context, items []driver.RenewItem) []error {
+	return s.s.RenewBatch(ctx, items)
+}

@@ -263,7 +263,7 @@ func handoffSection(b *strings.Builder, r *Result, s Summary, chart string) {
 	p("waiter. **Hand-off latency** runs from just before the holder calls release to the next")
 	p("owner's acquire returning; p50/p99/max are over every hand-off of every round (n), and")
 	p("\"p99 by round\" is the range of the rounds' own p99s. leasehold: `Acquire` (woken by the")
-	p("release's pub/sub message); leasehold `WithoutWakeups()`: the same on its jittered backoff")
+	p("release's pub/sub message); leasehold polling: the same with the store's wake-ups and queue hidden, on its jittered backoff")
 	p("alone (10 ms doubling to 1 s); redsync: `LockContext` with its default retry (32 tries, 50–250")
 	p("ms apart); redislock: `Obtain` with `LinearBackoff(25ms)`; rueidislock: `WithContext` on one")
 	p("Locker shared by all workers (options as in §2; woken by its own Locker's release, or by the")

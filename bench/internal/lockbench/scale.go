@@ -263,7 +263,7 @@ func scaleCell(ctx context.Context, cfg Config, base *redis.Options, p probe, pr
 		}
 	}
 	for _, k := range ks {
-		if k.Err() != nil {
+		if k.Context().Err() != nil {
 			row.Lost++
 		}
 	}

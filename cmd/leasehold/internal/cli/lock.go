@@ -316,7 +316,7 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 	go func() { done <- c.Wait() }()
 
 	var (
-		lost, sig = ka.Lost(), ctx.Done()
+		lost, sig = ka.Context().Done(), ctx.Done()
 		wasLost   bool
 		kill      *time.Timer
 	)
@@ -330,7 +330,7 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 	// reportLost says the lock was lost, and what happens to CMD.
 	reportLost := func(ended bool) {
 		wasLost = true
-		reason := strings.TrimPrefix(oneLine(ka.Err().Error()), "leasehold: ")
+		reason := strings.TrimPrefix(oneLine(context.Cause(ka.Context()).Error()), "leasehold: ")
 		r.emit("lost", fence, holder, "reason", reason, "held_seconds", seconds(time.Since(start)), "grace_seconds", seconds(r.f.grace))
 		then := fmt.Sprintf("stopping CMD (SIGTERM, SIGKILL after --grace %v)", r.f.grace)
 		if ended {
@@ -349,7 +349,9 @@ wait:
 			break wait
 		case <-lost:
 			lost = nil
-			reportLost(false)
+			if leaseLost(ka) {
+				reportLost(false)
+			}
 			stop()
 		case <-sig:
 			sig = nil
@@ -360,12 +362,8 @@ wait:
 		kill.Stop()
 	}
 	// CMD's end and a loss at the same moment: CMD did not end under the lock.
-	if !wasLost {
-		select {
-		case <-ka.Lost():
-			reportLost(true)
-		default:
-		}
+	if !wasLost && leaseLost(ka) {
+		reportLost(true)
 	}
 	if wasLost {
 		ka.Stop()
@@ -445,4 +443,11 @@ func (r *lockRun) emit(event string, fence int64, holder string, kv ...any) {
 		field(kv[i].(string), kv[i+1])
 	}
 	_, _ = io.WriteString(r.a.stderr, "{"+sb.String()+"}\n")
+}
+
+// leaseLost says whether ka stopped trusting its lease (given up, or found
+// gone), as against stopped or ended with its context.
+func leaseLost(ka *leasehold.KeepAlive) bool {
+	cause := context.Cause(ka.Context())
+	return errors.Is(cause, leasehold.ErrAbandoned) || errors.Is(cause, leasehold.ErrNotOwned)
 }
