@@ -33,7 +33,7 @@ var (
 		string(leasehold.Acquired), string(leasehold.Busy), string(leasehold.TimedOut), string(leasehold.StoreFailed),
 	}
 	notOwnedOps  = []string{"release", "renew"}
-	storeCallOps = []string{"acquire", "release", "renew", "renew_batch", "leave"}
+	storeCallOps = []string{"acquire", "release", "handoff", "renew", "renew_batch", "leave", "watch", "inspect"}
 )
 
 // HeldBuckets are the bounds (seconds) of leasehold_lock_held_seconds, those

@@ -46,7 +46,7 @@ var (
 		string(leasehold.Acquired), string(leasehold.Busy), string(leasehold.TimedOut), string(leasehold.StoreFailed),
 	}
 	notOwnedOps = []string{"release", "renew"}
-	storeOps    = []string{"acquire", "release", "renew", "renew_batch", "leave"}
+	storeOps    = []string{"acquire", "release", "handoff", "renew", "renew_batch", "leave", "watch", "inspect"}
 )
 
 // HeldBuckets returns the upper bounds (seconds) of the
