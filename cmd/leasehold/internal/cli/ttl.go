@@ -71,8 +71,8 @@ func (a *app) ttlCommand() *cobra.Command {
 
 --retry (default 1s) is the waiter's retry: a waiting Client.Acquire sleeps at
 most 1s between tries (it tries 1 ms after the holder's TTL when the store
-reports it, as every backend here does, so 1s is the worse case); use 2s for a
-Client.Lead candidate (its RetryPeriod). On etcd add up to 1.5s: leases are
+reports it, as every backend here does, so 1s is the worse case), and so does
+a Client.Lead candidate. On etcd add up to 1.5s: leases are
 whole seconds and expired ones are revoked on a timer.
 
 With --slo, the takeover bound must be at most the SLO. If it is not, ttl says
@@ -158,7 +158,7 @@ says so.`,
 	f.DurationVar(&in.ExecP99, "exec-p99", 0, "the critical section's p99 run time (or use --from)")
 	f.DurationVar(&in.Jitter, "jitter", 0, "pauses and delays the p99 does not show: GC, VM, scheduling, a slow store (required, no default: only you know them)")
 	f.DurationVar(&in.Guard, "guard", 0, "safety margin on top (required, no default: it is a policy choice)")
-	f.DurationVar(&in.Retry, "retry", DefaultRetry, "the waiter's retry after the lease runs out, added to the takeover bound; 1s is a waiting Client.Acquire's longest backoff step (use 2s for Client.Lead's RetryPeriod)")
+	f.DurationVar(&in.Retry, "retry", DefaultRetry, "the waiter's retry after the lease runs out, added to the takeover bound; 1s is a waiting Client.Acquire's (and Client.Lead's) longest backoff step")
 	f.DurationVar(&in.SLO, "slo", 0, "takeover SLO: the longest a crashed owner may keep the lock; 0 (the default) checks nothing")
 	f.StringVar(&from, "from", "", "read the exec p99 from this metrics endpoint (http(s) URL of a /metrics page in the text format)")
 	f.StringVar(&ns, "namespace", "", "with --from: the namespace label of "+HeldMetric+" to read")

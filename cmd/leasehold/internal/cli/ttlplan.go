@@ -15,8 +15,7 @@ import (
 // after the lease ran out. When the store reports the holder's remaining
 // TTL (every backend of this repository does) the waiter tries 1 ms after
 // it, so 1 s is the worse case, for a waiter whose store did not say.
-// Client.Lead candidates retry every LeaderConfig.RetryPeriod (2 s by
-// default): use --retry 2s for a leader lease.
+// Client.Lead candidates wait as Client.Acquire does.
 const DefaultRetry = leasehold.DefaultMaxBackoff
 
 // PlanInput is what a lock path's TTL is computed from.
