@@ -1,0 +1,144 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+// closingStore is a memstore with a Close that counts its calls and, once
+// closed, fails every call as a closed connection would.
+type closingStore struct {
+	*memstore.Store
+	closes atomic.Int32
+}
+
+var errStoreClosed = errors.New("store closed")
+
+func (s *closingStore) Close() error {
+	s.closes.Add(1)
+	return nil
+}
+
+func (s *closingStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if s.closes.Load() > 0 {
+		return errStoreClosed
+	}
+	return s.Store.Renew(ctx, key, token, ttl)
+}
+
+func (s *closingStore) RenewBatch(ctx context.Context, items []driver.RenewItem) []error {
+	if s.closes.Load() > 0 {
+		errs := make([]error, len(items))
+		for i := range errs {
+			errs[i] = errStoreClosed
+		}
+		return errs
+	}
+	return s.Store.RenewBatch(ctx, items)
+}
+
+func (s *closingStore) Release(ctx context.Context, key, token string) error {
+	if s.closes.Load() > 0 {
+		return errStoreClosed
+	}
+	return s.Store.Release(ctx, key, token)
+}
+
+// With WithOwnedStore one Close closes both, once however often it is
+// called; without it the store is left to its owner. Closing in the wrong
+// order stays safe: the store first makes the Client's renewals fail (its
+// leases are given up under the fence policy, never released by mistake),
+// and the Client's Close after it closes nothing twice.
+func TestOneCloseAndEitherOrder(t *testing.T) {
+	owned := &closingStore{Store: memstore.New()}
+	c := leasehold.New(owned, leasehold.WithOwnedStore())
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	if n := owned.closes.Load(); n != 1 {
+		t.Fatalf("WithOwnedStore: the store was closed %d times, want once", n)
+	}
+
+	notOwned := &closingStore{Store: memstore.New()}
+	if err := leasehold.New(notOwned).Close(); err != nil || notOwned.closes.Load() != 0 {
+		t.Fatalf("without WithOwnedStore the Client closed the store (%v, %d)", err, notOwned.closes.Load())
+	}
+
+	// The store closed first, under a kept-alive lease.
+	early := &closingStore{Store: memstore.New()}
+	c = leasehold.New(early, leasehold.WithOwnedStore())
+	l, err := c.TryAcquire(t.Context(), "jobs:1", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := l.KeepAlive(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = early.Close()
+	select {
+	case <-k.Context().Done():
+		if !errors.Is(context.Cause(k.Context()), leasehold.ErrAbandoned) {
+			t.Fatalf("cause %v, want ErrAbandoned", context.Cause(k.Context()))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lease on a closed store was not given up")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := early.closes.Load(); n != 2 {
+		t.Fatalf("the store was closed %d times, want twice (by hand, then by the Client, which is harmless)", n)
+	}
+}
+
+// A Lease prints as its key, fence and time left, never its token, with
+// every verb; a Client logs nothing unless given a logger.
+func TestLeasePrintsNoTokenAndTheClientIsQuiet(t *testing.T) {
+	var logs strings.Builder
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(prev)
+	c := leasehold.New(memstore.New())
+	l, err := c.TryAcquire(t.Context(), "jobs:42", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q"} {
+		out := fmt.Sprintf(verb, l)
+		if strings.Contains(out, l.Token()) || strings.Contains(out, l.Token()[:10]) || !strings.Contains(out, "jobs:42") {
+			t.Errorf("%s prints %s", verb, out)
+		}
+	}
+	if out := l.String(); !strings.Contains(out, "fence 1") || !strings.Contains(out, "left") {
+		t.Errorf("String() = %q, want the fence and the time left", out)
+	}
+	// A release refused, an abandonment: events, and no log line.
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); !errors.Is(err, leasehold.ErrNotOwned) {
+		t.Fatal(err)
+	}
+	if out := l.String(); !strings.Contains(out, "ended") {
+		t.Errorf("String() of a released lease = %q", out)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("a Client without WithLogger logged:\n%s", logs.String())
+	}
+	var nilLease *leasehold.Lease
+	if s := fmt.Sprint(nilLease); s != "<nil lease>" {
+		t.Errorf("a nil lease prints %q", s)
+	}
+}
