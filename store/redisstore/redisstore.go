@@ -113,7 +113,8 @@ type options struct {
 }
 
 // WithLogger sets where the Store reports an eviction policy it only warns
-// about, or could not read. Default: slog.Default().
+// about (WithEvictionWarning) or could not read, and a late release that
+// failed. Default: nothing is logged, as a library should.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
@@ -172,7 +173,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, calls: calls, opts: options{log: slog.Default()}}
+	s := &Store{client: client, calls: calls, opts: options{log: slog.New(slog.DiscardHandler)}}
 	for _, opt := range opts {
 		opt(&s.opts)
 	}
