@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/store/redisstore/redisfence"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
@@ -62,6 +63,35 @@ func Example_existingClient() {
 	// Output:
 	// held with a fence: true
 	// Hold: <nil>
+}
+
+// The fenced write on Redis: one Client for the process, closing its Store
+// too (WithOwnedStore), and a redisfence Writer that refuses a write whose
+// fence is not newer than the key's last.
+func Example_fencedWrite() {
+	store, err := redisstore.New(rdb) // rdb: your go-redis client, as it is
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := leasehold.New(store, leasehold.WithOwnedStore())
+	defer client.Close() // stops renewing, then closes the Store
+
+	jobs, err := redisfence.New(rdb) // your data, in the same Redis
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	err = client.Hold(ctx, "jobs:42", 30*time.Second,
+		func(ctx context.Context, l *leasehold.Lease) error {
+			// ctx ends if the lease can no longer be trusted.
+			return jobs.Set(ctx, "jobs:42:state", l.Fence(), "done")
+		})
+	fmt.Println("Hold:", err)
+	v, f, _ := jobs.Read(ctx, "jobs:42:state")
+	fmt.Printf("jobs:42:state = %q, fence > 0: %v\n", v, f > 0)
+	// Output:
+	// Hold: <nil>
+	// jobs:42:state = "done", fence > 0: true
 }
 
 // A failover client asks Sentinel where the primary is, and follows it
