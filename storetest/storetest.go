@@ -37,6 +37,8 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 	_, has["queuer"] = probe.(driver.Queuer)
 	_, has["handoff"] = probe.(driver.HandOffer)
 	has["queuer+forcer"] = has["queuer"] && has["forcer"]
+	_, closer := probe.(interface{ Close() error })
+	has["closer+notifier"] = closer && has["notifier"]
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, s driver.Store)
@@ -72,6 +74,7 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		{"ForceReleaseWakesTheHead", testForceReleaseWakesHead, "queuer+forcer"},
 		{"HandOffToTheHead", testHandOff, "handoff"},
 		{"HandOffIsAtomic", testHandOffAtomic, "handoff"},
+		{"ClosedStoreRefusesWatches", testClosedStore, "closer+notifier"},
 	}
 	for _, tc := range tests {
 		if !has[tc.need] {
@@ -276,6 +279,9 @@ func testExpiredOwner(t *testing.T, s driver.Store) {
 	key, a, b := Key(t), token(), token()
 	fa := acquire(t, s, key, a, shortTTL)
 	waitExpired(t, s, key, shortTTL)
+	if info := inspect(t, s, key); info != (driver.Info{Key: key, Fence: fa}) {
+		t.Fatalf("Inspect after expiry = %+v, want not held, with its last fence %d", info, fa)
+	}
 	wantErr(t, "Renew after expiry", s.Renew(t.Context(), key, a, longTTL), driver.ErrNotOwned)
 	if inspect(t, s, key).Held {
 		t.Fatal("Renew after expiry recreated the key")
@@ -598,5 +604,49 @@ func testBusyReportsTTL(t *testing.T, s driver.Store) {
 	}
 	if held.Remaining > 0 && held.Remaining < 50*time.Second {
 		t.Errorf("the holder's remaining TTL is %v a moment after it took a minute", held.Remaining)
+	}
+}
+
+// testClosedStore: a store with a Close, given a store of its own: Close
+// ends its watches (their stop funcs still fine to call), a second Close is
+// harmless, a watch after Close fails, and lock operations go on working.
+func testClosedStore(t *testing.T, s driver.Store) {
+	c, n := s.(interface{ Close() error }), s.(driver.ReleaseNotifier)
+	key, tok := Key(t), token()
+	_, stop, err := n.WatchReleases(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, stop2, err := n.WatchReleases(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5 s")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	stop2() // after Close: does nothing
+	stop2()
+	if _, _, err := n.WatchReleases(t.Context(), key); err == nil {
+		t.Fatal("WatchReleases on a closed store succeeded")
+	}
+	acquire(t, s, key, tok, longTTL)
+	if err := s.Release(t.Context(), key, tok); err != nil {
+		t.Fatalf("Release on a closed store: %v", err)
+	}
+	select {
+	case <-released:
+		t.Fatal("a closed store's watch was woken")
+	default:
 	}
 }

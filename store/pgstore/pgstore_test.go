@@ -125,7 +125,9 @@ func TestConformanceQualifiedTable(t *testing.T) {
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
-	storetest.Run(t, func(t *testing.T) driver.Store { return s })
+	storetest.Run(t, func(t *testing.T) driver.Store {
+		return newStore(t, pool, pgstore.WithTable(`Locks.Odd "Name"`), pgstore.WithChannel("odd channel"))
+	})
 }
 
 func TestConcurrentMigrate(t *testing.T) {
@@ -167,26 +169,6 @@ func TestNewRefusesBadNames(t *testing.T) {
 	}
 	if _, err := pgstore.New(pool, pgstore.WithTable("s."+long[:62]), pgstore.WithChannel("c")); err != nil {
 		t.Errorf("New with a long qualified table and a short channel: %v", err)
-	}
-}
-
-func TestInspectAfterExpiryKeepsFence(t *testing.T) {
-	s := newStore(t, pool)
-	key, tok := storetest.Key(t), leasehold.NewToken()
-	f, err := s.Acquire(t.Context(), key, tok, time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The lease ends on the database's clock; ask the database to wait.
-	if _, err := pool.Exec(t.Context(), "SELECT pg_sleep(0.01)"); err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Inspect(t.Context(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info != (driver.Info{Key: key, Fence: f}) {
-		t.Fatalf("Inspect after expiry = %+v, want not held, fence %d", info, f)
 	}
 }
 
@@ -242,57 +224,6 @@ func TestBadInputWritesNothing(t *testing.T) {
 	bad()
 	if after := rows(); after != before {
 		t.Fatalf("rejected calls changed the table: %q, was %q", after, before)
-	}
-}
-
-func TestCloseTwiceAndWatchAfterClose(t *testing.T) {
-	s, err := pgstore.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close of a store that never watched: %v", err)
-	}
-	if _, _, err := s.WatchReleases(t.Context(), "k"); !errors.Is(err, pgstore.ErrClosed) {
-		t.Fatalf("WatchReleases on a closed store: %v, want ErrClosed", err)
-	}
-
-	s, err = pgstore.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, stop, err := s.WatchReleases(t.Context(), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
-	released, stop2, err := s.WatchReleases(t.Context(), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	stop2() // after Close, still fine
-	stop2() // and idempotent
-	if _, _, err := s.WatchReleases(t.Context(), "k"); !errors.Is(err, pgstore.ErrClosed) {
-		t.Fatalf("WatchReleases on a closed store: %v, want ErrClosed", err)
-	}
-	// Lock operations do not need the listening connection.
-	key, tok := storetest.Key(t), leasehold.NewToken()
-	if _, err := s.Acquire(t.Context(), key, tok, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(t.Context(), key, tok); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-released:
-		t.Fatal("a closed store's watch was woken")
-	default:
 	}
 }
 

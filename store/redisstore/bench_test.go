@@ -10,52 +10,13 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/redisstore"
-	"github.com/leasehold/leasehold/storetest"
 )
 
-// Benchmarks against the package's shared loopback redis-server. Reproduce:
-//
-//	cd store/redisstore && go test -run '^$' -bench . -benchtime 2s -count 5 | tee bench.txt
-//
-// and compare with benchstat. The Raw* benchmarks are the floor: one round
-// trip of the same client to the same server. An acquire+release cycle is two
-// round trips, so its ideal is half the raw rate.
-
-var trivial = redis.NewScript(`return 1`)
-
-func benchClient(b *testing.B) *redis.Client {
-	c := singleClient(shared.Addr())
-	b.Cleanup(func() { _ = c.Close() })
-	if err := trivial.Load(b.Context(), c).Err(); err != nil {
-		b.Fatal(err)
-	}
-	return c
-}
-
-func BenchmarkRawPing(b *testing.B) {
-	c := benchClient(b)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := c.Ping(b.Context()).Err(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
-
-func BenchmarkRawEvalSha(b *testing.B) {
-	c := benchClient(b)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := trivial.Run(b.Context(), c, nil).Err(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
-
-// BenchmarkAcquireRelease: uncontended cycles, each goroutine on its own
-// keys, at 1, 16 and 64 goroutines per GOMAXPROCS (go test -cpu 1 gives
+// BenchmarkAcquireRelease is for profiling the uncontended cycle (go test
+// -run '^$' -bench AcquireRelease -cpuprofile cpu.out); the side-by-side
+// figures come from the bench module (docs/benchmarks.md). Uncontended
+// cycles, each goroutine on its own keys, at 1, 16 and 64 goroutines per
+// GOMAXPROCS (go test -cpu 1 gives
 // those counts), batched (the default) and WithoutBatching, on a client
 // with ContextTimeoutEnabled as the bench module's.
 func BenchmarkAcquireRelease(b *testing.B) {
@@ -85,20 +46,6 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					}
 				})
 			})
-		}
-	}
-}
-
-func BenchmarkRenew(b *testing.B) {
-	cl := leasehold.New(newStore(b, benchClient(b)))
-	l, err := cl.TryAcquire(b.Context(), storetest.Key(b), time.Minute)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = l.Release(b.Context()) })
-	for b.Loop() {
-		if err := l.Renew(b.Context(), time.Minute); err != nil {
-			b.Fatal(err)
 		}
 	}
 }

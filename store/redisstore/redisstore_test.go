@@ -352,31 +352,6 @@ func TestWakeupsResumeAfterRestart(t *testing.T) {
 	}
 }
 
-func TestClosedStoreRefusesWatches(t *testing.T) {
-	s, err := redisstore.New(singleClient(shared.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, stop, err := s.WatchReleases(t.Context(), "k"); err != nil {
-		t.Fatal(err)
-	} else {
-		stop()
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	if _, _, err := s.WatchReleases(t.Context(), "k"); err == nil {
-		t.Fatal("WatchReleases on a closed store succeeded")
-	}
-	// Lock operations do not need the pub/sub connection.
-	if _, err := s.Acquire(t.Context(), storetest.Key(t), "tok", time.Second); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestOddKeysAreValid(t *testing.T) {
 	for _, k := range oddKeys {
 		if err := driver.ValidateKey(k); (err != nil) != (k == "") {
