@@ -593,14 +593,18 @@ func (w *waiter) claim(ctx context.Context, sent time.Time) *Lease {
 // line for its key when the store can, else by a release (retried while its
 // outcome is unknown, within ctx).
 func (c *Client) giveBack(ctx context.Context, l *Lease) error {
-	if c.handOffer == nil {
+	var w *waiter
+	waiting := false
+	if c.handOffer != nil {
+		w, waiting = c.lines.handOffTo(l)
+	}
+	if !waiting { // no waiter of this Client: the store's head, if any, is another's
 		err, unsure := c.releaseRetrying(ctx, l.key, l.token)
 		if err != nil && unsure && errors.Is(err, ErrNotOwned) {
 			err = nil // released by an attempt whose reply was lost, or expired
 		}
 		return err
 	}
-	w := c.lines.handOffTo(l)
 	next, ttl := "", time.Duration(0) // no waiter to hand to: a release that names the store's head
 	if w != nil {
 		next, ttl = w.token, w.ttl
@@ -640,20 +644,21 @@ func (c *Client) giveBack(ctx context.Context, l *Lease) error {
 }
 
 // handOffTo picks the head of the line of l's key for a hand-off of l,
-// marking it, or nil when there is none it can go to now.
-func (ls *lines) handOffTo(l *Lease) *waiter {
+// marking it, or nil when there is none it can go to now; waiting says
+// whether the Client has waiters for the key at all.
+func (ls *lines) handOffTo(l *Lease) (w *waiter, waiting bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.keys[l.key]
 	if ln == nil || ln.waiters.Len() == 0 {
-		return nil
+		return nil, false
 	}
-	w := ln.waiters.Front().Value.(*waiter)
+	w = ln.waiters.Front().Value.(*waiter)
 	if w.trying || w.handing || w.leaving || w.answer != nil || w.token == l.token {
-		return nil
+		return nil, true
 	}
 	w.handing = true
-	return w
+	return w, true
 }
 
 // answer gives w the answer of a hand-off to it.

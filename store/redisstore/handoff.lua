@@ -7,18 +7,17 @@
 -- KEYS[2] is the fence counter.
 -- Returns {0} when KEYS[1] does not hold ARGV[1] (nothing changed), {1,
 -- fence as a decimal string} when handed over, {2, head or ''} when
--- released; an error reply, having written nothing, when the counter stops
--- a new fence.
+-- released; an error reply when the counter stops a new fence, the key
+-- still held by ARGV[1] (only expired queue entries may have been trimmed).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0}
 end
-local last = lh_last(KEYS[2])
 local head, empty = false, true
 if redis.call('EXISTS', KEYS[3]) == 1 then
   head, empty = lh_head(KEYS[3], KEYS[4], lh_now())
 end
 if ARGV[2] ~= '' and (empty or head == ARGV[2]) then
-  local fence = lh_fence(last)
+  local fence = lh_fence(lh_last(KEYS[2]))
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[2], fence)
   if head then
