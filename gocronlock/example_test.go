@@ -3,6 +3,7 @@ package gocronlock_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -59,22 +60,18 @@ func ExampleElector() {
 	if err != nil {
 		panic(err)
 	}
-	leading := make(chan struct{})
-	go func() { // for the example only: wait to lead, so that the job runs here
-		for elector.IsLeader(context.Background()) != nil {
-			time.Sleep(time.Millisecond)
-		}
-		close(leading)
-	}()
-	<-leading
 	done := make(chan struct{})
-	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func(ctx context.Context) {
-		defer close(done)
-		ctx, lease, err := elector.Lease(ctx) // ctx ends with the job's or the term
+	var once sync.Once
+	// Runs are skipped until this process leads.
+	_, err = s.NewJob(gocron.DurationJob(10*time.Millisecond), gocron.NewTask(func(ctx context.Context) {
+		ctx, lease, err := elector.Lease(ctx) // ctx ends with the job's or with the term
 		if err != nil {
 			return
 		}
-		fmt.Println(lease.Key(), "leads:", ctx.Err() == nil)
+		once.Do(func() {
+			fmt.Println(lease.Key(), "leads:", ctx.Err() == nil)
+			close(done)
+		})
 	}))
 	if err != nil {
 		panic(err)

@@ -205,6 +205,36 @@ func TestMinHold(t *testing.T) {
 	}
 }
 
+// An acquire the store answers later than half the minimum hold is not a
+// lock: another scheduler may have run the slot and let its hold lapse.
+func TestSlowAcquireRefused(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	b := redisBackend(t)
+	n := newNode(t, b, 0)
+	locker, err := gocronlock.NewLocker(n.client, gocronlock.WithMinHold(hold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, err := locker.Lock(t.Context(), "warm") // the pool's connection, made before the delay
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Unlock(t.Context())
+	n.proxy.SetLatency(hold / 2)
+	_, err = locker.Lock(t.Context(), "slow")
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "half the minimum hold") {
+		t.Fatalf("Lock over a round trip of %v: %v, want a refusal naming half the minimum hold", hold, err)
+	}
+	if _, _, err := locker.Lease("slow"); !errors.Is(err, gocronlock.ErrNoLease) {
+		t.Errorf("Lease after a refused Lock: %v, want ErrNoLease", err)
+	}
+	n.proxy.SetLatency(0)
+	// An acquire granted after the caller gave up is released by the store's
+	// client, or expires with its TTL; here it must not be held by anyone.
+	eventually(t, "the key is free", 5*time.Second, func() bool { return !inspect(t, n.client, "gocron:slow").Held })
+	t.Logf("refused: %v", err)
+}
+
 // watched is a Locker whose Unlocks are told on a channel.
 type watched struct {
 	*gocronlock.Locker
@@ -266,7 +296,10 @@ func TestPanicInJob(t *testing.T) {
 	if err := <-w.unlocked; err != nil {
 		t.Fatalf("Unlock after the panic: %v", err)
 	}
-	if info := inspect(t, n.client, "gocron:boom"); info.TTL > hold {
+	switch info := inspect(t, n.client, "gocron:boom"); {
+	case !info.Held && time.Since(start) < hold:
+		t.Errorf("after the panic the key was released before the minimum hold %v", hold)
+	case info.TTL > hold:
 		t.Errorf("after the panic the key is held %v more, longer than the minimum hold %v (the TTL is %v)", info.TTL, hold, ttl)
 	}
 	if _, _, err := locker.Lease("boom"); !errors.Is(err, gocronlock.ErrNoLease) {

@@ -26,7 +26,6 @@ import (
 // backend is a real store server: stores reached through an address of the
 // caller's (a fault proxy), and fenced storage on connections of its own.
 type backend struct {
-	name     string
 	addr     string                                                          // the server's
 	store    func(t *testing.T, addr string) driver.Store                    // closed at the test's end
 	register func(t *testing.T, name string, mode fence.Mode) fence.Register // a fresh one
@@ -35,7 +34,6 @@ type backend struct {
 func redisBackend(t *testing.T) backend {
 	srv := testserver.StartRedis(t)
 	return backend{
-		name: "redis",
 		addr: srv.Addr(),
 		store: func(t *testing.T, addr string) driver.Store {
 			rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
@@ -70,7 +68,6 @@ func postgresBackend(t *testing.T) backend {
 	}
 	_ = ps.Close()
 	return backend{
-		name: "postgres",
 		addr: srv.Addr(),
 		store: func(t *testing.T, addr string) driver.Store {
 			s, err := pgstore.New(pgPool(t, strings.Replace(srv.DSN(), srv.Addr(), addr, 1)))
@@ -152,8 +149,8 @@ func (n *node) lockErrors() int {
 // run is one run of a job: who ran which slot, and its fenced write.
 type run struct {
 	node   int
-	slot   time.Time     // the slot nearest the job's start
-	offset time.Duration // from the slot to the job's start
+	slot   time.Time     // the slot nearest the job's start, on the common clock
+	offset time.Duration // from the slot on the scheduler's clock to the job's start
 	at     time.Time     // when the job wrote
 	fence  int64
 	err    error // the write's, or the lease's
@@ -177,11 +174,13 @@ func newHistory(first time.Time) *history {
 // an Elector has skipped runs.
 func (h *history) begin(node int) func(fence int64, err error) {
 	now := time.Now()
-	k := (now.Sub(h.first) + interval/2) / interval
-	slot := h.first.Add(k * interval)
+	first := h.first.Add(time.Duration(node) * skew) // this scheduler's clock
+	k := (now.Sub(first) + interval/2) / interval
+	slot := h.first.Add(k * interval) // on the common clock, so that nodes compare
+	offset := now.Sub(first.Add(k * interval))
 	return func(fence int64, err error) {
 		h.mu.Lock()
-		h.runs = append(h.runs, run{node: node, slot: slot, offset: now.Sub(slot), at: time.Now(), fence: fence, err: err})
+		h.runs = append(h.runs, run{node: node, slot: slot, offset: offset, at: time.Now(), fence: fence, err: err})
 		h.mu.Unlock()
 		select {
 		case h.added <- struct{}{}:

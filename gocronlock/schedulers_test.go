@@ -12,13 +12,16 @@ import (
 	"github.com/leasehold/leasehold/gocronlock"
 )
 
-// The schedulers of these tests run one job every interval, from a common
-// start, so their slots are the same instants.
+// The schedulers of these tests run one job every interval. Scheduler i's
+// clock is i × skew behind the first's: each slot fires on it that much
+// later, as on hosts whose clocks differ.
 const (
 	nodes    = 3
+	skew     = 50 * time.Millisecond
 	interval = 500 * time.Millisecond
 	// minHold is the Locker's: the next slot finds the key free, and the
-	// schedulers' attempts at one slot may spread over 150 ms (half of it).
+	// schedulers' attempts at one slot may spread over 150 ms (half of it),
+	// more than the 100 ms of skew.
 	minHold  = 300 * time.Millisecond
 	before   = 12 // slots run before the fault
 	after    = 12 // slots run by the others after it
@@ -34,12 +37,12 @@ const (
 // connection of one is frozen (a silent partition) the others run every
 // slot after it.
 func TestSchedulers(t *testing.T) {
-	for _, start := range []func(*testing.T) backend{redisBackend, postgresBackend} {
-		t.Run("", func(t *testing.T) {
+	for name, start := range map[string]func(*testing.T) backend{"redis": redisBackend, "postgres": postgresBackend} {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := start(t)
-			t.Run(b.name+"/Locker", func(t *testing.T) { lockerScenario(t, b) })
-			t.Run(b.name+"/Elector", func(t *testing.T) { electorScenario(t, b) })
+			t.Run("Locker", func(t *testing.T) { lockerScenario(t, b) })
+			t.Run("Elector", func(t *testing.T) { electorScenario(t, b) })
 		})
 	}
 }
@@ -54,7 +57,7 @@ func schedule(t *testing.T, n *node, first time.Time, job func(ctx context.Conte
 	}
 	_, err = s.NewJob(gocron.DurationJob(interval), gocron.NewTask(job),
 		gocron.WithName("report"),
-		gocron.WithStartAt(gocron.WithStartDateTime(first)),
+		gocron.WithStartAt(gocron.WithStartDateTime(first.Add(time.Duration(n.id)*skew))),
 		gocron.WithEventListeners(gocron.AfterLockError(func(uuid.UUID, string, error) { n.lockErr() })))
 	if err != nil {
 		t.Fatal(err)
