@@ -150,14 +150,7 @@ func TestMinHold(t *testing.T) {
 	ctx := t.Context()
 
 	start := time.Now()
-	lock, err := la.Lock(ctx, "short")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, lease, err := la.Lease("short")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock, _, lease := lockRun(t, ctx, la, "short")
 	if err := lock.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -179,20 +172,13 @@ func TestMinHold(t *testing.T) {
 	}
 	eventually(t, "the key frees", hold+2*time.Second, func() bool { return !inspect(t, a.client, "gocron:short").Held })
 	t.Logf("the key freed %v after Lock (minimum hold %v)", time.Since(start).Round(time.Millisecond), hold)
-	next, err := lo.Lock(ctx, "short")
-	if err != nil {
-		t.Fatalf("the next slot's Lock: %v", err)
-	}
-	_, nextLease, _ := lo.Lease("short")
+	next, _, nextLease := lockRun(t, ctx, lo, "short")
 	if nextLease.Fence() <= lease.Fence() {
 		t.Errorf("fence %d after %d", nextLease.Fence(), lease.Fence())
 	}
 	_ = next.Unlock(ctx)
 
-	lock, err = la.Lock(ctx, "long")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock, _, _ = lockRun(t, ctx, la, "long")
 	time.Sleep(hold) // the job runs past its minimum hold
 	if err := lock.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -233,6 +219,21 @@ func TestSlowAcquireRefused(t *testing.T) {
 	// client, or expires with its TTL; here it must not be held by anyone.
 	eventually(t, "the key is free", 5*time.Second, func() bool { return !inspect(t, n.client, "gocron:slow").Held })
 	t.Logf("refused: %v", err)
+}
+
+// lockRun locks job as gocron would, with jobCtx, and returns the run's
+// lock, context and lease.
+func lockRun(t *testing.T, jobCtx context.Context, l *gocronlock.Locker, job string) (gocron.Lock, context.Context, *leasehold.Lease) {
+	t.Helper()
+	lock, err := l.Lock(jobCtx, job)
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", job, err)
+	}
+	ctx, lease, err := l.Lease(job)
+	if err != nil {
+		t.Fatalf("Lease(%q): %v", job, err)
+	}
+	return lock, ctx, lease
 }
 
 // watched is a Locker whose Unlocks are told on a channel.
@@ -325,14 +326,7 @@ func TestLostLockEndsJobContext(t *testing.T) {
 	}
 
 	jobCtx, endJob := context.WithCancelCause(t.Context())
-	lock, err := locker.Lock(jobCtx, "cancelled")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, _, err := locker.Lease("cancelled")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock, ctx, _ := lockRun(t, jobCtx, locker, "cancelled")
 	shutdown := errors.New("scheduler shut down")
 	endJob(shutdown)
 	<-ctx.Done()
@@ -343,14 +337,7 @@ func TestLostLockEndsJobContext(t *testing.T) {
 		t.Errorf("Unlock with a cancelled context: %v", err)
 	}
 
-	lock, err = locker.Lock(t.Context(), "lost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, lease, err := locker.Lease("lost")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lock, ctx, lease := lockRun(t, t.Context(), locker, "lost")
 	n.proxy.Freeze()
 	frozen := time.Now()
 	select {
