@@ -201,12 +201,7 @@ func TestSlowAcquireRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm, err := locker.Lock(t.Context(), "warm") // the pool's connection, made before the delay
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = warm.Unlock(t.Context())
-	n.proxy.SetLatency(hold / 2)
+	n.proxy.SetLatency(hold / 2) // on the connection newNode opened
 	_, err = locker.Lock(t.Context(), "slow")
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "half the minimum hold") {
 		t.Fatalf("Lock over a round trip of %v: %v, want a refusal naming half the minimum hold", hold, err)

@@ -131,6 +131,15 @@ func newNode(t *testing.T, b backend, id int) *node {
 	n.client = leasehold.New(store, leasehold.WithIdentity(fmt.Sprintf("scheduler-%d", id)))
 	t.Cleanup(func() { _ = n.client.Close() })
 	t.Cleanup(func() { _ = n.proxy.Close() })
+	// A first lock opens the connections and loads the scripts, which a
+	// loaded machine can take longer to do than a test's half minimum hold.
+	l, err := n.client.TryAcquire(t.Context(), fmt.Sprintf("warm-up:%d", id), time.Second)
+	if err != nil {
+		t.Fatalf("scheduler %d: a first lock: %v", id, err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("scheduler %d: a first release: %v", id, err)
+	}
 	return n
 }
 
