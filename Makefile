@@ -1,5 +1,5 @@
 # Every Go module in the repository; the heavy clients live in their own.
-MODULES := . store/redisstore store/etcdstore store/kubestore store/pgstore fence/pgfence prom otel drill cmd/leasehold bench e2e scripts/release
+MODULES := . store/redisstore store/etcdstore store/kubestore store/pgstore fence/pgfence prom otel gocronlock drill cmd/leasehold bench e2e scripts/release
 GO      ?= go
 # Prometheus rule files, and their promtool unit tests (*_test.yml).
 RULE_TESTS := $(wildcard deploy/prometheus/*_test.yml)

@@ -21,6 +21,7 @@ var published = []string{
 	"fence/pgfence",
 	"prom",
 	"otel",
+	"gocronlock",
 	"drill",
 	"cmd/leasehold",
 }

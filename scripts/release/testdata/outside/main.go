@@ -3,8 +3,8 @@
 // backend (memstore in process; Redis, etcd and PostgreSQL at the addresses
 // in LEASEHOLD_REDIS_ADDR, LEASEHOLD_ETCD_ENDPOINT and LEASEHOLD_PG_DSN;
 // Kubernetes Leases in the namespace default of LEASEHOLD_KUBECONFIG),
-// makes a fenced write to PostgreSQL, counts it all in Prometheus metrics and
-// runs a short drill without faults.
+// makes a fenced write to PostgreSQL, runs a gocron job under a Redis lock,
+// counts it all in Prometheus metrics and runs a short drill without faults.
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-co-op/gocron/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence/pgfence"
+	"github.com/leasehold/leasehold/gocronlock"
 	"github.com/leasehold/leasehold/prom"
 	"github.com/leasehold/leasehold/store/etcdstore"
 	"github.com/leasehold/leasehold/store/kubestore"
@@ -64,6 +66,7 @@ func main() {
 	rs, err := redisstore.New(rdb)
 	check("redisstore.New", err)
 	lock("redisstore", rs, nil)
+	schedule(rs)
 	check("redisstore: Close", rs.Close())
 
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{env("LEASEHOLD_ETCD_ENDPOINT")}, DialTimeout: 10 * time.Second})
@@ -117,6 +120,28 @@ func main() {
 	}
 	fmt.Printf("prom: %d metric families (%s)\n", len(names), strings.Join(names, ", "))
 	fmt.Println("release check: every backend took its lock")
+}
+
+// schedule runs one gocron job under a gocronlock Locker on store.
+func schedule(store driver.Store) {
+	client := leasehold.New(store)
+	defer client.Close()
+	locker, err := gocronlock.NewLocker(client)
+	check("gocronlock.NewLocker", err)
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	check("gocron.NewScheduler", err)
+	done := make(chan error, 1)
+	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func() {
+		_, lease, err := locker.Lease("release-check")
+		if err == nil {
+			fmt.Printf("gocronlock: job ran under %s with fence %d\n", lease.Key(), lease.Fence())
+		}
+		done <- err
+	}), gocron.WithName("release-check"))
+	check("gocron: NewJob", err)
+	s.Start()
+	check("gocronlock: Lease", <-done)
+	check("gocron: Shutdown", s.Shutdown())
 }
 
 func env(name string) string {
