@@ -244,14 +244,29 @@ func slots(runs []run, since time.Time, except int) int {
 // checkSlots fails the test for a slot run twice.
 func checkSlots(t *testing.T, runs []run) {
 	t.Helper()
-	by := map[time.Time][]int{}
+	by := map[time.Time][]run{}
 	for _, r := range runs {
-		by[r.slot] = append(by[r.slot], r.node)
+		by[r.slot] = append(by[r.slot], r)
 	}
-	for slot, nodes := range by {
-		if len(nodes) > 1 {
-			t.Errorf("slot %s run %d times, by nodes %v", slot.Format("15:04:05.000"), len(nodes), nodes)
+	for slot, rs := range by {
+		if len(rs) < 2 {
+			continue
 		}
+		// The minimum hold promises one run a slot to attempts at most half
+		// of it apart; a run that started later than that (a timer firing
+		// late on a loaded machine) is outside the promise: reported, not a
+		// failure.
+		late := time.Duration(0)
+		nodes := make([]int, len(rs))
+		for i, r := range rs {
+			nodes[i], late = r.node, max(late, r.offset.Abs())
+		}
+		if late > minHold/2 {
+			t.Logf("slot %s run %d times, by nodes %v, one %v late (beyond half the %v hold: outside the promise)",
+				slot.Format("15:04:05.000"), len(rs), nodes, late.Round(time.Millisecond), minHold)
+			continue
+		}
+		t.Errorf("slot %s run %d times, by nodes %v, all within %v of it", slot.Format("15:04:05.000"), len(rs), nodes, late.Round(time.Millisecond))
 	}
 }
 
