@@ -137,8 +137,8 @@ Without a store flag, they take one of $LEASEHOLD_REDIS_URL, $LEASEHOLD_ETCD_END
 $LEASEHOLD_POSTGRES_DSN or $LEASEHOLD_KUBECONFIG. -o json prints JSON (durations in seconds, lists as
 []). Shell completion: leasehold completion bash|zsh|fish. Errors are one line on stderr; exit code 0 means
 done, 1 that the command failed (store unreachable, SLO impossible, …),
-2 that the command line was wrong, 3 a drill that missed only its takeover
-SLO; lock exits with its command's code, 124 (lock lost) or 125 (not acquired).`,
+2 that the command line was wrong, 3 a drill that missed only liveness (takeover
+SLO, jobs unfinished); lock exits with its command's code, 124 (lock lost) or 125 (not acquired).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// A bare "leasehold" prints this help; cobra's default argument
