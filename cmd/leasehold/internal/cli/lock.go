@@ -283,8 +283,8 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 		if err := lease.Release(rctx); err != nil {
 			r.emit("release_failed", fence, holder, "reason", oneLine(err.Error()))
 			if !r.asJSON {
-				fmt.Fprintf(r.a.stderr, "leasehold: lock: could not release %s (fence %d): %s: %v; it frees itself within --ttl %v\n",
-					printable(r.key), fence, b, oneLine(err.Error()), r.f.ttl)
+				fmt.Fprintf(r.a.stderr, "leasehold: lock: could not release %s (fence %d): %s: %s; it frees itself within --ttl %v\n",
+					printable(r.key), fence, b, printableText(oneLine(err.Error())), r.f.ttl)
 			}
 			return
 		}
@@ -338,7 +338,7 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 		}
 		if !r.asJSON {
 			fmt.Fprintf(r.a.stderr, "leasehold: lock: lost %s (fence %d) after %v: %s; %s\n",
-				printable(r.key), fence, time.Since(start).Round(time.Millisecond), reason, then)
+				printable(r.key), fence, time.Since(start).Round(time.Millisecond), printableText(reason), then)
 		}
 	}
 	var werr error

@@ -102,7 +102,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
 		code = ExitUsage
 	}
-	msg := hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), append(storeEnvValues(), args...))
+	// A message may quote a store's text: escaped like every value printed.
+	msg := printableText(hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), append(storeEnvValues(), args...)))
 	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
