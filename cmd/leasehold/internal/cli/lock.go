@@ -345,27 +345,13 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 		cmdEnded  bool
 		graceEnd  <-chan time.Time // SIGKILL then
 		killedAt  time.Time        // SIGKILL sent: it is re-sent until no process is left
-		poll      *time.Ticker     // rereads the processes when no event would say they ended
 		waitNoted bool
 	)
-	defer func() {
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
-	setPoll := func(d time.Duration) {
-		if poll == nil {
-			poll = time.NewTicker(d)
-		} else {
-			poll.Reset(d)
-		}
-	}
-	pollC := func() <-chan time.Time {
-		if poll == nil {
-			return nil
-		}
-		return poll.C
-	}
+	// poll rereads the processes where no event says they ended; stopped
+	// until CMD ends or SIGKILL is sent.
+	poll := time.NewTicker(time.Hour)
+	poll.Stop()
+	defer poll.Stop()
 	// stop sends SIGTERM to every process of CMD now and SIGKILL after --grace.
 	stop := func() {
 		if graceEnd == nil && killedAt.IsZero() {
@@ -398,7 +384,7 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 			cmdEnded = true
 			procs.cmdEnded()
 			if killedAt.IsZero() {
-				setPoll(lockWaitPoll)
+				poll.Reset(lockWaitPoll)
 			}
 		case <-lost:
 			lost = nil
@@ -410,9 +396,9 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 		case <-graceEnd:
 			graceEnd = nil
 			killedAt = time.Now()
-			setPoll(lockKillPoll)
+			poll.Reset(lockKillPoll)
 		case <-children:
-		case <-pollC():
+		case <-poll.C:
 		}
 		if !killedAt.IsZero() {
 			procs.signal(syscall.SIGKILL) // and to those started since the last round
