@@ -451,6 +451,19 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 	return nil
 }
 
+// cmdProcs is CMD and the processes lock follows with it; its signal and
+// running methods say, per system, which (lock_linux.go, lock_unix.go,
+// lock_other.go).
+type cmdProcs struct {
+	cmd   *os.Process
+	ended bool // CMD was reaped (its Wait returned): its pid may be reused now
+}
+
+func newCmdProcs(cmd *os.Process) *cmdProcs { return &cmdProcs{cmd: cmd} }
+
+// cmdEnded records that CMD's Wait returned.
+func (p *cmdProcs) cmdEnded() { p.ended = true }
+
 // statusCode is a process's exit code, or 128+N when signal N killed it.
 func statusCode(ps *os.ProcessState) int {
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

@@ -38,17 +38,8 @@ func childEvents() (<-chan os.Signal, func()) {
 	return ch, func() { signal.Stop(ch) }
 }
 
-// cmdProcs is CMD and every process it started: on Linux, every descendant
-// of lock (a subreaper), found in /proc.
-type cmdProcs struct {
-	cmd   *os.Process
-	ended bool // CMD was reaped (its Wait returned)
-}
-
-func newCmdProcs(cmd *os.Process) *cmdProcs { return &cmdProcs{cmd: cmd} }
-
-// cmdEnded records that CMD's Wait returned: its pid may be reused now.
-func (p *cmdProcs) cmdEnded() { p.ended = true }
+// On Linux the processes of CMD are every descendant of lock (a
+// subreaper), found in /proc.
 
 // signal sends sig to CMD's process group while CMD has not been reaped
 // (the group id is CMD's pid), and to every live descendant of lock, in

@@ -16,15 +16,8 @@ func trackProcesses() error { return nil }
 // childEvents: nothing to wait for but CMD.
 func childEvents() (<-chan os.Signal, func()) { return nil, func() {} }
 
-// cmdProcs is CMD alone: the processes it starts are not followed here.
-type cmdProcs struct {
-	cmd   *os.Process
-	ended bool
-}
-
-func newCmdProcs(cmd *os.Process) *cmdProcs { return &cmdProcs{cmd: cmd} }
-
-func (p *cmdProcs) cmdEnded() { p.ended = true }
+// Here the processes of CMD are CMD alone: those it starts are not
+// followed.
 
 // signal kills CMD: there is no SIGTERM to send outside Unix.
 func (p *cmdProcs) signal(syscall.Signal) {

@@ -18,16 +18,8 @@ func trackProcesses() error { return nil }
 // childEvents: the group is polled.
 func childEvents() (<-chan os.Signal, func()) { return nil, func() {} }
 
-// cmdProcs is CMD and its process group: a process that leaves the group
-// (setsid, a daemon) is not followed here.
-type cmdProcs struct {
-	cmd   *os.Process
-	ended bool
-}
-
-func newCmdProcs(cmd *os.Process) *cmdProcs { return &cmdProcs{cmd: cmd} }
-
-func (p *cmdProcs) cmdEnded() { p.ended = true }
+// Here the processes of CMD are its process group: a process that leaves
+// the group (setsid, a daemon) is not followed.
 
 // signal sends sig to CMD's process group; a group already gone is ignored.
 func (p *cmdProcs) signal(sig syscall.Signal) { _ = syscall.Kill(-p.cmd.Pid, sig) }
