@@ -108,6 +108,8 @@ func printVersion(w io.Writer, v versionInfo) error {
 	fmt.Fprintf(&sb, "leasehold %s %s\n", v.Version, v.GoVersion)
 	fmt.Fprintf(&sb, "  version   %s\n", v.Version)
 	switch {
+	case v.Revision == "" && v.Version != "(devel)":
+		// A module version (go install …@vX.Y.Z) names the build itself.
 	case v.Revision == "":
 		fmt.Fprintf(&sb, "  revision  unknown: built without VCS information (make leasehold stamps it; see cmd/leasehold/README.md)\n")
 	case v.Modified:
