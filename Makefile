@@ -5,7 +5,14 @@ GO      ?= go
 RULE_TESTS := $(wildcard deploy/prometheus/*_test.yml)
 RULE_FILES := $(filter-out $(RULE_TESTS),$(wildcard deploy/prometheus/*.yml))
 
-.PHONY: test deps release-check tidy
+.PHONY: test deps release-check tidy leasehold
+# leasehold: the CLI, at cmd/leasehold/leasehold, stamped with the git commit it is built
+# from and -dirty for uncommitted changes (leasehold version). go stamps no VCS information
+# in a go.work workspace unless asked (-buildvcs=true, which also gives the version of a
+# tagged commit), and none in a git worktree: the commit is also passed with -X.
+REVISION = $(shell git rev-parse HEAD 2>/dev/null)$(shell git rev-parse HEAD >/dev/null 2>&1 && test -n "$$(git status --porcelain)" && echo -dirty)
+leasehold:
+	cd cmd/leasehold && $(GO) build -buildvcs=true -ldflags "-X github.com/leasehold/leasehold/cmd/leasehold/internal/cli.buildRevision=$(REVISION)" -o leasehold .
 # test: install the test servers when missing, then vet and race-test every module.
 # A package that hangs fails after 5 minutes instead of go test's default 10;
 # e2e gets 10, since its multi-node tests add about 2.5 minutes to its drills.

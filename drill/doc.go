@@ -1,19 +1,25 @@
 // Package drill is leasehold's game day, executable: workers take job locks
 // and move jobs through their states on fenced storage while faults are
 // injected, every operation is recorded, and checkers then prove what the
-// lock and the fence promise:
+// lock and the fence promise. Safety, each failure a violation (UNSAFE):
 //
 //  1. no stale write was accepted: the storage never accepted a write whose
 //     fence was older than one it had already accepted for that job;
 //  2. no release or renewal by a superseded owner succeeded;
 //  3. no job reached a terminal state twice;
-//  4. after a worker was paused or killed, another owner took its job over
-//     within the SLO (TTL + one renewal interval);
-//  5. the history is linearizable: porcupine finds, for every key, an order
+//  4. the history is linearizable: porcupine finds, for every key, an order
 //     of its lock operations that a fenced lock allows and an order of its
 //     job's storage operations that fenced storage allows, consistent with
-//     their real times. A check that times out is reported, never passed;
-//     when the check fails the report carries porcupine's visualization.
+//     their real times. A check that times out, or a job log that cannot
+//     be read, is a violation, never a pass; when the check fails the
+//     report carries porcupine's visualization.
+//
+// Liveness, each failure a shortfall that a slow machine may cause, reported
+// apart and never counted as a violation:
+//
+//  5. after a worker was paused or killed, another owner took its job over
+//     within the SLO (TTL + one renewal interval);
+//  6. every job was done before the drill's timeout.
 //
 // The drill proves it can fail: with UnsafeRelease (releases delete the key
 // whoever holds it) or NoFencing (the storage accepts any fence) the same

@@ -125,8 +125,8 @@ type run struct {
 }
 
 // Run runs a drill and returns its report; the report's Violations say
-// whether the lock and the fence held. The error is for a drill that could
-// not run at all.
+// whether the lock and the fence held, its Shortfalls whether takeovers and
+// jobs kept pace. The error is for a drill that could not run at all.
 func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	if cfg.Store == nil {
 		cfg.Store, cfg.StoreName = memstore.New(), "memory"

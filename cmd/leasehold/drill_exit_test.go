@@ -29,7 +29,7 @@ func verdict(summary string) string {
 	return ""
 }
 
-// The drill's exit code tells the takeover SLO from safety: 3 for a missed
+// The drill's exit code tells liveness from safety: 3 for a missed takeover
 // SLO alone, 0 when every check held, 2 for a bad --takeover-slo.
 func TestDrillExitCodes(t *testing.T) {
 	t.Parallel()
@@ -37,7 +37,7 @@ func TestDrillExitCodes(t *testing.T) {
 	if r.code != 3 || verdict(r.stdout) != "safe; takeover SLO missed (exit 3)" {
 		t.Fatalf("drill --takeover-slo 1ms: exit %d, verdict %q, want 3; stdout:\n%s\nstderr:\n%s", r.code, verdict(r.stdout), r.stdout, r.stderr)
 	}
-	if last := lastLine(r.stderr); !strings.HasPrefix(last, "leasehold: drill: takeover p99 ") || !strings.Contains(last, "every safety check held") {
+	if last := lastLine(r.stderr); !strings.HasPrefix(last, "leasehold: drill: every safety check held; liveness shortfalls: takeover p99 ") {
 		t.Errorf("drill --takeover-slo 1ms: last stderr line %q", last)
 	}
 
@@ -232,4 +232,96 @@ func TestDrillPostgresWithoutTable(t *testing.T) {
 	failsWith(t, 1, []string{"drill:run", `"leasehold_leases" does not exist`, "Migrate"},
 		"drill", "--postgres", srv.DSN(), "--jobs", "5", "--quiet")
 	t.Logf("refused after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// Jobs left undone when --drill-timeout ends the drill are a liveness
+// shortfall, like a missed takeover SLO: exit 3, "safe", the safety line 0
+// and the shortfall listed under the liveness line; never UNSAFE.
+func TestDrillUnfinishedJobsAreLiveness(t *testing.T) {
+	t.Parallel()
+	r := run(t, "drill", "--jobs", "10000", "--drill-timeout", "2s", "--takeover-slo", "1m", "--quiet")
+	t.Logf("drill --jobs 10000 --drill-timeout 2s:\n%s", r.stdout)
+	if r.code != 3 || verdict(r.stdout) != "safe; jobs unfinished (exit 3)" {
+		t.Fatalf("drill that ran out of time: exit %d, verdict %q; want 3, safe; jobs unfinished\nstderr: %s", r.code, verdict(r.stdout), r.stderr)
+	}
+	if got := summaryLine(r.stdout, "safety violations"); got != "0" {
+		t.Errorf("safety violations line %q, want 0", got)
+	}
+	if got := summaryLine(r.stdout, "liveness shortfalls"); got != "1" {
+		t.Errorf("liveness shortfalls line %q, want 1", got)
+	}
+	if _, after, _ := strings.Cut(r.stdout, "liveness shortfalls"); !strings.Contains(after, "  jobs-unfinished ") {
+		t.Errorf("jobs-unfinished is not listed under the liveness line:\n%s", r.stdout)
+	}
+	if last := lastLine(r.stderr); !strings.Contains(last, "every safety check held; liveness shortfalls: ") || !strings.Contains(last, "of 10000 jobs not done") {
+		t.Errorf("last stderr line %q", last)
+	}
+}
+
+// summaryLine is the value of the summary's line labelled label.
+func summaryLine(summary, label string) string {
+	for line := range strings.Lines(summary) {
+		if rest, ok := strings.CutPrefix(line, label+" "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+// The summary blocks of the README and docs/drill.md show lines the drill
+// prints, with the same labels, and the line they tell readers to check
+// ("safety violations", which must be 0) is the safety line; drill --help
+// names both lines.
+func TestDrillSummaryMatchesDocs(t *testing.T) {
+	t.Parallel()
+	r := run(t, "drill", "--time-scale", "1/200", "--jobs", "5", "--takeover-slo", "1m", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("drill: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	printed := map[string]bool{}
+	for line := range strings.Lines(r.stdout) {
+		if label, _, ok := strings.Cut(strings.TrimSpace(line), "  "); ok {
+			printed[label] = true
+		}
+	}
+	for _, doc := range []string{"../../README.md", "../../docs/drill.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, block, found := strings.Cut(string(b), "```\nlocks ")
+		block, _, _ = strings.Cut(block, "```")
+		if !found {
+			t.Fatalf("%s has no drill summary block", doc)
+		}
+		labels := 0
+		for line := range strings.Lines("locks " + block) {
+			label, _, ok := strings.Cut(strings.TrimSpace(line), "  ")
+			if !ok || strings.HasPrefix(label, "…") {
+				continue
+			}
+			// The sub-rows of ops and faults depend on the run; the others must be printed.
+			if !printed[label] && !strings.HasPrefix(line, "  ") {
+				t.Errorf("%s's summary shows a line %q the drill does not print:\n%s", doc, label, r.stdout)
+			}
+			labels++
+		}
+		if labels < 8 {
+			t.Errorf("%s's summary block has %d lines", doc, labels)
+		}
+		for _, want := range []string{"safety violations      0", "liveness shortfalls    0", "verdict                safe (exit 0)"} {
+			if !strings.Contains(block, want) {
+				t.Errorf("%s's summary block lacks %q", doc, want)
+			}
+		}
+		if strings.Contains(block, "\nviolations") || !strings.Contains(string(b), "`safety violations` must be 0") {
+			t.Errorf("%s does not tell readers that `safety violations` must be 0", doc)
+		}
+	}
+	help := ok(t, "drill", "--help")
+	for _, want := range []string{`"safety violations" line`, `"liveness shortfalls" line`, "3: a liveness shortfall"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("drill --help does not say %q", want)
+		}
+	}
 }

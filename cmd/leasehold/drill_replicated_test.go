@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,9 +42,13 @@ type drillJSON struct {
 	TTL              time.Duration  `json:"ttl_ns"`
 	TakeoverP99      time.Duration  `json:"takeover_p99_ns"`
 	TakeoverSLO      time.Duration  `json:"takeover_slo_ns"`
+	Workers          int            `json:"workers"`
 	Violations       []struct {
-		Check string `json:"check"`
-	} `json:"violations"`
+		Check, Detail string
+	} `json:"safety_violations"`
+	Shortfalls []struct {
+		Check, Detail string
+	} `json:"liveness_shortfalls"`
 	Cleanup  string `json:"cleanup"`
 	Verdict  string `json:"verdict"`
 	ExitCode int    `json:"exit_code"`
@@ -51,7 +56,7 @@ type drillJSON struct {
 
 // drillOnReplicated runs "leasehold drill" with storeArgs, fenced, while a
 // second drill is started on the same store and must be refused, and checks
-// the first: exit 0 (or 3, the takeover SLO alone missed), the report names
+// the first: exit 0 (or 3, a liveness shortfall alone), the report names
 // the store (wantStore), every job done through fenced writes, no safety
 // violation. st is an application's view of the
 // same store; flags are more drill flags.
@@ -75,7 +80,7 @@ func drillOnReplicated(t *testing.T, st driver.Store, storeArgs []string, wantSt
 		t.Errorf("the refused drill printed a report:\n%s", second.stdout)
 	}
 
-	r := first.wait(t, time.Minute)
+	r := first.wait(t, 3*time.Minute) // its --drill-timeout is 2m
 	var rep drillJSON
 	if r.code != 0 && r.code != 3 || !decodeOK(r.stdout, &rep) {
 		t.Fatalf("leasehold %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
@@ -85,18 +90,18 @@ func drillOnReplicated(t *testing.T, st driver.Store, storeArgs []string, wantSt
 	if !strings.HasPrefix(rep.Store, wantStore) {
 		t.Errorf("the report's store is %q, want %q…", rep.Store, wantStore)
 	}
-	if rep.Jobs != jobs || rep.NoFencing || rep.CriticalSections < jobs || rep.Ops["write ok"] < jobs || rep.Ops["acquire ok"] < jobs {
+	done := !slices.ContainsFunc(rep.Shortfalls, func(s struct{ Check, Detail string }) bool { return s.Check == "jobs-unfinished" })
+	if rep.Jobs != jobs || rep.NoFencing || rep.Ops["write ok"] == 0 || done && (rep.CriticalSections < jobs || rep.Ops["write ok"] < jobs || rep.Ops["acquire ok"] < jobs) {
 		t.Errorf("the drill did not run its %d jobs fenced: %+v", jobs, rep)
 	}
-	// The takeover SLO is timing, which a loaded machine may miss (exit 3);
-	// safety is not.
+	// Liveness is timing, which a loaded machine may miss (exit 3); safety
+	// is not.
 	for _, v := range rep.Violations {
-		if v.Check != "takeover-over-slo" {
-			t.Errorf("safety violation %s", v.Check)
-		}
+		t.Errorf("safety violation %s: %s", v.Check, v.Detail)
 	}
-	if rep.ExitCode != r.code || !strings.Contains(r.stdout, `"violations": [`) {
-		t.Errorf("exit %d, the report says %d; violations %+v", r.code, rep.ExitCode, rep.Violations)
+	t.Logf("liveness shortfalls (timing, not asserted): %+v", rep.Shortfalls)
+	if rep.ExitCode != r.code || !strings.Contains(r.stdout, `"safety_violations": [`) || !strings.Contains(r.stdout, `"liveness_shortfalls": [`) {
+		t.Errorf("exit %d, the report says %d; safety violations %+v, liveness shortfalls %+v", r.code, rep.ExitCode, rep.Violations, rep.Shortfalls)
 	}
 	return rep
 }

@@ -16,35 +16,28 @@ import (
 // off it exits 1 and names the violations; --json parses.
 func TestDrillCommand(t *testing.T) {
 	t.Parallel()
-	// The drill package's own test asserts the timing check (takeover within
-	// the SLO); here the command's contract is checked: the JSON parses, no
-	// safety check fails, and the exit code is 0 exactly when the report has
-	// no violation at all.
+	// The command's contract: the JSON parses, no safety check fails, and
+	// the exit code is 0 with no liveness shortfall, 3 with one (timing,
+	// which a loaded machine may miss: reported, not asserted).
 	r := run(t, "drill", "--time-scale", "1/200", "--jobs", "30", "--json")
-	var rep struct {
-		CriticalSections int `json:"critical_sections"`
-		Violations       []struct {
-			Check string `json:"check"`
-		} `json:"violations"`
-	}
+	var rep drillJSON
 	decode(t, r.stdout, &rep)
 	if rep.CriticalSections == 0 {
 		t.Fatal("default drill ran no critical section")
 	}
 	for _, v := range rep.Violations {
-		if v.Check != "takeover-over-slo" { // timing: see the drill package's test
-			t.Errorf("default drill: safety violation %s", v.Check)
-		}
+		t.Errorf("default drill: safety violation %s: %s", v.Check, v.Detail)
 	}
-	if want := min(3*len(rep.Violations), 3); r.code != want { // 3: the takeover SLO alone missed
-		t.Errorf("exit %d with %d violations, want %d", r.code, len(rep.Violations), want)
+	t.Logf("liveness shortfalls: %+v", rep.Shortfalls)
+	if want := min(3*len(rep.Shortfalls), 3); r.code != want || rep.ExitCode != r.code {
+		t.Errorf("exit %d (the report says %d) with %d safety violations and %d liveness shortfalls, want %d", r.code, rep.ExitCode, len(rep.Violations), len(rep.Shortfalls), want)
 	}
 
 	r = run(t, "drill", "--time-scale", "1/200", "--jobs", "30", "--unsafe-release")
 	if r.code != 1 || !strings.Contains(r.stdout, "wrong-owner-release-or-renew") {
 		t.Fatalf("drill --unsafe-release: exit %d, want 1 with wrong-owner violations:\n%s", r.code, r.stdout)
 	}
-	if !strings.Contains(r.stderr, "leasehold: drill found") {
+	if !strings.Contains(r.stderr, "leasehold: drill found") || !strings.Contains(r.stderr, "safety violations") {
 		t.Errorf("drill --unsafe-release: stderr %q does not say it found violations", r.stderr)
 	}
 	var bad map[string]any
@@ -69,23 +62,15 @@ func TestDrillOnRealServers(t *testing.T) {
 	r := testserver.StartRedis(t)
 	pg := testserver.StartPostgres(t)
 	res := run(t, "drill", "--redis", "redis://"+r.Addr()+"/0", "--jobs-postgres", pg.DSN(), "--time-scale", "1/200", "--jobs", "20", "--json")
-	var rep struct {
-		Store, Storage   string
-		Cleanup          string
-		CriticalSections int `json:"critical_sections"`
-		Violations       []struct {
-			Check string `json:"check"`
-		} `json:"violations"`
-	}
+	var rep drillJSON
 	decode(t, res.stdout, &rep)
 	if !strings.HasPrefix(rep.Store, "redis") || rep.Storage != "postgres" || rep.CriticalSections == 0 || !strings.Contains(rep.Cleanup, "no drill key left") {
 		t.Fatalf("drill on real servers: %+v", rep)
 	}
 	for _, v := range rep.Violations {
-		if v.Check != "takeover-over-slo" { // timing: see the drill package's test
-			t.Errorf("safety violation %s", v.Check)
-		}
+		t.Errorf("safety violation %s: %s", v.Check, v.Detail)
 	}
+	t.Logf("liveness shortfalls (timing, not asserted): %+v", rep.Shortfalls)
 }
 
 // drill --processes: the workers are separate processes of this binary
@@ -96,14 +81,7 @@ func TestDrillWorkerProcesses(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	res := run(t, "drill", "--processes", "4", "--redis", "redis://"+r.Addr()+"/0", "--jobs-postgres", pg.DSN(),
 		"--time-scale", "1/200", "--jobs", "20", "--json")
-	var rep struct {
-		Workers          int            `json:"workers"`
-		CriticalSections int            `json:"critical_sections"`
-		Effects          map[string]int `json:"effects"`
-		Violations       []struct {
-			Check string `json:"check"`
-		} `json:"violations"`
-	}
+	var rep drillJSON
 	decode(t, res.stdout, &rep)
 	if rep.Workers != 4 || rep.CriticalSections == 0 {
 		t.Fatalf("drill --processes 4: %+v\nstderr: %s", rep, res.stderr)
@@ -112,10 +90,9 @@ func TestDrillWorkerProcesses(t *testing.T) {
 		t.Errorf("no worker process was stopped or killed: %+v", rep.Effects)
 	}
 	for _, v := range rep.Violations {
-		if v.Check != "takeover-over-slo" { // timing: see the drill package's test
-			t.Errorf("safety violation %s", v.Check)
-		}
+		t.Errorf("safety violation %s: %s", v.Check, v.Detail)
 	}
+	t.Logf("liveness shortfalls (timing, not asserted): %+v", rep.Shortfalls)
 
 	// The negative control with worker processes: stale writes get through
 	// and the drill says so.

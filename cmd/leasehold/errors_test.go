@@ -139,7 +139,7 @@ func TestUnreachableStore(t *testing.T) {
 					t.Run(strings.TrimPrefix(store.flag, "--")+" "+cmd[0], func(t *testing.T) {
 						t.Parallel()
 						r := failsWith(t, 1, []string{store.name, where.says}, args...)
-						if r.elapsed > timeout+3*time.Second {
+						if r.elapsed > timeout+loadSlack {
 							t.Errorf("leasehold %q took %v with --timeout %v", args, r.elapsed, timeout)
 						}
 						if strings.Contains(r.stderr, "hunter2") {

@@ -88,11 +88,17 @@ func forceReleaseCase(t *testing.T, storeArgs []string, c *leasehold.Client) (ol
 	select {
 	case <-ka.Context().Done():
 		t.Logf("the holder saw the forced release after %v (renewal interval %v)", time.Since(forcedAt).Round(time.Millisecond), ttl/3)
-	case <-time.After(ttl):
-		t.Fatalf("the holder's KeepAlive did not end within the TTL %v of a forced release", ttl)
+	case <-time.After(ttl + loadSlack):
+		t.Fatalf("the holder's KeepAlive did not end within the TTL %v (+ %v) of a forced release", ttl, loadSlack)
 	}
-	if cause := context.Cause(ka.Context()); !errors.Is(cause, leasehold.ErrNotOwned) {
-		t.Fatalf("the KeepAlive's cause = %v, want ErrNotOwned: the renewal refused, before the local deadline", cause)
+	switch err := context.Cause(ka.Context()); {
+	case errors.Is(err, leasehold.ErrNotOwned):
+	case errors.Is(err, leasehold.ErrAbandoned):
+		// A machine so loaded that the renewal came after the local
+		// deadline (1.7 s late): the Renew below checks the refusal.
+		t.Logf("the KeepAlive's cause = %v: the renewal was delayed past the local deadline", err)
+	default:
+		t.Fatalf("the KeepAlive's cause = %v, want ErrNotOwned: the renewal refused, before the local deadline", err)
 	}
 	if err := c.Store().Renew(ctx, key, l.Token(), ttl); !errors.Is(err, leasehold.ErrNotOwned) {
 		t.Fatalf("the removed token's Renew = %v, want ErrNotOwned", err)

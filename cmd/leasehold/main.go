@@ -6,8 +6,8 @@
 //
 // Exit codes: 0 done, 1 the command failed (a store unreachable or
 // answering an error, an SLO that cannot be met, a drill's safety
-// violation), 2 the command line was wrong, 3 a drill that missed only its
-// takeover SLO; lock exits with its command's code, 124 when the lock was
+// violation), 2 the command line was wrong, 3 a drill that missed only
+// liveness (its takeover SLO, jobs unfinished); lock exits with its command's code, 124 when the lock was
 // lost, 125 when it was not acquired. Errors are one line on stderr,
 // prefixed "leasehold: ".
 package main

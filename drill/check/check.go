@@ -1,7 +1,8 @@
 // Package check validates a drill's history: the safety checkers (no stale
 // write accepted, no wrong-owner release or renewal, no job terminal twice,
-// every job done), the takeover time against its SLO, and the porcupine
-// linearizability check (linearize.go). Run applies them all.
+// the porcupine linearizability check of linearize.go) and the liveness
+// checks (takeover within its SLO, every job done), reported apart: a slow
+// machine may miss a liveness check, never a safety one. Run applies them all.
 package check
 
 import (
@@ -14,13 +15,15 @@ import (
 	"github.com/leasehold/leasehold/drill/jobs"
 )
 
-// Violation is one broken promise found in a drill's history.
+// Violation is one broken promise found in a drill's history: a safety
+// violation, or a liveness shortfall (Check Takeover or Unfinished).
 type Violation struct {
 	Check  string `json:"check"`
 	Detail string `json:"detail"`
 }
 
-// Check names: a Violation's Check.
+// Check names: a Violation's Check. Takeover and Unfinished are liveness
+// (Result.Shortfalls); the others are safety (Result.Violations).
 const (
 	StaleWrite        = "stale-write-accepted"
 	WrongOwner        = "wrong-owner-release-or-renew"
@@ -56,7 +59,13 @@ type Input struct {
 
 // Result is what the checks found.
 type Result struct {
-	Violations    []Violation
+	// Violations are the safety violations: a stale write accepted, a
+	// wrong-owner release or renewal, a job terminal twice, a history that
+	// is not linearizable, unreadable or not checked in time.
+	Violations []Violation
+	// Shortfalls are the liveness shortfalls: the takeover p99 over its SLO,
+	// jobs not done when the drill ended. Time, not the lock, decides them.
+	Shortfalls    []Violation
 	Linearization Linearization
 	Takeovers     Takeovers
 }
@@ -79,14 +88,14 @@ func Run(in Input) Result {
 	}
 	res.Takeovers = MeasureTakeovers(in.History, slo)
 	if res.Takeovers.P99 > res.Takeovers.SLO {
-		res.Violations = append(res.Violations, Violation{Takeover, fmt.Sprintf(
-			"takeover p99 %v over the SLO of %v", res.Takeovers.P99, res.Takeovers.SLO)})
+		res.Shortfalls = append(res.Shortfalls, Violation{Takeover, fmt.Sprintf(
+			"takeover p99 %v over the SLO of %v", res.Takeovers.P99.Round(time.Millisecond), res.Takeovers.SLO)})
 	}
 	if in.WritesErr != nil {
 		res.Violations = append(res.Violations, Violation{HistoryUnreadable, in.WritesErr.Error()})
 	}
 	if in.Unfinished > 0 {
-		res.Violations = append(res.Violations, Violation{Unfinished, fmt.Sprintf("%d of %d jobs not done when the drill ended", in.Unfinished, in.Jobs)})
+		res.Shortfalls = append(res.Shortfalls, Violation{Unfinished, fmt.Sprintf("%d of %d jobs not done when the drill ended", in.Unfinished, in.Jobs)})
 	}
 	return res
 }
@@ -95,17 +104,6 @@ func Run(in Input) Result {
 // cadence): a holder that stops is noticed at its lease's end, and a waiter
 // polling at the renewal cadence takes over within one more interval.
 func DefaultTakeoverSLO(ttl time.Duration) time.Duration { return ttl + ttl/3 }
-
-// Safe reports whether vs holds no safety violation: none but, at most,
-// the takeover-time check, which depends on the machine's scheduling.
-func Safe(vs []Violation) bool {
-	for _, v := range vs {
-		if v.Check != Takeover {
-			return false
-		}
-	}
-	return true
-}
 
 // StaleWrites: in the storage's own acceptance order, no job accepted a
 // write whose fence was older than one it had already accepted.

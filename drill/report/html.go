@@ -73,15 +73,18 @@ const (
 	maxZoom     = 16     // the script's zoom goes up to 16 times the fitted width
 	charWidth   = 6.0    // a label's character, at most, at 10 px: a bar shows its label only if it fits
 	tickStep    = 100.0  // px between ticks, at least
-	maxDetails  = 10     // violations listed per check
+	maxDetails  = 10     // violations and shortfalls listed per check
 	maxSwatch   = 24     // jobs named in the legend at most
 )
 
 type htmlPage struct {
 	Title         string
 	Summary       []summaryRow
-	Violations    []violationGroup
+	Violations    []violationGroup // safety
 	ViolationsN   int
+	Shortfalls    []violationGroup // liveness
+	ShortfallsN   int
+	Verdict       string
 	Timeline      timeline
 	Keys          []swatch
 	KeysOmitted   int
@@ -91,9 +94,10 @@ type htmlPage struct {
 	Visualization string
 }
 
+// summaryRow is one figure; Bad marks a safety failure, Warn a liveness one.
 type summaryRow struct {
-	Label, Value string
-	Sub, Bad     bool
+	Label, Value   string
+	Sub, Bad, Warn bool
 }
 
 type violationGroup struct {
@@ -203,9 +207,11 @@ func (r *Report) htmlPage() htmlPage {
 		Title:      fmt.Sprintf("leasehold drill: %s, %d workers, %d jobs", r.Store, r.Workers, r.Jobs),
 		Summary:    r.summaryRows(),
 		Violations: groupViolations(r.Violations),
+		Shortfalls: groupViolations(r.Shortfalls),
 		Timeline:   r.timeline(),
+		Verdict:    r.Verdict(),
 	}
-	p.ViolationsN = len(r.Violations)
+	p.ViolationsN, p.ShortfallsN = len(r.Violations), len(r.Shortfalls)
 	p.TTL = r.TTL.String()
 	if r.TakeoverSLO > 0 {
 		p.TakeoverSLO = r.TakeoverSLO.Round(time.Millisecond).String()
@@ -265,7 +271,7 @@ func (r *Report) summaryRows() []summaryRow {
 	rows = append(rows,
 		summaryRow{Label: "writes accepted", Value: strconv.Itoa(r.WritesAccepted)},
 		summaryRow{Label: "stale writes refused", Value: strconv.Itoa(r.StaleRefused)},
-		summaryRow{Label: "takeover p50 / p99", Value: takeover + ")", Bad: r.TakeoverP99 > r.TakeoverSLO},
+		summaryRow{Label: "takeover p50 / p99", Value: takeover + ")", Warn: r.TakeoverP99 > r.TakeoverSLO},
 	)
 	if r.TakeoverSLO > 0 {
 		missed := len(r.missedTakeovers())
@@ -273,12 +279,13 @@ func (r *Report) summaryRows() []summaryRow {
 		if missed > 0 {
 			v += ", marked on the timeline"
 		}
-		rows = append(rows, summaryRow{Label: "takeovers over the SLO", Value: v, Sub: true, Bad: missed > 0})
+		rows = append(rows, summaryRow{Label: "takeovers over the SLO", Value: v, Sub: true, Warn: missed > 0})
 	}
 	rows = append(rows,
 		summaryRow{Label: "linearizable", Value: fmt.Sprintf("%s (%d ops, checked in %d ms)", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds()),
 			Bad: r.Linearizable != check.LinearizableOK},
-		summaryRow{Label: "violations", Value: strconv.Itoa(len(r.Violations)), Bad: len(r.Violations) > 0},
+		summaryRow{Label: LabelSafety, Value: strconv.Itoa(len(r.Violations)), Bad: len(r.Violations) > 0},
+		summaryRow{Label: LabelLiveness, Value: strconv.Itoa(len(r.Shortfalls)), Warn: len(r.Shortfalls) > 0},
 	)
 	return rows
 }

@@ -162,7 +162,7 @@ func TestWriteHTMLDrill(t *testing.T) {
 	page := b.String()
 	t.Logf("%d critical sections, %d operations: %d bytes of HTML", rep.CriticalSections, len(rep.History.Ops), len(page))
 	es := elements(page)
-	for _, id := range []string{"summary", "timeline", "violations", "errors"} {
+	for _, id := range []string{"summary", "timeline", "violations", "liveness", "errors"} {
 		if _, ok := byID(es, id); !ok {
 			t.Errorf("no element with id %q", id)
 		}
@@ -226,8 +226,8 @@ func handMade() *report.Report {
 		Violations: []check.Violation{
 			{Check: check.StaleWrite, Detail: `job 2: <script>alert("x")</script>`},
 			{Check: check.StaleWrite, Detail: "second"},
-			{Check: check.Takeover, Detail: "takeover p99 over the SLO"},
 		},
+		Shortfalls:    []check.Violation{{Check: check.Takeover, Detail: "takeover p99 over the SLO"}},
 		Visualization: []byte(`<html><body><script>let s = "porcupine" < 'x' && 1</script></body></html>`),
 		History: history.History{
 			Started: t0,
@@ -301,7 +301,10 @@ func TestWriteHTMLHistory(t *testing.T) {
 		"worker 1&#39;s write done of drill:jobs:2 with fence 1 refused", // the stale write
 		"takeover of drill:jobs:2 over the SLO: 91 ms (SLO 80 ms)",       // the missed takeover's tooltip
 		"pause-past-ttl hit worker 1 (fence 1) at 20 ms; worker 2 acquired fence 2 at 111 ms",
-		`<tr class="sub" class="bad"><td>takeovers over the SLO</td><td>1 of 1, marked on the timeline</td>`,
+		`<tr class="sub warn"><td>takeovers over the SLO</td><td>1 of 1, marked on the timeline</td>`,
+		`<tr class="bad"><td>safety violations</td><td>2</td>`,
+		`<tr class="warn"><td>liveness shortfalls</td><td>1</td>`,
+		`<p class="verdict bad">UNSAFE: 2 safety violations</p>`,
 		"job 2: &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;",                    // a violation, escaped
 		`srcdoc="&lt;html&gt;&lt;body&gt;&lt;script&gt;let s = &#34;porcupine&#34;`, // porcupine, escaped into srcdoc
 	} {
@@ -312,10 +315,15 @@ func TestWriteHTMLHistory(t *testing.T) {
 	if strings.Contains(page, `<script>alert`) || strings.Contains(page, `"porcupine" <`) {
 		t.Error("text from the report reached the page unescaped")
 	}
-	v := page[strings.Index(page, `id="violations"`):]
-	v = v[:strings.Index(v, "</section>")]
-	if !strings.Contains(v, check.StaleWrite+"</strong>: 2") || !strings.Contains(v, check.Takeover+"</strong>: 1") {
-		t.Errorf("violations section does not count by check:\n%s", v)
+	section := func(id string) string {
+		v := page[strings.Index(page, `id="`+id+`"`):]
+		return v[:strings.Index(v, "</section>")]
+	}
+	if v := section("violations"); !strings.Contains(v, check.StaleWrite+"</strong>: 2") || strings.Contains(v, check.Takeover) {
+		t.Errorf("safety violations section does not count the safety checks alone:\n%s", v)
+	}
+	if v := section("liveness"); !strings.Contains(v, check.Takeover+"</strong>: 1") || strings.Contains(v, check.StaleWrite) {
+		t.Errorf("liveness section does not count the shortfalls alone:\n%s", v)
 	}
 }
 

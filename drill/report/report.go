@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,10 +38,15 @@ type Report struct {
 	Takeovers        int            `json:"takeovers"`
 	// TakeoversExcluded are takeovers that overlapped a partition: no
 	// worker could reach the store, so they say nothing about the lock.
-	TakeoversExcluded int               `json:"takeovers_during_outages"`
-	UnsafeRelease     bool              `json:"unsafe_release"`
-	NoFencing         bool              `json:"no_fencing"`
-	Violations        []check.Violation `json:"violations"`
+	TakeoversExcluded int  `json:"takeovers_during_outages"`
+	UnsafeRelease     bool `json:"unsafe_release"`
+	NoFencing         bool `json:"no_fencing"`
+	// Violations are the safety violations (check.Result's): any one makes
+	// the drill UNSAFE, exit 1.
+	Violations []check.Violation `json:"safety_violations"`
+	// Shortfalls are the liveness shortfalls: the takeover SLO missed, jobs
+	// not done in time. Never a safety violation; alone they exit 3.
+	Shortfalls []check.Violation `json:"liveness_shortfalls"`
 	// Cleanup says what became of the keys the drill created in a real
 	// store: removed, or what is left and how to remove it. Empty in memory.
 	Cleanup string `json:"cleanup,omitempty"`
@@ -64,26 +70,26 @@ type Report struct {
 	History history.History `json:"-"`
 }
 
-// OK reports whether the drill found no violation.
-func (r *Report) OK() bool { return len(r.Violations) == 0 }
+// OK reports whether every check held, safety and liveness.
+func (r *Report) OK() bool { return r.Safe() && len(r.Shortfalls) == 0 }
 
-// Safe reports whether every safety check passed: no violation but, at
-// most, the takeover-time check, which depends on the machine's scheduling.
-func (r *Report) Safe() bool { return check.Safe(r.Violations) }
+// Safe reports whether every safety check held; liveness shortfalls, which
+// depend on the machine's speed, do not count.
+func (r *Report) Safe() bool { return len(r.Violations) == 0 }
 
 // Exit codes of a drill, by its verdict: see Report.ExitCode.
 const (
-	ExitSafe      = 0 // every check held
-	ExitUnsafe    = 1 // a safety violation, or a check that could not pass
-	ExitSLOMissed = 3 // safe, but the takeover p99 missed its SLO
+	ExitSafe   = 0 // every check held
+	ExitUnsafe = 1 // a safety violation, or a safety check that could not pass
+	// ExitSLOMissed: safe, but a liveness check missed (the takeover SLO,
+	// jobs unfinished).
+	ExitSLOMissed = 3
 	verdictSafe   = "safe"
-	verdictSLO    = "safe; takeover SLO missed"
 	verdictUnsafe = "UNSAFE"
 )
 
-// ExitCode is the drill's exit code: ExitUnsafe for any safety violation
-// (the takeover time aside), else ExitSLOMissed when the takeover SLO was
-// missed, else ExitSafe.
+// ExitCode is the drill's exit code: ExitUnsafe for any safety violation,
+// else ExitSLOMissed for a liveness shortfall, else ExitSafe.
 func (r *Report) ExitCode() int {
 	switch {
 	case !r.Safe():
@@ -94,16 +100,43 @@ func (r *Report) ExitCode() int {
 	return ExitSafe
 }
 
-// Verdict says in words what ExitCode says in a number: "safe", "safe;
-// takeover SLO missed" or "UNSAFE".
+// Verdict says in words what ExitCode says in a number: "safe", "UNSAFE",
+// or "safe; " and the liveness shortfalls ("takeover SLO missed", "jobs
+// unfinished").
 func (r *Report) Verdict() string {
 	switch r.ExitCode() {
 	case ExitUnsafe:
 		return verdictUnsafe
 	case ExitSLOMissed:
-		return verdictSLO
+		return "safe; " + r.shortfallWords()
 	}
 	return verdictSafe
+}
+
+// shortfallWords names the liveness shortfalls: "takeover SLO missed, jobs
+// unfinished".
+func (r *Report) shortfallWords() string {
+	var words []string
+	for _, c := range checks(r.Shortfalls) {
+		switch c {
+		case check.Takeover:
+			words = append(words, "takeover SLO missed")
+		case check.Unfinished:
+			words = append(words, "jobs unfinished")
+		default:
+			words = append(words, c)
+		}
+	}
+	return strings.Join(words, ", ")
+}
+
+// checks are the distinct checks of vs, sorted.
+func checks(vs []check.Violation) []string {
+	seen := make(map[string]bool)
+	for _, v := range vs {
+		seen[v.Check] = true
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // Fill completes r from the history h and the checks' result res: operations
@@ -134,6 +167,7 @@ func (r *Report) Fill(h history.History, res check.Result) {
 	lin := res.Linearization
 	r.Linearizable, r.LinearizeOps, r.LinearizeTime, r.Visualization = lin.Result, lin.Ops, lin.Took, lin.Visualization
 	r.Violations = append(r.Violations, res.Violations...)
+	r.Shortfalls = append(r.Shortfalls, res.Shortfalls...)
 }
 
 var errNotOwned = leasehold.ErrNotOwned.Error()
@@ -171,29 +205,39 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "  over the SLO\t%d of %d\n", len(r.missedTakeovers()), r.Takeovers)
 	}
 	fmt.Fprintf(tw, "linearizable\t%s (%d ops, checked in %d ms)\n", r.Linearizable, r.LinearizeOps, r.LinearizeTime.Milliseconds())
-	fmt.Fprintf(tw, "violations\t%d\n", len(r.Violations))
+	fmt.Fprintf(tw, "%s\t%d\n", LabelSafety, len(r.Violations))
+	writeGroups(tw, r.Violations)
+	fmt.Fprintf(tw, "%s\t%d\n", LabelLiveness, len(r.Shortfalls))
+	writeGroups(tw, r.Shortfalls)
 	if r.Cleanup != "" {
 		fmt.Fprintf(tw, "cleanup\t%s\n", r.Cleanup)
 	}
 	fmt.Fprintf(tw, "verdict\t%s (exit %d)\n", r.Verdict(), r.ExitCode())
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	counts := make(map[string]int)
-	for _, v := range r.Violations {
-		counts[v.Check]++
-	}
-	for _, c := range slices.Sorted(maps.Keys(counts)) {
-		first := ""
-		for _, v := range r.Violations {
+	return tw.Flush()
+}
+
+// Labels of the summary's safety and liveness lines: the first must be 0
+// for a safe lock; the second may not be 0 on a slow machine.
+const (
+	LabelSafety   = "safety violations"
+	LabelLiveness = "liveness shortfalls"
+)
+
+// writeGroups writes one indented row per check of vs: how many, and the
+// first one's detail.
+func writeGroups(w io.Writer, vs []check.Violation) {
+	for _, c := range checks(vs) {
+		n, first := 0, ""
+		for _, v := range vs {
 			if v.Check == c {
-				first = v.Detail
-				break
+				if n == 0 {
+					first = v.Detail
+				}
+				n++
 			}
 		}
-		fmt.Fprintf(w, "  %s: %d (first: %s)\n", c, counts[c], first)
+		fmt.Fprintf(w, "  %s\t%d (first: %s)\n", c, n, first)
 	}
-	return nil
 }
 
 // WriteJSON writes the report as indented JSON, without its history, with
@@ -204,6 +248,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	c := *r
 	if c.Violations == nil {
 		c.Violations = []check.Violation{}
+	}
+	if c.Shortfalls == nil {
+		c.Shortfalls = []check.Violation{}
 	}
 	for _, m := range []*map[string]int{&c.Ops, &c.Faults, &c.Effects} {
 		if *m == nil {

@@ -2,6 +2,7 @@ package report_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,10 +40,15 @@ func TestReportLinearize(t *testing.T) {
 	if err := rep.WriteText(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"illegal (3 ops, checked in ", check.NotLinearizable + ": 1 (first: " + key} {
+	for _, want := range []string{"illegal (3 ops, checked in ", check.NotLinearizable + "  1 (first: " + key} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
+	}
+	// Listed under the safety line, above the liveness one.
+	_, safety, _ := strings.Cut(out.String(), report.LabelSafety)
+	if safety, _, _ = strings.Cut(safety, report.LabelLiveness); !strings.Contains(safety, check.NotLinearizable) {
+		t.Errorf("%s is not listed under %q:\n%s", check.NotLinearizable, report.LabelSafety, out.String())
 	}
 }
 
@@ -63,8 +69,8 @@ func TestWriteJSON(t *testing.T) {
 	if got["store"] != "memory" || got["ttl_ns"] != float64(time.Second) || got["linearizable"] != check.LinearizableIllegal {
 		t.Errorf("JSON %s", out.String())
 	}
-	if vs, _ := got["violations"].([]any); len(vs) == 0 {
-		t.Errorf("no violations in %s", out.String())
+	if vs, _ := got["safety_violations"].([]any); len(vs) == 0 {
+		t.Errorf("no safety violations in %s", out.String())
 	}
 	for _, k := range []string{"History", "Visualization"} {
 		if _, ok := got[k]; ok {
@@ -73,8 +79,9 @@ func TestWriteJSON(t *testing.T) {
 	}
 }
 
-// A safe run's JSON has "violations": [] and its figures as {}, never null:
-// the CLI's -o json promises [] for an empty list.
+// A safe run's JSON has "safety_violations": [], "liveness_shortfalls": []
+// and its figures as {}, never null: the CLI's -o json promises [] for an
+// empty list.
 func TestWriteJSONEmptyIsNotNull(t *testing.T) {
 	var out strings.Builder
 	if err := (&report.Report{Store: "memory"}).WriteJSON(&out); err != nil {
@@ -84,8 +91,10 @@ func TestWriteJSONEmptyIsNotNull(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
-	if vs, ok := got["violations"].([]any); !ok || len(vs) != 0 {
-		t.Errorf("violations = %#v, want []", got["violations"])
+	for _, k := range []string{"safety_violations", "liveness_shortfalls"} {
+		if vs, ok := got[k].([]any); !ok || len(vs) != 0 {
+			t.Errorf("%s = %#v, want []", k, got[k])
+		}
 	}
 	for _, k := range []string{"ops", "faults", "effects"} {
 		if m, ok := got[k].(map[string]any); !ok || len(m) != 0 {
@@ -94,23 +103,30 @@ func TestWriteJSONEmptyIsNotNull(t *testing.T) {
 	}
 }
 
-// The verdict tells safety from the takeover time: any safety violation is
-// exit 1 whatever else failed, the takeover SLO alone exit 3, none exit 0.
+// The verdict tells safety from liveness: any safety violation is exit 1
+// whatever else failed; a liveness shortfall alone (the takeover SLO, jobs
+// unfinished) exit 3 and "safe"; none exit 0. The summary's safety line
+// counts safety violations only, and the liveness line the shortfalls.
 func TestVerdict(t *testing.T) {
 	slo := check.Violation{Check: check.Takeover, Detail: "p99 over"}
+	unfinished := check.Violation{Check: check.Unfinished, Detail: "1 of 10000 jobs not done"}
 	stale := check.Violation{Check: check.StaleWrite, Detail: "stale"}
 	unknown := check.Violation{Check: check.LinearizeUnknown, Detail: "timeout"}
+	unreadable := check.Violation{Check: check.HistoryUnreadable, Detail: "log lost"}
 	for _, c := range []struct {
-		vs      []check.Violation
-		code    int
-		verdict string
+		safety, liveness []check.Violation
+		code             int
+		verdict          string
 	}{
-		{nil, report.ExitSafe, "safe (exit 0)"},
-		{[]check.Violation{slo}, report.ExitSLOMissed, "safe; takeover SLO missed (exit 3)"},
-		{[]check.Violation{slo, stale}, report.ExitUnsafe, "UNSAFE (exit 1)"},
-		{[]check.Violation{unknown}, report.ExitUnsafe, "UNSAFE (exit 1)"},
+		{nil, nil, report.ExitSafe, "safe (exit 0)"},
+		{nil, []check.Violation{slo}, report.ExitSLOMissed, "safe; takeover SLO missed (exit 3)"},
+		{nil, []check.Violation{unfinished}, report.ExitSLOMissed, "safe; jobs unfinished (exit 3)"},
+		{nil, []check.Violation{unfinished, slo}, report.ExitSLOMissed, "safe; jobs unfinished, takeover SLO missed (exit 3)"},
+		{[]check.Violation{stale}, []check.Violation{slo}, report.ExitUnsafe, "UNSAFE (exit 1)"},
+		{[]check.Violation{unknown}, nil, report.ExitUnsafe, "UNSAFE (exit 1)"},
+		{[]check.Violation{unreadable}, []check.Violation{unfinished}, report.ExitUnsafe, "UNSAFE (exit 1)"},
 	} {
-		rep := &report.Report{Violations: c.vs}
+		rep := &report.Report{Violations: c.safety, Shortfalls: c.liveness}
 		var text, js strings.Builder
 		if err := rep.WriteText(&text); err != nil {
 			t.Fatal(err)
@@ -119,16 +135,49 @@ func TestVerdict(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got struct {
-			Verdict  string `json:"verdict"`
-			ExitCode int    `json:"exit_code"`
+			Verdict  string            `json:"verdict"`
+			ExitCode int               `json:"exit_code"`
+			Safety   []check.Violation `json:"safety_violations"`
+			Liveness []check.Violation `json:"liveness_shortfalls"`
 		}
 		if err := json.Unmarshal([]byte(js.String()), &got); err != nil {
 			t.Fatal(err)
 		}
-		if rep.ExitCode() != c.code || got.ExitCode != c.code || verdictLine(text.String()) != c.verdict || got.Verdict != rep.Verdict() {
-			t.Errorf("%v: exit %d (JSON %d, %q), want %d; summary:\n%s", c.vs, rep.ExitCode(), got.ExitCode, got.Verdict, c.code, text.String())
+		if rep.ExitCode() != c.code || got.ExitCode != c.code || verdictLine(text.String()) != c.verdict || got.Verdict+" (exit "+strconv.Itoa(c.code)+")" != c.verdict {
+			t.Errorf("%v, %v: exit %d (JSON %d, %q), want %d, %q; summary:\n%s", c.safety, c.liveness, rep.ExitCode(), got.ExitCode, got.Verdict, c.code, c.verdict, text.String())
+		}
+		if len(got.Safety) != len(c.safety) || len(got.Liveness) != len(c.liveness) {
+			t.Errorf("%v, %v: JSON has %d safety violations and %d liveness shortfalls", c.safety, c.liveness, len(got.Safety), len(got.Liveness))
+		}
+		if n := summaryCount(text.String(), report.LabelSafety); n != len(c.safety) {
+			t.Errorf("%v, %v: the summary's %q line says %d:\n%s", c.safety, c.liveness, report.LabelSafety, n, text.String())
+		}
+		if n := summaryCount(text.String(), report.LabelLiveness); n != len(c.liveness) {
+			t.Errorf("%v, %v: the summary's %q line says %d:\n%s", c.safety, c.liveness, report.LabelLiveness, n, text.String())
+		}
+		// Each shortfall is listed under the liveness line, not the safety one.
+		_, liveness, _ := strings.Cut(text.String(), report.LabelLiveness)
+		for _, v := range c.liveness {
+			if !strings.Contains(liveness, "  "+v.Check+" ") {
+				t.Errorf("%s is not listed under %q:\n%s", v.Check, report.LabelLiveness, text.String())
+			}
 		}
 	}
+}
+
+// summaryCount is the number on the summary's line labelled label; -1 when
+// there is none.
+func summaryCount(summary, label string) int {
+	for line := range strings.Lines(summary) {
+		if rest, ok := strings.CutPrefix(line, label+" "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(rest))
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
 }
 
 // The takeover SLO is TTL + one renewal interval unless given.

@@ -33,7 +33,7 @@ func (a *app) cleanupDrill(ctx context.Context, b *backend, jobs int) string {
 			}
 		}
 		if err != nil {
-			return fmt.Sprintf("stopped at %s: %v; %s", key, err, a.leftover(b))
+			return fmt.Sprintf("stopped at %s: %s; %s", key, printableText(oneLine(err.Error())), a.leftover(b))
 		}
 	}
 	done := fmt.Sprintf("%d leases released", released)
@@ -45,7 +45,7 @@ func (a *app) cleanupDrill(ctx context.Context, b *backend, jobs int) string {
 		// One key a call: in a Redis Cluster the fence keys of different
 		// jobs live in different slots.
 		if err := b.call(ctx, func(ctx context.Context) error { return b.deleteKeys(ctx, fk) }); err != nil {
-			return fmt.Sprintf("%s; deleting %s: %v; %s", done, fk, err, a.leftover(b))
+			return fmt.Sprintf("%s; deleting %s: %s; %s", done, fk, printableText(oneLine(err.Error())), a.leftover(b))
 		}
 	}
 	return fmt.Sprintf("removed: %s, %d fence keys deleted; no drill key left", done, jobs)

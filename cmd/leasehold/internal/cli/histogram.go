@@ -197,6 +197,9 @@ func fetchHeld(ctx context.Context, u *url.URL, namespace string, timeout time.D
 	}
 	if !found {
 		slices.Sort(present)
+		for i, ns := range present {
+			present[i] = printable(ns) // the endpoint's text
+		}
 		return nil, fmt.Errorf("%s has no %s series for namespace %q (namespaces there: %s)", where, HeldMetric, namespace, strings.Join(present, ", "))
 	}
 	buckets := make([]Bucket, 0, len(sums))

@@ -94,7 +94,7 @@ func printInspect(a *app, v lockView) error {
 		{"fence", fence},
 		{"namespace", v.Namespace},
 		{"class", v.Class},
-		{"store", v.Store},
+		{"store", printableText(v.Store)},
 	} {
 		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
 	}

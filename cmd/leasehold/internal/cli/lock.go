@@ -58,6 +58,19 @@ const (
 	MaxLockGrace = 10 * time.Minute
 )
 
+// How lock follows CMD's processes once CMD has ended or SIGKILL was sent.
+const (
+	// lockWaitPoll rereads the processes CMD left running, besides the
+	// SIGCHLD that says one of them ended: a bound on a missed signal.
+	lockWaitPoll = time.Second
+	// lockKillPoll re-sends SIGKILL this often, to processes forked since
+	// the last round, until none is left.
+	lockKillPoll = 20 * time.Millisecond
+	// lockKillWait bounds the wait for SIGKILLed processes: SIGKILL ends a
+	// process at once unless it is stuck in the kernel; 10 s is far past that.
+	lockKillWait = 10 * time.Second
+)
+
 // exitStatus ends the command with its code and no message of its own: it
 // was reported already, or it is CMD's own status.
 type exitStatus int
@@ -84,16 +97,20 @@ CMD runs in its own process group with stdin, stdout and stderr passed
 through, and LEASEHOLD_KEY, LEASEHOLD_FENCE (send it with every write the lock
 protects) and LEASEHOLD_HOLDER (the holder identity) in its environment.
 
-When the lock is lost (the store refuses a renewal: the key was deleted or
-released by someone else; or renewal failed until the local deadline), lock
-says so on stderr, sends SIGTERM to CMD's process group, SIGKILL after
---grace, and exits 124. On SIGINT or SIGTERM, lock sends SIGTERM to CMD
-(SIGKILL after --grace), releases KEY once CMD has ended, and exits with CMD's
-status.
+lock holds KEY until CMD and every process it started have ended: on Linux
+it is their child subreaper and follows them wherever they go (setsid
+included); on other systems it follows CMD's process group. When the lock
+is lost (the store refuses a renewal: the key was deleted or released by
+someone else; or renewal failed until the local deadline), lock says so on
+stderr, sends SIGTERM to every process of CMD, SIGKILL after --grace to
+those left (CMD ended or not), and exits 124 once none is left. On SIGINT
+or SIGTERM, lock does the same, releases KEY once every process of CMD has
+ended, and exits with CMD's status. When CMD ends leaving processes running,
+KEY stays held until they end (one line on stderr says so).
 
 Exit codes (as timeout(1)):
   CMD's     CMD ended while the lock was held (128+N: killed by signal N)
-  124       the lock was lost, and CMD was stopped
+  124       the lock was lost, and every process of CMD was stopped
   125       the lock was not acquired (busy after --wait, or the store
             failed); CMD did not run
   126       CMD was found but cannot be executed
@@ -102,7 +119,7 @@ Exit codes (as timeout(1)):
 
 stdout belongs to CMD. lock is quiet on success; on failure or loss it prints
 one line on stderr. -o json makes its messages (acquired, not_acquired, lost,
-released, release_failed) one JSON object per line on stderr.`,
+waiting, released, release_failed) one JSON object per line on stderr.`,
 		Example: `  leasehold lock --redis redis://127.0.0.1:6379/0 jobs:nightly -- ./nightly.sh
   leasehold lock --wait 5m --ttl 1m backup:db -- pg_dump -f /backup/db.sql db`,
 		Args:                  lockArgs,
@@ -172,6 +189,9 @@ func (a *app) lock(cmd *cobra.Command, f *lockFlags, key string, argv []string) 
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		return execError(argv[0], err)
+	}
+	if err := trackProcesses(); err != nil {
+		return notLocked(err)
 	}
 
 	r := &lockRun{a: a, f: f, asJSON: asJSON, key: key}
@@ -283,8 +303,8 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 		if err := lease.Release(rctx); err != nil {
 			r.emit("release_failed", fence, holder, "reason", oneLine(err.Error()))
 			if !r.asJSON {
-				fmt.Fprintf(r.a.stderr, "leasehold: lock: could not release %s (fence %d): %s: %v; it frees itself within --ttl %v\n",
-					printable(r.key), fence, b, oneLine(err.Error()), r.f.ttl)
+				fmt.Fprintf(r.a.stderr, "leasehold: lock: could not release %s (fence %d): %s: %s; it frees itself within --ttl %v\n",
+					printable(r.key), fence, b, printableText(oneLine(err.Error())), r.f.ttl)
 			}
 			return
 		}
@@ -314,56 +334,99 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
+	procs := newCmdProcs(c.Process)
+	children, stopEvents := childEvents()
+	defer stopEvents()
 
 	var (
 		lost, sig = ka.Context().Done(), ctx.Done()
 		wasLost   bool
-		kill      *time.Timer
+		werr      error
+		cmdEnded  bool
+		graceEnd  <-chan time.Time // SIGKILL then
+		killedAt  time.Time        // SIGKILL sent: it is re-sent until no process is left
+		waitNoted bool
 	)
-	// stop sends SIGTERM to CMD's group now and SIGKILL after --grace.
+	// poll rereads the processes where no event says they ended; stopped
+	// until CMD ends or SIGKILL is sent.
+	poll := time.NewTicker(time.Hour)
+	poll.Stop()
+	defer poll.Stop()
+	// stop sends SIGTERM to every process of CMD now and SIGKILL after --grace.
 	stop := func() {
-		if kill == nil {
-			signalGroup(c.Process, syscall.SIGTERM)
-			kill = time.AfterFunc(r.f.grace, func() { signalGroup(c.Process, syscall.SIGKILL) })
+		if graceEnd == nil && killedAt.IsZero() {
+			procs.signal(syscall.SIGTERM)
+			graceEnd = time.After(r.f.grace)
 		}
 	}
 	// reportLost says the lock was lost, and what happens to CMD.
-	reportLost := func(ended bool) {
+	reportLost := func(ended, left bool) {
 		wasLost = true
 		reason := strings.TrimPrefix(oneLine(context.Cause(ka.Context()).Error()), "leasehold: ")
 		r.emit("lost", fence, holder, "reason", reason, "held_seconds", seconds(time.Since(start)), "grace_seconds", seconds(r.f.grace))
 		then := fmt.Sprintf("stopping CMD (SIGTERM, SIGKILL after --grace %v)", r.f.grace)
-		if ended {
+		switch {
+		case ended && left:
+			then = fmt.Sprintf("CMD had ended; stopping the processes it left running (SIGTERM, SIGKILL after --grace %v)", r.f.grace)
+		case ended:
 			then = "CMD had just ended"
 		}
 		if !r.asJSON {
 			fmt.Fprintf(r.a.stderr, "leasehold: lock: lost %s (fence %d) after %v: %s; %s\n",
-				printable(r.key), fence, time.Since(start).Round(time.Millisecond), reason, then)
+				printable(r.key), fence, time.Since(start).Round(time.Millisecond), printableText(reason), then)
 		}
 	}
-	var werr error
-wait:
+	// The lock is held, and renewed, until CMD and every process it started
+	// have ended: none of them may run unlocked after the release.
 	for {
 		select {
 		case werr = <-done:
-			break wait
+			cmdEnded = true
+			procs.cmdEnded()
+			if killedAt.IsZero() {
+				poll.Reset(lockWaitPoll)
+			}
 		case <-lost:
 			lost = nil
 			if leaseLost(ka) {
-				reportLost(false)
+				reportLost(cmdEnded, cmdEnded)
 			}
 			stop()
 		case <-sig:
 			sig = nil
 			stop()
+		case <-graceEnd:
+			graceEnd = nil
+			killedAt = time.Now()
+			poll.Reset(lockKillPoll)
+		case <-children:
+		case <-poll.C:
 		}
-	}
-	if kill != nil {
-		kill.Stop()
+		if !killedAt.IsZero() {
+			procs.signal(syscall.SIGKILL) // and to those started since the last round
+		}
+		running := procs.running()
+		if cmdEnded && !running {
+			break
+		}
+		if cmdEnded && !killedAt.IsZero() && time.Since(killedAt) > lockKillWait {
+			// Stuck in the kernel: lock gives the lease up rather than
+			// release it while they may still act.
+			ka.Stop()
+			return exitCodeError{ExitLockLost, fmt.Errorf("lock: processes of CMD survived SIGKILL for %v (stuck in the kernel?); %s not released, it frees itself within --ttl %v",
+				lockKillWait, printable(r.key), r.f.ttl)}
+		}
+		if cmdEnded && running && !waitNoted && graceEnd == nil && killedAt.IsZero() {
+			waitNoted = true
+			r.emit("waiting", fence, holder, "held_seconds", seconds(time.Since(start)))
+			if !r.asJSON {
+				fmt.Fprintf(r.a.stderr, "leasehold: lock: CMD ended; %s stays held until the processes it left running end (SIGINT or SIGTERM to lock stops them)\n", printable(r.key))
+			}
+		}
 	}
 	// CMD's end and a loss at the same moment: CMD did not end under the lock.
 	if !wasLost && leaseLost(ka) {
-		reportLost(true)
+		reportLost(true, false)
 	}
 	if wasLost {
 		ka.Stop()
@@ -385,6 +448,19 @@ wait:
 	}
 	return nil
 }
+
+// cmdProcs is CMD and the processes lock follows with it; its signal and
+// running methods say, per system, which (lock_linux.go, lock_unix.go,
+// lock_other.go).
+type cmdProcs struct {
+	cmd   *os.Process
+	ended bool // CMD was reaped (its Wait returned): its pid may be reused now
+}
+
+func newCmdProcs(cmd *os.Process) *cmdProcs { return &cmdProcs{cmd: cmd} }
+
+// cmdEnded records that CMD's Wait returned.
+func (p *cmdProcs) cmdEnded() { p.ended = true }
 
 // statusCode is a process's exit code, or 128+N when signal N killed it.
 func statusCode(ps *os.ProcessState) int {

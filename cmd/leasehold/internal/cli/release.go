@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"text/tabwriter"
@@ -170,17 +171,7 @@ applications' pgstore Migrate). A KEY not held is exit code 1, nothing written.
 			if asJSON {
 				return writeJSON(a.stdout, v)
 			}
-			verb := "released"
-			if v.DryRun {
-				verb = "dry run, nothing written: would release"
-			}
-			holder := v.Holder
-			if holder == "" {
-				holder = "?"
-			}
-			_, err = fmt.Fprintf(a.stdout, "%s %s: holder %s, token %s…, fence %d; by %s: %s\n",
-				verb, printable(key), printable(holder), v.Token, v.Fence, printable(v.By), v.Reason)
-			return err
+			return printReleased(a.stdout, v)
 		}),
 	}
 	out = addOutputFlags(cmd, "the audit record, one object")
@@ -247,23 +238,45 @@ FENCE (the removed lease's), BY, REASON. -o json prints an array of objects
 			if asJSON {
 				return writeJSON(a.stdout, views)
 			}
-			if len(views) == 0 {
-				_, err := fmt.Fprintln(a.stdout, "no forced releases recorded")
-				return err
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tKEY\tHOLDER\tFENCE\tBY\tREASON")
-			for _, v := range views {
-				holder := v.Holder
-				if holder == "" {
-					holder = "?"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", v.Time.Format(time.RFC3339), printable(v.Key), printable(holder), v.Fence, printable(v.By), v.Reason)
-			}
-			return tw.Flush()
+			return printAudit(a.stdout, views)
 		}),
 	}
 	out = addOutputFlags(cmd, "an array of records, [] when none")
 	cmd.Flags().IntVar(&limit, "limit", DefaultAuditLimit, fmt.Sprintf("at most this many records (1 to %d); 100 is more than a screen of incidents", driver.MaxAuditLimit))
 	return cmd
+}
+
+// auditHolder is the HOLDER of a record: "?" when the token carried none.
+func auditHolder(v auditView) string {
+	if v.Holder == "" {
+		return "?"
+	}
+	return printable(v.Holder)
+}
+
+// printReleased prints release's one line about v, every value from the
+// store escaped.
+func printReleased(w io.Writer, v auditView) error {
+	verb := "released"
+	if v.DryRun {
+		verb = "dry run, nothing written: would release"
+	}
+	_, err := fmt.Fprintf(w, "%s %s: holder %s, token %s…, fence %d; by %s: %s\n",
+		verb, printable(v.Key), auditHolder(v), printable(v.Token), v.Fence, printable(v.By), printableText(v.Reason))
+	return err
+}
+
+// printAudit prints audit's table, one row per record, every value from the
+// store escaped; or a line saying there is none.
+func printAudit(w io.Writer, views []auditView) error {
+	if len(views) == 0 {
+		_, err := fmt.Fprintln(w, "no forced releases recorded")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tKEY\tHOLDER\tFENCE\tBY\tREASON")
+	for _, v := range views {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", v.Time.Format(time.RFC3339), printable(v.Key), auditHolder(v), v.Fence, printable(v.By), printableText(v.Reason))
+	}
+	return tw.Flush()
 }

@@ -102,7 +102,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if !a.ran || errors.As(err, &ue) || errors.Is(err, leasehold.ErrInvalidArgument) {
 		code = ExitUsage
 	}
-	msg := hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), append(storeEnvValues(), args...))
+	// A message may quote a store's text: escaped like every value printed.
+	msg := printableText(hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), append(storeEnvValues(), args...)))
 	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
@@ -137,8 +138,8 @@ Without a store flag, they take one of $LEASEHOLD_REDIS_URL, $LEASEHOLD_ETCD_END
 $LEASEHOLD_POSTGRES_DSN or $LEASEHOLD_KUBECONFIG. -o json prints JSON (durations in seconds, lists as
 []). Shell completion: leasehold completion bash|zsh|fish. Errors are one line on stderr; exit code 0 means
 done, 1 that the command failed (store unreachable, SLO impossible, …),
-2 that the command line was wrong, 3 a drill that missed only its takeover
-SLO; lock exits with its command's code, 124 (lock lost) or 125 (not acquired).`,
+2 that the command line was wrong, 3 a drill that missed only liveness (takeover
+SLO, jobs unfinished); lock exits with its command's code, 124 (lock lost) or 125 (not acquired).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// A bare "leasehold" prints this help; cobra's default argument

@@ -10,19 +10,27 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// buildRevision is the git commit the binary was built from, and "-dirty"
+// when the tree had uncommitted changes: set by make leasehold
+// (-ldflags -X), since go stamps no VCS information in a go.work workspace
+// unless asked (-buildvcs=true), nor in a git worktree at all.
+var buildRevision string
+
 // versionCommand is "leasehold version": the build's module version, VCS
 // revision and Go version, and the leasehold modules it was built with, from
-// the binary's build information (debug.ReadBuildInfo).
+// the binary's build information (debug.ReadBuildInfo) and buildRevision.
 func (a *app) versionCommand() *cobra.Command {
 	var out *outputFlags
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version of leasehold, its VCS revision and the modules it was built with",
 		Long: `version prints the build information of the binary (debug.ReadBuildInfo):
-the module version ("(devel)" when built inside the source tree rather than by
-go install MODULE@VERSION), the VCS revision, its time and whether the tree
-was modified (when built from a git checkout), the Go version, and the
-leasehold modules the binary contains. -o json prints one object.`,
+the module version (the tag for go install MODULE@vX.Y.Z; "(devel)" or a
+pseudo-version for a build from the source tree), the git commit, "-dirty"
+when the tree had uncommitted changes, and the commit's time (for a build from
+a git clone with make leasehold; a plain go build or go run in the source tree
+knows no commit), the Go version, and the leasehold modules the binary
+contains. -o json prints one object.`,
 		Args: exactArgs(),
 		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := out.isJSON(cmd)
@@ -43,7 +51,7 @@ leasehold modules the binary contains. -o json prints one object.`,
 // versionInfo is the build information, and version -o json's object.
 type versionInfo struct {
 	Version   string `json:"version"`
-	Revision  string `json:"vcs_revision"` // "" when not built from a checkout
+	Revision  string `json:"vcs_revision"` // "" when not known (see buildRevision)
 	Time      string `json:"vcs_time"`
 	Modified  bool   `json:"vcs_modified"`
 	GoVersion string `json:"go_version"`
@@ -76,6 +84,10 @@ func readVersion() versionInfo {
 			v.Modified = s.Value == "true"
 		}
 	}
+	if v.Revision == "" && buildRevision != "" {
+		rev, dirty := strings.CutSuffix(buildRevision, "-dirty")
+		v.Revision, v.Modified = rev, dirty
+	}
 	for _, d := range bi.Deps {
 		if !strings.HasPrefix(d.Path, "github.com/leasehold/leasehold") {
 			continue
@@ -95,15 +107,18 @@ func printVersion(w io.Writer, v versionInfo) error {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "leasehold %s %s\n", v.Version, v.GoVersion)
 	fmt.Fprintf(&sb, "  version   %s\n", v.Version)
-	if v.Revision != "" {
-		mod := ""
-		if v.Modified {
-			mod = " (modified)"
-		}
-		fmt.Fprintf(&sb, "  revision  %s%s\n", v.Revision, mod)
-		if v.Time != "" {
-			fmt.Fprintf(&sb, "  time      %s\n", v.Time)
-		}
+	switch {
+	case v.Revision == "" && v.Version != "(devel)":
+		// A module version (go install …@vX.Y.Z) names the build itself.
+	case v.Revision == "":
+		fmt.Fprintf(&sb, "  revision  unknown: built without VCS information (make leasehold stamps it; see cmd/leasehold/README.md)\n")
+	case v.Modified:
+		fmt.Fprintf(&sb, "  revision  %s-dirty (uncommitted changes)\n", v.Revision)
+	default:
+		fmt.Fprintf(&sb, "  revision  %s\n", v.Revision)
+	}
+	if v.Time != "" {
+		fmt.Fprintf(&sb, "  time      %s\n", v.Time)
 	}
 	fmt.Fprintf(&sb, "  go        %s\n", v.GoVersion)
 	for _, m := range v.Modules {

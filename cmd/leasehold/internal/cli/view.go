@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
@@ -91,14 +92,30 @@ func seconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1e6 }
 // characters tell two owners apart at a glance and cannot be used.
 const tokenWidth = 10
 
-// printable makes s safe for one table cell: control characters, which
-// could redraw an operator's terminal, and blanks, which would shift the
-// columns, make it quoted Go syntax.
-func printable(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar }) >= 0 {
-		return strconv.Quote(s)
+// printable is how every value read from a store (key, holder, token, by,
+// reason) or quoted from one is printed in a table or a line: s itself when
+// it is non-empty and every rune is a printable character other than a
+// blank; otherwise s as a Go string literal, whose escapes show control and
+// format characters (newlines, ANSI CSI and OSC sequences, bidirectional
+// overrides and isolates, zero-width characters), other blanks and invalid
+// UTF-8. So a value can neither add a row nor control the terminal; it
+// starts with '"' only when quoted, so it reads back one way. -o json is
+// never escaped.
+func printable(s string) string { return escape(s, false) }
+
+// printableText is printable for free text (a reason, a message), whose
+// ASCII spaces are kept and do not make it quoted.
+func printableText(s string) string { return escape(s, true) }
+
+// escape is printable, and printableText with spaces.
+func escape(s string, spaces bool) string {
+	plain := s != "" && s[0] != '"' && utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool {
+		return !unicode.IsPrint(r) || (r == ' ' && !spaces)
+	}) < 0
+	if plain {
+		return s
 	}
-	return s
+	return strconv.Quote(s)
 }
 
 // shortToken is the token's first tokenWidth characters and an ellipsis when

@@ -107,10 +107,11 @@ func main() {
 	// No faults: this checks the module builds and runs, not the lock under faults.
 	report, err := drill.Run(ctx, drill.Config{Workers: 4, Jobs: 20, Faults: []faults.Fault{}})
 	check("drill.Run", err)
-	if len(report.Violations) > 0 {
-		log.Fatalf("drill: %d violations: %v", len(report.Violations), report.Violations)
+	if !report.Safe() {
+		log.Fatalf("drill: %d safety violations: %v", len(report.Violations), report.Violations)
 	}
-	fmt.Printf("drill: %d jobs on %s, %d critical sections, linearizable %s, no violation\n", report.Jobs, report.Store, report.CriticalSections, report.Linearizable)
+	fmt.Printf("drill: %d jobs on %s, %d critical sections, linearizable %s, no safety violation (verdict %s)\n",
+		report.Jobs, report.Store, report.CriticalSections, report.Linearizable, report.Verdict())
 
 	families, err := reg.Gather()
 	check("metrics", err)
