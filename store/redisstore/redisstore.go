@@ -432,8 +432,13 @@ func (s *Store) HandOff(ctx context.Context, key, token, next string, ttl time.D
 		}
 	}
 	sfx := redisslot.Suffix(key)
-	res, err := s.run(ctx, handOffScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
-		[]any{token, next, millis(ttl), ReleaseChannel(key)}, nil).Slice()
+	keys, args := []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx}, []any{token, next, millis(ttl), ReleaseChannel(key)}
+	// Sent at once, not behind a batch in flight: a hand-off is the one call
+	// on the path from one holder to the next, while the waiters' own calls
+	// (a releaser joining the queue again) fill the batches.
+	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
+		return handOffScript.Run(ctx, s.client, keys, args...).Slice()
+	}, nil)
 	if err != nil {
 		return 0, "", acquireError(key, err)
 	}
