@@ -15,10 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 
-	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -96,7 +94,7 @@ func WithNamePrefix(prefix string) Option {
 // Store is a driver.Store on Kubernetes coordination.k8s.io/v1 Leases, one
 // Lease per lock key in one namespace. It is safe for concurrent use.
 type Store struct {
-	leases    coordclient.LeaseInterface
+	leases    leaseClient
 	namespace string
 	prefix    string
 
@@ -118,20 +116,21 @@ type observation struct {
 	mine *coordinationv1.Lease
 }
 
-// New returns a Store that keeps its locks as Leases in namespace, through
-// client. The Store does not own the client. The client's rate limit applies
-// to the Store's requests: client-go's default (rest.Config.QPS 5, Burst 10)
-// suits a controller, not a lock service; give the Store's client a higher
-// QPS (the tests use 1000).
-func New(client kubernetes.Interface, namespace string, opts ...Option) (*Store, error) {
-	if client == nil {
-		return nil, errors.New("kubestore: nil client")
+// New returns a Store that keeps its locks as Leases in namespace, on the
+// API server of cfg (rest.InClusterConfig in a pod; clientcmd's
+// BuildConfigFromFlags for a kubeconfig). The Store makes its own client of
+// coordination.k8s.io/v1 from a copy of cfg, so cfg may be reused, and
+// Close need not close it. cfg's rate limit applies to the Store's requests:
+// client-go's default (QPS 5, Burst 10) suits a controller, not a lock
+// service; give the Store a higher QPS (the tests use 1000).
+func New(cfg *rest.Config, namespace string, opts ...Option) (*Store, error) {
+	if cfg == nil {
+		return nil, errors.New("kubestore: nil rest.Config")
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
 		return nil, fmt.Errorf("kubestore: invalid namespace %q: %s", namespace, strings.Join(errs, "; "))
 	}
 	s := &Store{
-		leases:    client.CoordinationV1().Leases(namespace),
 		namespace: namespace,
 		prefix:    DefaultNamePrefix,
 		seen:      make(map[string]observation),
@@ -144,6 +143,11 @@ func New(client kubernetes.Interface, namespace string, opts ...Option) (*Store,
 	if err := checkNamePrefix(s.prefix); err != nil {
 		return nil, err
 	}
+	leases, err := newLeaseClient(cfg, namespace)
+	if err != nil {
+		return nil, err
+	}
+	s.leases = leases
 	return s, nil
 }
 
@@ -365,7 +369,7 @@ func clearHolder(lease *coordinationv1.Lease) {
 // this Store first saw it, it writes token into it with the fence raised by
 // one, guarded by the resourceVersion it read. Two round trips.
 //
-// When the key is held it returns a *leasehold.HeldError whose Remaining is
+// When the key is held it returns a *driver.HeldError whose Remaining is
 // the rest of the holder's duration as this Store counts it. A write that
 // meets a conflict (someone else wrote the Lease since the read) reads
 // again, at most 5 times in all.
@@ -397,7 +401,7 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 			return fail(err)
 		}
 		if held, left := s.held(lease, st); held {
-			return 0, &leasehold.HeldError{Key: key, Remaining: left}
+			return 0, &driver.HeldError{Key: key, Remaining: left}
 		}
 		if st.fence == 1<<63-1 {
 			return fail(errors.New("the fence is at its maximum"))
@@ -449,11 +453,11 @@ func (s *Store) cachedFirst(attempt int, name, token string) *coordinationv1.Lea
 }
 
 // owned reads key's Lease and checks that token holds it now, by this
-// Store's observation; it returns leasehold.ErrNotOwned when it does not.
+// Store's observation; it returns driver.ErrNotOwned when it does not.
 func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.Lease, lockState, error) {
 	lease, err := s.leases.Get(ctx, s.Name(key), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, lockState{}, leasehold.ErrNotOwned
+		return nil, lockState{}, driver.ErrNotOwned
 	}
 	if err != nil {
 		return nil, lockState{}, err
@@ -463,7 +467,7 @@ func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.L
 		return nil, st, err
 	}
 	if held, _ := s.held(lease, st); !held || st.token != token {
-		return nil, st, leasehold.ErrNotOwned
+		return nil, st, driver.ErrNotOwned
 	}
 	return lease, st, nil
 }
@@ -473,7 +477,7 @@ func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.L
 // The Lease stays, with its fence. Two round trips; one when this Store
 // wrote the Lease last (its acquire or renewal), since it then writes from
 // that version without reading, and reads only after a conflict. It returns
-// leasehold.ErrNotOwned when the Lease is missing, free, held by another
+// driver.ErrNotOwned when the Lease is missing, free, held by another
 // token, or expired by this Store's count.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
@@ -487,7 +491,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // resourceVersion read. Two round trips; one when this Store wrote the
 // Lease last, as for Release. Every renewal is a write, even to
 // the same TTL: the new resourceVersion is what tells waiters that the
-// holder is alive. It returns leasehold.ErrNotOwned when the Lease is
+// holder is alive. It returns driver.ErrNotOwned when the Lease is
 // missing, free, held by another token, or expired by this Store's count.
 func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
@@ -521,7 +525,7 @@ func (s *Store) writeOwned(ctx context.Context, op, key, token string, held bool
 		if lease == nil {
 			var err error
 			lease, _, err = s.owned(ctx, key, token)
-			if errors.Is(err, leasehold.ErrNotOwned) {
+			if errors.Is(err, driver.ErrNotOwned) {
 				return err
 			}
 			if err != nil {
