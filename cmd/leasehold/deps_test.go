@@ -2,23 +2,30 @@ package main_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// The CLI's Kubernetes support links client-go's REST client, clientcmd and
-// the coordination/v1 types, never the clientset of every API group: Redis
-// and PostgreSQL operators compile it too.
-func TestLinksNoClientset(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
+// goListDeps is go list -deps of pkgs, from this module.
+func goListDeps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).Output()
 	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
+		t.Fatalf("go list -deps %s: %v", pkgs, err)
 	}
-	deps := strings.Fields(string(out))
+	return strings.Fields(string(out))
+}
+
+// The CLI's Kubernetes support links kubestore (which links the Lease
+// client alone: its own test checks) and the kubeconfig loader, nothing
+// more of Kubernetes: Redis and PostgreSQL operators compile it too.
+func TestKubeLinksOnlyKubestoreAndClientcmd(t *testing.T) {
+	deps := goListDeps(t, ".")
+	kube := goListDeps(t, "github.com/leasehold/leasehold/store/kubestore", "k8s.io/client-go/tools/clientcmd")
 	for _, p := range deps {
-		if strings.HasPrefix(p, "k8s.io/client-go/kubernetes") ||
-			strings.HasPrefix(p, "k8s.io/api/") && p != "k8s.io/api/coordination/v1" {
-			t.Errorf("the CLI links %s", p)
+		if (strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "sigs.k8s.io/")) && !slices.Contains(kube, p) {
+			t.Errorf("the CLI links %s, which neither kubestore nor clientcmd needs", p)
 		}
 	}
 	t.Logf("the CLI links %d packages", len(deps))
