@@ -28,11 +28,12 @@ const kubeDrillTimeScale = 1.0 / 30
 // (the negative control) the drill must report stale writes.
 func TestDrillOnKube(t *testing.T) {
 	srv := testserver.StartKubeAPIServer(t)
-	c, err := kubernetes.NewForConfig(&rest.Config{
+	cfg := &rest.Config{
 		Host: srv.Host(), BearerToken: srv.BearerToken(),
 		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()},
 		QPS:             1000, Burst: 2000, // client-go's default 5/s would throttle the workers
-	})
+	}
+	c, err := kubernetes.NewForConfig(cfg) // makes each subtest's namespace
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestDrillOnKube(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := kubestore.New(c, ns.Name)
+		s, err := kubestore.New(cfg, ns.Name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -118,7 +118,7 @@ func TestPostgresInspectAndLs(t *testing.T) {
 		t.Errorf("ls 'runs_*' listed %q, want only runs_x", keys)
 	}
 
-	failsWith(t, 1, []string{"postgres", `table "nope" does not exist`},
+	failsWith(t, 1, []string{"postgres", `"nope" does not exist`, "leasehold migrate --postgres DSN --pg-table nope"},
 		"ls", "--postgres", srv.DSN(), "--pg-table", "nope", "*:*")
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/leasehold/leasehold"
@@ -25,14 +24,10 @@ func startKube(t *testing.T) ([]string, *kubestore.Store) {
 	if err := srv.WriteKubeconfig(path, "default"); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kubernetes.NewForConfig(&rest.Config{
+	st, err := kubestore.New(&rest.Config{
 		Host: srv.Host(), BearerToken: srv.BearerToken(),
 		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()}, QPS: 100, Burst: 200,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := kubestore.New(cs, "default")
+	}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}

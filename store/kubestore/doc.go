@@ -1,7 +1,9 @@
 // Package kubestore is the Kubernetes backend of leasehold: each lock is a
-// coordination.k8s.io/v1 Lease, written through client-go. It lives in a Go
-// module of its own, so that users of the other backends never download
-// client-go. It suits control planes that already run on Kubernetes and
+// coordination.k8s.io/v1 Lease, written through client-go's REST client.
+// New takes a *rest.Config and makes a client that knows coordination/v1
+// alone, so a program links the Lease types, not the clientset of every API
+// group. It lives in a Go module of its own, so that users of the other
+// backends never download client-go. It suits control planes that already run on Kubernetes and
 // coordinate through Leases (kube-scheduler's leader election among them):
 // they get the fence, the renewal policy, the drill and the operator
 // tooling on the store they already run. client-go's leaderelection does not
@@ -128,11 +130,11 @@
 //     data is written protects against that.
 //   - An API server that cannot be reached, or whose etcd has no quorum,
 //     gives an error, never a false "acquired" and never ErrNotAcquired.
-//     Every request is bounded by the caller's context, and by the client's
-//     rest.Config.Timeout when it has one.
+//     Every request is bounded by the caller's context, and by
+//     rest.Config.Timeout when it is set.
 //   - client-go's rate limiter (rest.Config.QPS, 5 by default) delays every
-//     request beyond its budget; give the Store's client a budget for its
-//     locks' operations (two requests per acquire, renew or release).
+//     request beyond its budget; give the Store's rest.Config a budget for
+//     its locks' operations (two requests per acquire, renew or release).
 //   - Leases of keys no longer used stay in the namespace (a few hundred
 //     bytes each), like etcdstore's fence keys. Delete them when the keys
 //     are retired for good; their fences then restart from the clock.

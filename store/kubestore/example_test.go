@@ -5,7 +5,6 @@ import (
 	"log"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/leasehold/leasehold"
@@ -21,11 +20,7 @@ func Example() {
 	}
 	// client-go's default budget (5 requests/s) suits a controller, not locks.
 	cfg.QPS, cfg.Burst = 100, 200
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		log.Fatal(err)
-	}
-	store, err := kubestore.New(clientset, "my-namespace")
+	store, err := kubestore.New(cfg, "my-namespace")
 	if err != nil {
 		log.Fatal(err)
 	}

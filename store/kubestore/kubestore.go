@@ -15,8 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/leasehold/leasehold/driver"
 )
@@ -95,7 +94,7 @@ func WithNamePrefix(prefix string) Option {
 // Store is a driver.Store on Kubernetes coordination.k8s.io/v1 Leases, one
 // Lease per lock key in one namespace. It is safe for concurrent use.
 type Store struct {
-	leases    coordclient.LeaseInterface
+	leases    leaseClient
 	namespace string
 	prefix    string
 
@@ -115,20 +114,21 @@ type observation struct {
 	mine *coordinationv1.Lease
 }
 
-// New returns a Store that keeps its locks as Leases in namespace, through
-// client. The Store does not own the client. The client's rate limit applies
-// to the Store's requests: client-go's default (rest.Config.QPS 5, Burst 10)
-// suits a controller, not a lock service; give the Store's client a higher
-// QPS (the tests use 1000).
-func New(client kubernetes.Interface, namespace string, opts ...Option) (*Store, error) {
-	if client == nil {
-		return nil, errors.New("kubestore: nil client")
+// New returns a Store that keeps its locks as Leases in namespace, on the
+// API server of cfg (rest.InClusterConfig in a pod; clientcmd's
+// BuildConfigFromFlags for a kubeconfig). The Store makes its own client of
+// coordination.k8s.io/v1 from a copy of cfg, so cfg may be reused, and
+// Close need not close it. cfg's rate limit applies to the Store's requests:
+// client-go's default (QPS 5, Burst 10) suits a controller, not a lock
+// service; give the Store a higher QPS (the tests use 1000).
+func New(cfg *rest.Config, namespace string, opts ...Option) (*Store, error) {
+	if cfg == nil {
+		return nil, errors.New("kubestore: nil rest.Config")
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
 		return nil, fmt.Errorf("kubestore: invalid namespace %q: %s", namespace, strings.Join(errs, "; "))
 	}
 	s := &Store{
-		leases:    client.CoordinationV1().Leases(namespace),
 		namespace: namespace,
 		prefix:    DefaultNamePrefix,
 		seen:      make(map[string]observation),
@@ -140,6 +140,11 @@ func New(client kubernetes.Interface, namespace string, opts ...Option) (*Store,
 	if err := checkNamePrefix(s.prefix); err != nil {
 		return nil, err
 	}
+	leases, err := newLeaseClient(cfg, namespace)
+	if err != nil {
+		return nil, err
+	}
+	s.leases = leases
 	return s, nil
 }
 

@@ -78,13 +78,23 @@ func restConfig(srv *testserver.KubeAPIServer) *rest.Config {
 	}
 }
 
-func newClient(t testing.TB) *kubernetes.Clientset {
+// cluster is a test's access to the server: cfg for the Stores, and a
+// clientset of its own to look at (or change) Leases and namespaces behind
+// the Stores' backs.
+type cluster struct {
+	*kubernetes.Clientset
+	cfg *rest.Config
+}
+
+func newClient(t testing.TB) *cluster { return clientFor(t, restConfig(server(t))) }
+
+func clientFor(t testing.TB, cfg *rest.Config) *cluster {
 	t.Helper()
-	c, err := kubernetes.NewForConfig(restConfig(server(t)))
+	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return &cluster{Clientset: c, cfg: cfg}
 }
 
 // namespace creates a namespace of its own for the test.
@@ -98,9 +108,9 @@ func namespace(t testing.TB, c kubernetes.Interface) string {
 	return created.Name
 }
 
-func newStore(t testing.TB, c kubernetes.Interface, ns string, opts ...kubestore.Option) *kubestore.Store {
+func newStore(t testing.TB, c *cluster, ns string, opts ...kubestore.Option) *kubestore.Store {
 	t.Helper()
-	s, err := kubestore.New(c, ns, opts...)
+	s, err := kubestore.New(c.cfg, ns, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,13 +135,13 @@ func TestClient(t *testing.T) {
 }
 
 func TestNewRefusesBadArguments(t *testing.T) {
-	if _, err := kubestore.New(nil, "default"); err == nil {
-		t.Fatal("New(nil) succeeded")
+	if _, err := kubestore.New(nil, "default"); err == nil || !strings.Contains(err.Error(), "rest.Config") {
+		t.Fatalf("New(nil): %v, want an error naming the rest.Config", err)
 	}
-	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
+	if _, err := kubestore.New(&rest.Config{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("not PEM")}}, "default"); err == nil {
+		t.Error("New with a CA that is not PEM succeeded")
 	}
+	c := &rest.Config{Host: "https://127.0.0.1:1"}
 	for _, ns := range []string{"", "Default", "a_b", strings.Repeat("n", 64)} {
 		if _, err := kubestore.New(c, ns); err == nil || !strings.Contains(err.Error(), "namespace") {
 			t.Errorf("New with namespace %q: %v, want an error naming the namespace", ns, err)
@@ -147,11 +157,7 @@ func TestNewRefusesBadArguments(t *testing.T) {
 // Names are valid Lease names for any valid key, readable, and apart for
 // keys that differ only in what the readable part drops.
 func TestNames(t *testing.T) {
-	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := kubestore.New(c, "default")
+	s, err := kubestore.New(&rest.Config{Host: "https://127.0.0.1:1"}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,14 +392,11 @@ func TestBadInputWritesNoLease(t *testing.T) {
 func TestUnreachableServerIsAnError(t *testing.T) {
 	cfg := restConfig(server(t))
 	cfg.Host = "https://127.0.0.1:1" // nothing listens on port 1
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := clientFor(t, cfg)
 	s := newStore(t, c, "default")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	_, err = s.Acquire(ctx, "k", "tok", time.Second)
+	_, err := s.Acquire(ctx, "k", "tok", time.Second)
 	if err == nil || errors.Is(err, leasehold.ErrNotAcquired) || !strings.Contains(err.Error(), "kubestore: acquire") {
 		t.Fatalf("Acquire on no server: %v, want a kubestore error", err)
 	}
@@ -424,10 +427,7 @@ func TestRequestsPerOperation(t *testing.T) {
 	counter := &countRequests{}
 	cfg := restConfig(server(t))
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := clientFor(t, cfg)
 	s := newStore(t, c, namespace(t, c))
 	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
 	count := func(what string, want int64, op func() error) {

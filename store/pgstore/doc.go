@@ -1,8 +1,9 @@
 // Package pgstore is the PostgreSQL backend of leasehold, on a pgx v5
 // connection pool (*pgxpool.Pool).
 //
-// Table: one row per key, made by Store.Migrate (default name
-// "leasehold_leases"; see WithTable):
+// Table: one row per key, made by Store.Migrate, by the leasehold CLI's
+// "leasehold migrate", or by a DBA running MigrationSQL's script ("leasehold
+// migrate --print") (default name "leasehold_leases"; see WithTable):
 //
 //	key        text PRIMARY KEY   the lock key
 //	token      text               the owner's token; NULL when released

@@ -84,7 +84,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	case errors.Is(err, driver.ErrNotOwned):
 		return driver.AuditRecord{}, err
 	case err != nil:
-		return driver.AuditRecord{}, fmt.Errorf("pgstore: force release %q: %w", key, err)
+		return driver.AuditRecord{}, s.opError(fmt.Sprintf("force release %q", key), err)
 	}
 	return rec, nil
 }
@@ -100,7 +100,7 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 	}
 	rows, err := s.pool.Query(ctx, s.auditSQL, key, limit)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: audit: %w", err)
+		return nil, s.opError("audit", err)
 	}
 	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.AuditRecord, error) {
 		var a driver.AuditRecord

@@ -82,6 +82,13 @@ type Store struct {
 	auditErr                                                                  error
 	migrateAuditSQL, migrateAuditIndexSQL, forceSelectSQL, forceSQL, auditSQL string
 
+	// The objects Migrate makes (see migrate.go), the schema of a
+	// schema-qualified table ("" when the search_path decides), and what a
+	// missing table's error tells to do.
+	steps       []migrationStep
+	schema      string
+	missingHint string
+
 	listener *listener
 }
 
@@ -102,6 +109,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, &driver.ArgumentError{Arg: "pool", Reason: "nil"}
 	}
+	s, err := build(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	s.listener = newListener(pool, s.channel)
+	return s, nil
+}
+
+// build is New without the pool: the Store's names and statements.
+func build(opts []Option) (*Store, error) {
 	c := config{table: DefaultTable}
 	for _, o := range opts {
 		o(&c)
@@ -126,7 +144,6 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	waiterParts[len(parts)-1] = waitersName(parts[len(parts)-1])
 	w := pgx.Identifier(waiterParts).Sanitize()
 	s := &Store{
-		pool:              pool,
 		table:             c.table,
 		channel:           c.channel,
 		migrateSQL:        fmt.Sprintf(migrateSQL, t),
@@ -151,7 +168,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		s.forceSQL = fmt.Sprintf(forceSQL, t, a, w)
 		s.auditSQL = fmt.Sprintf(auditSQL, t, a)
 	}
-	s.listener = newListener(pool, c.channel)
+	s.planMigration(parts, waiterParts, auditParts)
 	return s, nil
 }
 
@@ -376,44 +393,6 @@ func interval(ttl time.Duration) pgtype.Interval {
 	return pgtype.Interval{Microseconds: int64((ttl + time.Microsecond - 1) / time.Microsecond), Valid: true}
 }
 
-// Migrate creates the lease table if it does not exist: key text PRIMARY
-// KEY, token text, fence bigint NOT NULL, expires_at timestamptz; the
-// waiters table (see the package doc); and the forced releases' table, the
-// lease table's name + "_audit" (see ForceRelease), with an index on
-// (key, at). It is safe to call from many processes at once (they queue on a
-// transaction advisory lock) and on every start-up. It never alters an
-// existing table, so on a database made by an earlier version it adds the
-// tables that version did not have and keeps the leases; run it after
-// upgrading, as lock operations fail until the waiters table exists.
-func (s *Store) Migrate(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// CREATE TABLE IF NOT EXISTS is not safe against itself: two
-		// concurrent runs can both pass the check and one then fails on
-		// the catalog's unique index.
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "leasehold:migrate:"+s.table); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, s.migrateSQL); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, s.migrateWaitersSQL); err != nil {
-			return err
-		}
-		if s.auditErr != nil {
-			return nil // ForceRelease and Audit say why
-		}
-		if _, err := tx.Exec(ctx, s.migrateAuditSQL); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, s.migrateAuditIndexSQL)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("pgstore: migrate %q: %w", s.table, err)
-	}
-	return nil
-}
-
 // Close stops the connection that carries release notifications, if one was
 // opened, and waits for its goroutine. It does not close the pool; lock
 // operations keep working. Waiters still blocked on the Store fall back to
@@ -474,7 +453,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 		err = row.Scan(&fence, &remaining)
 	}
 	if err != nil {
-		return 0, s.opError("acquire", key, err)
+		return 0, s.opError(fmt.Sprintf("acquire %q", key), err)
 	}
 	if fence != nil {
 		return *fence, nil
@@ -489,15 +468,16 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 // undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
 const undefinedTable = "42P01"
 
-// opError wraps the error of operation op on key. A missing table is most
-// likely a database not migrated since an upgrade that added one (the
-// waiters table): the error says so.
-func (s *Store) opError(op, key string, err error) error {
+// opError wraps the error of op, the operation and what it was on
+// ("acquire \"k\""). A missing table is most likely a database not
+// migrated, or not since an upgrade that added one (the waiters table): the
+// error says so, naming the Store's tables and how to make them.
+func (s *Store) opError(op string, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == undefinedTable {
-		return fmt.Errorf("pgstore: %s %q: %w (run Migrate: this version needs the tables %q and %q)", op, key, err, s.table, s.waiters)
+		return fmt.Errorf("pgstore: %s: %w (%s)", op, err, s.missingHint)
 	}
-	return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
+	return fmt.Errorf("pgstore: %s: %w", op, err)
 }
 
 // Release implements driver.Store in one round trip: it clears the owner
@@ -510,7 +490,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	tag, err := s.pool.Exec(ctx, s.releaseSQL, key, token, s.channel)
 	if err != nil {
-		return s.opError("release", key, err)
+		return s.opError(fmt.Sprintf("release %q", key), err)
 	}
 	if tag.RowsAffected() == 0 {
 		return driver.ErrNotOwned
@@ -526,7 +506,7 @@ func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
 		return err
 	}
 	if _, err := s.pool.Exec(ctx, s.leaveSQL, key, token, s.channel); err != nil {
-		return s.opError("leave the queue of", key, err)
+		return s.opError(fmt.Sprintf("leave the queue of %q", key), err)
 	}
 	return nil
 }
@@ -551,7 +531,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	}
 	tag, err := s.pool.Exec(ctx, s.renewSQL, key, token, interval(ttl))
 	if err != nil {
-		return fmt.Errorf("pgstore: renew %q: %w", key, err)
+		return s.opError(fmt.Sprintf("renew %q", key), err)
 	}
 	if tag.RowsAffected() == 0 {
 		return driver.ErrNotOwned
@@ -575,7 +555,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	case errors.Is(err, pgx.ErrNoRows):
 		return info, nil
 	case err != nil:
-		return driver.Info{Key: key}, fmt.Errorf("pgstore: inspect %q: %w", key, err)
+		return driver.Info{Key: key}, s.opError(fmt.Sprintf("inspect %q", key), err)
 	}
 	if token != nil {
 		info.Held, info.Token = true, *token
@@ -628,7 +608,7 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 	}, "%", "_%")
 	rows, err := s.pool.Query(ctx, s.listSQL, like, after, limit+1)
 	if err != nil {
-		return nil, "", fmt.Errorf("pgstore: list %q: %w", pattern, err)
+		return nil, "", s.opError(fmt.Sprintf("list %q", pattern), err)
 	}
 	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Info, error) {
 		info := driver.Info{Held: true}

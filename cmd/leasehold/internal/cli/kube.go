@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leasehold/leasehold/store/kubestore"
@@ -37,13 +36,11 @@ func openKube(_ context.Context, name, path, namespace, prefix string, timeout t
 		}
 	}
 	cfg.QPS, cfg.Burst = kubeQPS, kubeBurst
-	cs, err := kubernetes.NewForConfig(cfg)
+	// New refuses a bad --kube-namespace or --kube-prefix, or a kubeconfig
+	// whose TLS material does not load.
+	st, err := kubestore.New(cfg, namespace, kubestore.WithNamePrefix(prefix))
 	if err != nil {
-		return nil, usagef("%s: kubeconfig %s: %v", name, path, err)
-	}
-	st, err := kubestore.New(cs, namespace, kubestore.WithNamePrefix(prefix))
-	if err != nil {
-		return nil, usagef("%v", err)
+		return nil, usagef("%s: %v (kubeconfig %s)", name, err, path)
 	}
 	b := &backend{kind: "kube", where: cfg.Host + " namespace " + namespace, timeout: timeout, store: st, kubeNamespace: namespace}
 	b.close = func() { st.Close() }

@@ -2,17 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
 
@@ -38,7 +34,8 @@ func openPostgres(ctx context.Context, name, dsn, table string, timeout time.Dur
 		pool.Close()
 		return nil, err
 	}
-	b.store = &pgTableHint{Store: st, table: table}
+	// pgstore's errors name a missing table and how to make it.
+	b.store = st
 	b.close = func() { st.Close(); pool.Close() }
 	return b, nil
 }
@@ -110,52 +107,4 @@ func pgReason(err error) string {
 		return "its TLS settings (sslmode, sslcert, sslkey, sslrootcert) cannot be used"
 	}
 	return "pgx does not take it as a PostgreSQL URL or key=value DSN"
-}
-
-// pgTableHint is pgstore's Store with a clearer error when its table is
-// missing.
-type pgTableHint struct {
-	*pgstore.Store
-	table string
-}
-
-// Inspect is pgstore's, with tableHint on its error.
-func (s *pgTableHint) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	info, err := s.Store.Inspect(ctx, key)
-	return info, tableHint(err, s.table)
-}
-
-// List is pgstore's, with tableHint on its error.
-func (s *pgTableHint) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
-	infos, next, err := s.Store.List(ctx, pattern, after, limit)
-	return infos, next, tableHint(err, s.table)
-}
-
-// Acquire is pgstore's, with tableHint on its error (drill and lock take
-// leases).
-func (s *pgTableHint) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
-	fence, err := s.Store.Acquire(ctx, key, token, ttl)
-	return fence, tableHint(err, s.table)
-}
-
-// ForceRelease is pgstore's, with tableHint on its error.
-func (s *pgTableHint) ForceRelease(ctx context.Context, key, reason, by string) (driver.AuditRecord, error) {
-	rec, err := s.Store.ForceRelease(ctx, key, reason, by)
-	return rec, tableHint(err, s.table+"_audit")
-}
-
-// Audit is pgstore's, with tableHint on its error.
-func (s *pgTableHint) Audit(ctx context.Context, key string, limit int) ([]driver.AuditRecord, error) {
-	recs, err := s.Store.Audit(ctx, key, limit)
-	return recs, tableHint(err, s.table+"_audit")
-}
-
-// tableHint turns PostgreSQL's "relation does not exist" into the likely
-// cause.
-func tableHint(err error, table string) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" {
-		return fmt.Errorf("table %q does not exist (another --pg-table, or pgstore's Migrate, which makes the lease table and its _audit table, never ran on this database): %w", table, err)
-	}
-	return err
 }

@@ -128,6 +128,7 @@ func (a *app) rootCommand() *cobra.Command {
   inspect KEY      the live lease on KEY: holder, remaining TTL, fence, namespace, class
   lock KEY -- CMD  run CMD while holding KEY, flock(1) for a cluster (exit 124: lock lost)
   ls PATTERN       every held lock matching PATTERN: the lock inventory as it is now
+  migrate          make or upgrade pgstore's PostgreSQL tables (--print: the SQL for a DBA)
   release KEY      break a stuck lock whoever holds it (--force --reason), recorded in the store
   audit [KEY]      the forced releases recorded in the store, newest first
   ttl              the TTL a lock path needs, checked against a takeover SLO
@@ -166,7 +167,7 @@ SLO, jobs unfinished); lock exits with its command's code, 124 (lock lost) or 12
 	pf.StringVar(&g.pgTable, "pg-table", pgstore.DefaultTable, "with --postgres: the lease table the applications' pgstore uses (its WithTable; the default is pgstore.DefaultTable)")
 	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
-	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lockCommand(), a.lsCommand(), a.releaseCommand(), a.auditCommand(), a.ttlCommand(), a.versionCommand())
+	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lockCommand(), a.lsCommand(), a.migrateCommand(), a.releaseCommand(), a.auditCommand(), a.ttlCommand(), a.versionCommand())
 	// cobra adds "completion" here; a shell it has no script for is a
 	// usage error, not its help.
 	root.InitDefaultCompletionCmd()

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leasehold/leasehold"
@@ -79,9 +78,7 @@ func main() {
 
 	kcfg, err := clientcmd.BuildConfigFromFlags("", env("LEASEHOLD_KUBECONFIG"))
 	check("kubeconfig", err)
-	kcs, err := kubernetes.NewForConfig(kcfg)
-	check("kubernetes client", err)
-	ks, err := kubestore.New(kcs, "default")
+	ks, err := kubestore.New(kcfg, "default")
 	check("kubestore.New", err)
 	lock("kubestore", ks, nil)
 	check("kubestore: Close", ks.Close())

@@ -1,0 +1,218 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrationStep is one object Migrate makes when it is missing.
+type migrationStep struct {
+	kind    string   // "table" or "index"
+	name    string   // its name within its schema
+	display string   // its name in messages: schema-qualified when the table is
+	sql     string   // CREATE … IF NOT EXISTS
+	columns []string // a table's columns the Store uses, checked when it exists
+}
+
+// migrateLockSQL serialises Migrate runs on one table: CREATE … IF NOT
+// EXISTS is not safe against itself (two runs can both pass the check, and
+// one then fails on the catalog's unique index).
+const migrateLockSQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
+
+// planMigration records what Migrate makes for the lease table parts, the
+// waiters table waiterParts and the audit table auditParts (when its name
+// fits), and the hint of a missing table's error.
+func (s *Store) planMigration(parts, waiterParts, auditParts []string) {
+	if len(parts) == 2 {
+		s.schema = parts[0]
+	}
+	last := func(p []string) string { return p[len(p)-1] }
+	s.steps = []migrationStep{
+		{kind: "table", name: last(parts), display: s.table, sql: s.migrateSQL,
+			columns: []string{"key", "token", "fence", "expires_at"}},
+		{kind: "table", name: last(waiterParts), display: s.waiters, sql: s.migrateWaitersSQL,
+			columns: []string{"key", "seq", "token", "deadline"}},
+	}
+	if s.auditErr == nil {
+		index := last(auditParts) + "_key_at"
+		s.steps = append(s.steps,
+			migrationStep{kind: "table", name: last(auditParts), display: s.audit, sql: s.migrateAuditSQL,
+				columns: []string{"id", "at", "key", "holder", "token", "fence", "reason", "forced_by"}},
+			migrationStep{kind: "index", name: index, display: strings.Join(append(slices.Clone(parts[:len(parts)-1]), index), "."),
+				sql: s.migrateAuditIndexSQL})
+	}
+	var tables []string
+	for _, st := range s.steps {
+		if st.kind == "table" {
+			tables = append(tables, fmt.Sprintf("%q", st.display))
+		}
+	}
+	list := strings.Join(tables[:len(tables)-1], ", ") + " and " + tables[len(tables)-1]
+	flag := ""
+	if s.table != DefaultTable {
+		flag = " --pg-table " + shellQuote(s.table)
+	}
+	s.missingHint = fmt.Sprintf("run Migrate, or leasehold migrate --postgres DSN%s: this version needs the tables %s", flag, list)
+}
+
+// shellQuote quotes s for a POSIX shell when it has other bytes than
+// letters, digits, '_', '.' and '-'.
+func shellQuote(s string) string {
+	plain := s != ""
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			plain = false
+		}
+	}
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// sqlString is s as an SQL string literal (standard_conforming_strings,
+// PostgreSQL's default since 9.1).
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// MigrateOption configures Migrate.
+type MigrateOption func(*migrateConfig)
+
+type migrateConfig struct {
+	created *[]string
+}
+
+// WithCreated makes Migrate append to *created what it created, in order,
+// as "table NAME" or "index NAME"; nothing when the database was up to
+// date, or when Migrate fails (it then changed nothing). Default: not
+// reported.
+func WithCreated(created *[]string) MigrateOption {
+	return func(c *migrateConfig) { c.created = created }
+}
+
+// Migrate makes the Store's tables where they are missing, in one
+// transaction: the lease table (key text PRIMARY KEY, token text, fence
+// bigint NOT NULL, expires_at timestamptz), the waiters table (see the
+// package doc), and the forced releases' table, the lease table's name +
+// "_audit" (see ForceRelease), with an index on (key, at). It never alters an existing table, so on a database
+// made by an earlier version it adds the tables that version did not have
+// and keeps the leases; run it after upgrading, as lock operations fail
+// until the waiters table exists. MigrationSQL gives the same statements for
+// a DBA, and the leasehold CLI runs them ("leasehold migrate --postgres DSN")
+// or prints them (--print). It fails, changing nothing, when an
+// existing table lacks a column the Store uses (another application's
+// table of that name).
+//
+// It is safe to call from many processes at once (they queue on a
+// transaction advisory lock) and on every start-up. A few round trips.
+func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
+	var c migrateConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	var created []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		created = nil
+		if _, err := tx.Exec(ctx, fmt.Sprintf(migrateLockSQL, "$1"), "leasehold:migrate:"+s.table); err != nil {
+			return err
+		}
+		// An unqualified table is made in the first schema of the
+		// search_path that exists: look for the objects there.
+		var schema *string
+		var arg *string
+		if s.schema != "" {
+			arg = &s.schema
+		}
+		if err := tx.QueryRow(ctx, "SELECT coalesce($1::text, current_schema()::text)", arg).Scan(&schema); err != nil {
+			return err
+		}
+		if schema == nil {
+			return errors.New("no schema to make the tables in: the connection's search_path names none that exists")
+		}
+		names := make([]string, len(s.steps))
+		for i, st := range s.steps {
+			names[i] = st.name
+		}
+		var existing []string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(n), '{}') FROM unnest($2::text[]) n
+ WHERE to_regclass(format('%I.%I', $1::text, n)) IS NOT NULL`, *schema, names).Scan(&existing); err != nil {
+			return err
+		}
+		for _, st := range s.steps {
+			if !slices.Contains(existing, st.name) {
+				created = append(created, st.kind+" "+st.display)
+			}
+			if _, err := tx.Exec(ctx, st.sql); err != nil {
+				return err
+			}
+		}
+		return s.checkColumns(ctx, tx, *schema)
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate %q: %w", s.table, err)
+	}
+	if c.created != nil {
+		*c.created = append(*c.created, created...)
+	}
+	return nil
+}
+
+// checkColumns checks that each table of the Store in schema has the
+// columns the Store uses.
+func (s *Store) checkColumns(ctx context.Context, tx pgx.Tx, schema string) error {
+	for _, st := range s.steps {
+		if st.kind != "table" {
+			continue
+		}
+		var have []string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text), '{}') FROM pg_attribute
+ WHERE attrelid = to_regclass(format('%I.%I', $1::text, $2::text)) AND attnum > 0 AND NOT attisdropped`,
+			schema, st.name).Scan(&have); err != nil {
+			return err
+		}
+		var missing []string
+		for _, col := range st.columns {
+			if !slices.Contains(have, col) {
+				missing = append(missing, col)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("the table %q has no column %s: it was not made by pgstore (another application's table of that name?); nothing was changed",
+				st.display, strings.Join(missing, ", "))
+		}
+	}
+	return nil
+}
+
+// MigrationSQL returns what Migrate runs for a Store made with opts, as an
+// SQL script for a DBA to run instead (psql -f): one transaction, which
+// makes only what is missing, so running it again changes nothing. Unlike
+// Migrate, it does not check the columns of tables that exist. It returns
+// New's *leasehold.ArgumentError for a table or channel name PostgreSQL
+// would not take as it is.
+func MigrationSQL(opts ...Option) (string, error) {
+	s, err := build(opts)
+	if err != nil {
+		return "", err
+	}
+	return s.migrationSQL(), nil
+}
+
+// migrationSQL is MigrationSQL of the Store's options.
+func (s *Store) migrationSQL() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- The tables of leasehold's pgstore for the lease table %q:\n", s.table)
+	b.WriteString("-- made where missing, never altered; running this again changes nothing.\n")
+	b.WriteString("BEGIN;\n")
+	fmt.Fprintf(&b, migrateLockSQL+";\n", sqlString("leasehold:migrate:"+s.table))
+	for _, st := range s.steps {
+		b.WriteString(st.sql + ";\n")
+	}
+	b.WriteString("COMMIT;\n")
+	return b.String()
+}
