@@ -73,6 +73,13 @@ func TestClient(t *testing.T) {
 	})
 }
 
+// A store whose cluster is down: every call is an error of its own.
+func TestUnreachableClusterIsAnError(t *testing.T) {
+	storetest.RunUnreachable(t, func(t *testing.T) driver.Store {
+		return newStore(t, newClient(t, []string{testserver.ClosedAddr(t)}))
+	})
+}
+
 func TestConformance(t *testing.T) {
 	client := newClient(t, shared.Endpoints())
 	storetest.Run(t, func(t *testing.T) driver.Store { return newStore(t, client) })

@@ -15,7 +15,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -392,22 +391,15 @@ func TestBadInputWritesNoLease(t *testing.T) {
 func TestUnreachableServerIsAnError(t *testing.T) {
 	cfg := restConfig(server(t))
 	cfg.Host = "https://127.0.0.1:1" // nothing listens on port 1
-	c := clientFor(t, cfg)
-	s := newStore(t, c, "default")
+	var s *kubestore.Store
+	storetest.RunUnreachable(t, func(t *testing.T) driver.Store {
+		s = newStore(t, clientFor(t, cfg), "default")
+		return s
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	_, err := s.Acquire(ctx, "k", "tok", time.Second)
-	if err == nil || errors.Is(err, leasehold.ErrNotAcquired) || !strings.Contains(err.Error(), "kubestore: acquire") {
-		t.Fatalf("Acquire on no server: %v, want a kubestore error", err)
-	}
-	if strings.Contains(err.Error(), cfg.BearerToken) {
-		t.Fatal("the error holds the bearer token")
-	}
-	if err := s.Release(ctx, "k", "tok"); err == nil || errors.Is(err, leasehold.ErrNotOwned) {
-		t.Fatalf("Release on no server: %v, want a backend error", err)
-	}
-	if _, err := c.CoordinationV1().Leases("default").Get(ctx, "x", metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		t.Fatal("no server answered NotFound")
+	if _, err := s.Acquire(ctx, "k", "tok", time.Second); err == nil || strings.Contains(err.Error(), cfg.BearerToken) {
+		t.Fatalf("Acquire on no server: %v; want an error without the bearer token", err)
 	}
 }
 

@@ -114,6 +114,13 @@ func TestClient(t *testing.T) {
 }
 
 // A store on a schema-qualified table, with a channel of its own.
+// A store whose database is down: every call is an error of its own.
+func TestUnreachableDatabaseIsAnError(t *testing.T) {
+	storetest.RunUnreachable(t, func(t *testing.T) driver.Store {
+		return newStore(t, newPool(t, "postgres://postgres@"+testserver.ClosedAddr(t)+"/postgres?sslmode=disable", nil))
+	})
+}
+
 func TestConformanceQualifiedTable(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `CREATE SCHEMA IF NOT EXISTS "Locks"`); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -300,24 +299,11 @@ func TestBadInputWritesNothingToRedis(t *testing.T) {
 	}
 }
 
-// A down server is an error, never a false "acquired" and never "busy".
+// A store whose server is down: every call is an error of its own.
 func TestUnreachableServerIsAnError(t *testing.T) {
-	addr := testserver.ClosedAddr(t)
-	quiet := slog.New(slog.DiscardHandler) // the clean-up after each failure warns, as it should
-	c := leasehold.New(newStore(t, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})), leasehold.WithLogger(quiet))
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	for name, acquire := range map[string]func(context.Context, string, time.Duration) (*leasehold.Lease, error){
-		"TryAcquire": c.TryAcquire, "Acquire": c.Acquire,
-	} {
-		lease, err := acquire(ctx, "job:1", time.Minute)
-		if lease != nil || err == nil || errors.Is(err, leasehold.ErrNotAcquired) {
-			t.Fatalf("%s on a down server: (%v, %v), want a backend error", name, lease, err)
-		}
-		if !strings.Contains(err.Error(), "redisstore: acquire") {
-			t.Errorf("%s error %q does not say where it failed", name, err)
-		}
-	}
+	storetest.RunUnreachable(t, func(t *testing.T) driver.Store {
+		return newStore(t, redis.NewClient(&redis.Options{Addr: testserver.ClosedAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true}))
+	})
 }
 
 // After a server restart the pub/sub connection comes back by itself and
