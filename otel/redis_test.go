@@ -72,7 +72,7 @@ func TestHoldOnRedisTrace(t *testing.T) {
 
 	rootID := root.SpanContext().SpanID()
 	acq, hold := f.one(t, "leasehold.acquire"), f.one(t, "leasehold.hold")
-	for _, s := range []string{"leasehold.store.acquire", "leasehold.acquire", "leasehold.hold", "leasehold.store.handoff"} {
+	for _, s := range []string{"leasehold.store.acquire", "leasehold.acquire", "leasehold.hold", "leasehold.store.release"} {
 		if sp := f.one(t, s); sp.Parent.SpanID() != rootID {
 			t.Errorf("%s is not a child of the caller's span", s)
 		}
@@ -83,7 +83,7 @@ func TestHoldOnRedisTrace(t *testing.T) {
 		t.Errorf("hold [%v, %v] does not follow acquire [%v, %v]", hold.StartTime, hold.EndTime, acq.StartTime, acq.EndTime)
 	}
 	ms := f.collect(t)
-	for _, op := range []string{"acquire", "handoff", "renew_batch"} { // redisstore releases by a hand-off call
+	for _, op := range []string{"acquire", "release", "renew_batch"} {
 		if got := points(t, ms, "leasehold_store_call_seconds")["op="+op+",store=redisstore"]; got < 1 {
 			t.Errorf("store_call_seconds{%s,redisstore} count %v, want ≥ 1", op, got)
 		}
