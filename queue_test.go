@@ -21,13 +21,14 @@ import (
 // waking the head's watch alone.
 type queueStore struct {
 	*memstore.Store
-	mu       sync.Mutex
-	queues   map[string][]queueEntry
-	turns    map[string]chan struct{} // per token
-	queued   atomic.Int64             // AcquireQueued calls
-	leaves   atomic.Int64             // LeaveQueue calls
-	handOffs atomic.Int64             // HandOff calls
-	stayArg  atomic.Int64             // the last stay, in ns
+	mu        sync.Mutex
+	queues    map[string][]queueEntry
+	turns     map[string]chan struct{} // per token
+	queued    atomic.Int64             // AcquireQueued calls
+	leaves    atomic.Int64             // LeaveQueue calls
+	handOffs  atomic.Int64             // HandOff calls
+	panicking atomic.Bool              // HandOff panics
+	stayArg   atomic.Int64             // the last stay, in ns
 }
 
 type queueEntry struct {
@@ -128,6 +129,9 @@ func (s *queueStore) Release(ctx context.Context, key, token string) error {
 // operation takes, a release and an acquire for next are one step.
 func (s *queueStore) HandOff(ctx context.Context, key, token, next string, ttl time.Duration) (int64, string, error) {
 	s.handOffs.Add(1)
+	if s.panicking.Load() {
+		panic("hand-off")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.Store.Release(ctx, key, token); err != nil {
@@ -369,6 +373,41 @@ func TestStoreQueueWaiterBehindTheHeadPollsAtTheCap(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Error(err)
 			}
+		}
+	})
+}
+
+// A store whose HandOff panics: the releaser's panic goes on, and the waiter
+// the key was being handed to does not wait for that hand-off forever; it
+// takes the key once the holder's lease has run out.
+func TestPanickingHandOffLeavesNoWaiterHanging(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueStore()
+		c := leasehold.New(s)
+		holder, err := c.TryAcquire(t.Context(), "queue:panic", 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := c.Acquire(t.Context(), "queue:panic", time.Minute)
+			if err == nil {
+				err = l.Release(t.Context())
+			}
+			got <- err
+		}()
+		synctest.Wait() // queued behind the holder
+		s.panicking.Store(true)
+		if v := recoverValue(func() { _ = holder.Release(t.Context()) }); v != "hand-off" {
+			t.Fatalf("Release recovered %v, want the store's panic", v)
+		}
+		s.panicking.Store(false)
+		start := time.Now()
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+		if waited := time.Since(start); waited > 11*time.Second {
+			t.Fatalf("the waiter got the key %v after the panic, want by the holder's TTL", waited)
 		}
 	})
 }

@@ -610,6 +610,13 @@ func (c *Client) giveBack(ctx context.Context, l *Lease) error {
 		next, ttl = w.token, w.ttl
 	}
 	h := &handed{sent: time.Now()}
+	if w != nil {
+		defer func() {
+			if h != nil { // a panic in the store: the waiter must not wait for an answer forever
+				c.lines.answer(w, &handed{unsure: true, sent: h.sent})
+			}
+		}()
+	}
 	var fence int64
 	var head string
 	err := c.storeCall(ctx, "handoff", 1, func() (err error) {
@@ -640,6 +647,7 @@ func (c *Client) giveBack(ctx context.Context, l *Lease) error {
 		}
 	}
 	c.lines.answer(w, h)
+	h = nil
 	return err
 }
 
