@@ -93,6 +93,7 @@ type Store struct {
 	batch  *rscript.Batcher // nil: WithoutBatching
 	subs   subscriptions
 	opts   options
+	acks   acker // replica acknowledgement (replicas.go)
 
 	evictionOK atomic.Bool // the policy was read and accepted (or warned about)
 	warnOnce   sync.Once
@@ -105,6 +106,7 @@ type options struct {
 	log          *slog.Logger
 	warnEviction bool
 	noBatching   bool
+	acks         ackOptions
 }
 
 // WithLogger sets where the Store reports an eviction policy it only warns
@@ -171,9 +173,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&s.opts)
 	}
+	if s.opts.acks.err != nil {
+		return nil, s.opts.acks.err
+	}
 	if !s.opts.noBatching {
 		s.batch = rscript.NewBatcher(client, calls, rscript.DefaultBatchSize)
 	}
+	s.acks.init(s)
 	s.subs.client = client
 	return s, nil
 }
@@ -262,6 +268,7 @@ func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.Wait()
 	}
+	s.acks.wait()
 	return err
 }
 
@@ -312,13 +319,13 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		}
 	}
 	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
-	res, err := s.run(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
+	res, err := s.runAcked(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
 		[]any{token, millis(ttl), stayMS}, func(cmd *redis.Cmd) {
 			res, err := cmd.Slice()
 			if _, granted, _ := acquireReply(res); err == nil && granted {
 				s.releaseLate(key, token)
 			}
-		}).Slice()
+		}, "acquire", acquireWrote, s.undoAcquire(key, token)).Slice()
 	if err != nil {
 		return 0, acquireError(key, err)
 	}
@@ -459,7 +466,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	n, err := s.run(ctx, renewScript, []string{key}, []any{token, millis(ttl)}, nil).Int64()
+	n, err := s.runAcked(ctx, renewScript, []string{key}, []any{token, millis(ttl)}, nil, "renewal", renewWrote, renewUnacked).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}
@@ -493,7 +500,7 @@ func (s *Store) RenewBatch(ctx context.Context, items []driver.RenewItem) []erro
 		return errs
 	}
 	cmds, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]*redis.Cmd, error) {
-		return renewScript.RunBatch(ctx, s.client, calls), nil
+		return s.renewBatch(ctx, calls), nil
 	}, nil)
 	if err != nil {
 		for _, i := range sent {

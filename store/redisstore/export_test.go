@@ -1,0 +1,14 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+)
+
+// SetReplicaCheckInterval sets how long a primary's replica count is trusted,
+// for t; tests that change it must not run in parallel.
+func SetReplicaCheckInterval(t *testing.T, d time.Duration) {
+	old := replicaCheckInterval
+	replicaCheckInterval = d
+	t.Cleanup(func() { replicaCheckInterval = old })
+}

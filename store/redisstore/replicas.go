@@ -1,0 +1,546 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/store/redisstore/internal/rscript"
+)
+
+// ErrNotReplicated is matched by the error of an Acquire or Renew whose
+// write the key's primary applied but too few of its replicas acknowledged
+// in time (see the package doc, "Replica acknowledgement"). The Acquire
+// released the key and returned no lease; the Renew counts as not renewed.
+// It never matches ErrNotAcquired or ErrNotOwned: nobody else holds the key.
+var ErrNotReplicated = errors.New("redisstore: not acknowledged by replicas")
+
+const (
+	// DefaultReplicaAckTimeout bounds the wait for a replica by default. A
+	// replica acknowledges within a round trip (well under a millisecond on
+	// a LAN); a second leaves room for one busy with a fork or on a loaded
+	// host, and still fails an acquire on a primary cut off from its
+	// replicas within a second. The call's deadline cuts it shorter.
+	DefaultReplicaAckTimeout = time.Second
+	// maxReplicaAckTimeout is the longest bound WithReplicaAcks takes: a
+	// connection waits that long, and a lease spends it of its TTL.
+	maxReplicaAckTimeout = time.Minute
+	// maxRedirects bounds the MOVED replies one acknowledged call follows
+	// on a cluster, as go-redis's own MaxRedirects default does.
+	maxRedirects = 3
+)
+
+// replicaCheckInterval is how long the replicas a primary reported are
+// trusted before INFO is read again (by default only), in the pipeline of
+// an acquire or renewal, not a round trip of its own. A second bounds how
+// long a replica that (re)connected goes unwaited for. Tests shorten it.
+var replicaCheckInterval = time.Second
+
+type ackMode uint8
+
+const (
+	ackAuto  ackMode = iota // 1 replica when the primary reports one
+	ackFixed                // WithReplicaAcks or WithReplicaFsync
+	ackOff                  // WithoutReplicaAcks
+)
+
+type ackOptions struct {
+	mode     ackMode
+	replicas int
+	timeout  time.Duration
+	fsync    bool
+	err      error // of a bad option, returned by New
+}
+
+// WithReplicaAcks makes Acquire, AcquireQueued, Renew and RenewBatch wait,
+// after their write, until replicas replicas of the key's primary (per
+// shard on a cluster) have it, at most timeout (and the call's deadline),
+// whatever the primary reports. Use it to demand more than one copy, a
+// bound other than DefaultReplicaAckTimeout, or to refuse leases while a
+// primary has fewer replicas than that. Cost: one replica round trip per
+// batch of calls; a primary without that many replicas fails every acquire
+// after timeout. It refuses replicas below 1 and a timeout outside 1 ms..1 min
+// (in New, with an *ArgumentError). Default: see the package doc.
+func WithReplicaAcks(replicas int, timeout time.Duration) Option {
+	return func(o *options) { o.acks = fixedAcks(replicas, timeout, false) }
+}
+
+// WithReplicaFsync is WithReplicaAcks with WAITAOF instead of WAIT: the
+// replicas have also written the call's write to their append-only files
+// (appendonly yes, appendfsync always or everysec). It needs Redis 7.2 or
+// later: on an older server every acquire fails, saying so. Cost: a replica's
+// fsync, up to a second with appendfsync everysec.
+func WithReplicaFsync(replicas int, timeout time.Duration) Option {
+	return func(o *options) { o.acks = fixedAcks(replicas, timeout, true) }
+}
+
+// WithoutReplicaAcks returns leases as soon as the primary has them, as
+// before replica acknowledgement: a failover to a replica that missed the
+// acquire can give the key a second owner (only the fence protects data
+// then). For a primary whose replicas are not failover targets.
+func WithoutReplicaAcks() Option {
+	return func(o *options) { o.acks = ackOptions{mode: ackOff} }
+}
+
+func fixedAcks(replicas int, timeout time.Duration, fsync bool) ackOptions {
+	a := ackOptions{mode: ackFixed, replicas: replicas, timeout: timeout, fsync: fsync}
+	switch {
+	case replicas < 1:
+		a.err = &driver.ArgumentError{Arg: "replicas", Reason: fmt.Sprintf("%d; at least 1 (WithoutReplicaAcks turns acknowledgement off)", replicas)}
+	case timeout < time.Millisecond || timeout > maxReplicaAckTimeout:
+		a.err = &driver.ArgumentError{Arg: "timeout", Reason: fmt.Sprintf("%v; must be within 1ms..%v", timeout, maxReplicaAckTimeout)}
+	}
+	return a
+}
+
+// acker sends the calls that wait for replicas: per primary (a cluster's
+// shard, or the one primary of a client), each with its own Batcher, so a
+// slow acknowledgement never holds up the Store's other calls.
+type acker struct {
+	opts    ackOptions
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless client is one
+	calls   rscript.Caller
+	batched bool
+	log     *slog.Logger
+
+	mu    sync.Mutex
+	nodes map[*redis.Client]*ackNode // a cluster's primaries
+	one   *ackNode                   // the primary of a client that is not a cluster's
+	warn  sync.Once
+}
+
+// ackNode is one primary: the client that reaches it and, by default, the
+// replicas it last reported.
+type ackNode struct {
+	client redis.UniversalClient
+	batch  *rscript.Batcher // nil with WithoutBatching
+
+	mu       sync.Mutex
+	replicas int           // online replicas, as INFO replication last said
+	readAt   time.Time     // of that answer; zero: never read
+	reading  chan struct{} // closed when the first read, in flight, ends
+	probing  bool          // a call carries an INFO replication
+	noInfo   bool          // INFO refused (an ACL): taken as no replicas
+}
+
+func (a *acker) init(s *Store) {
+	a.opts, a.client, a.calls, a.batched, a.log = s.opts.acks, s.client, s.calls, s.batch != nil, s.opts.log
+	a.cluster, _ = s.client.(*redis.ClusterClient)
+	if a.cluster == nil {
+		a.one = a.newNode(s.client)
+	}
+}
+
+func (a *acker) newNode(c redis.UniversalClient) *ackNode {
+	n := &ackNode{client: c}
+	if a.batched {
+		n.batch = rscript.NewBatcher(c, a.calls, rscript.DefaultBatchSize)
+	}
+	return n
+}
+
+// wait waits for the goroutines of every node's Batcher (Close).
+func (a *acker) wait() {
+	a.mu.Lock()
+	nodes := make([]*ackNode, 0, len(a.nodes)+1)
+	for _, n := range a.nodes {
+		nodes = append(nodes, n)
+	}
+	a.mu.Unlock()
+	if a.one != nil {
+		nodes = append(nodes, a.one)
+	}
+	for _, n := range nodes {
+		if n.batch != nil {
+			n.batch.Wait()
+		}
+	}
+}
+
+// route returns the primary that holds key and the acknowledgement a write
+// there waits for; a nil node means acknowledgement is off. On a cluster, a
+// write that waits for no replica goes the usual way, through the cluster
+// client (which follows redirects and runs its hooks), so its probe, having
+// no pipeline of the primary's to ride in, is sent here on its own.
+func (a *acker) route(ctx context.Context, key string) (*ackNode, rscript.Ack, error) {
+	if a.opts.mode == ackOff {
+		return nil, rscript.Ack{}, nil
+	}
+	n := a.one
+	if a.cluster != nil {
+		c, err := a.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, rscript.Ack{}, err
+		}
+		a.mu.Lock()
+		if n = a.nodes[c]; n == nil {
+			if a.nodes == nil {
+				a.nodes = make(map[*redis.Client]*ackNode)
+			}
+			n = a.newNode(c)
+			a.nodes[c] = n
+		}
+		a.mu.Unlock()
+	}
+	if a.opts.mode == ackFixed {
+		return n, rscript.Ack{Replicas: a.opts.replicas, Timeout: a.opts.timeout, Fsync: a.opts.fsync}, nil
+	}
+	count, probe, err := a.replicas(ctx, n)
+	if err != nil {
+		return nil, rscript.Ack{}, err
+	}
+	if count == 0 && probe != nil && a.cluster != nil {
+		_, err := rscript.Do(ctx, a.calls, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, n.client.Process(ctx, probe)
+		}, nil)
+		got := probe
+		if err != nil {
+			got = nil // maybe still in flight: not to be read
+		}
+		a.probed(ctx, n, probe, got)
+		probe = nil
+		n.mu.Lock()
+		count = n.replicas
+		n.mu.Unlock()
+	}
+	return n, rscript.Ack{Replicas: min(count, 1), Timeout: DefaultReplicaAckTimeout, Probe: probe}, nil
+}
+
+// replicas returns the online replicas n's primary reported. The first
+// read (INFO replication) is a round trip of its own, waited for by every
+// call that needs it; once the count is older than replicaCheckInterval,
+// one call gets probe, an INFO replication to send in its own pipeline,
+// and gives its reply to probed, while the others go on with the count. A
+// first read that fails on the network fails the call; a server that
+// refuses INFO is warned about once and taken as having no replicas.
+func (a *acker) replicas(ctx context.Context, n *ackNode) (count int, probe *redis.Cmd, err error) {
+	for {
+		n.mu.Lock()
+		switch {
+		case n.noInfo:
+			n.mu.Unlock()
+			return 0, nil, nil
+		case !n.readAt.IsZero():
+			count = n.replicas
+			if time.Since(n.readAt) >= replicaCheckInterval && !n.probing {
+				n.probing, probe = true, redis.NewCmd(ctx, "info", "replication")
+			}
+			n.mu.Unlock()
+			return count, probe, nil
+		case n.reading != nil:
+			ch := n.reading
+			n.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return 0, nil, fmt.Errorf("not sent: %w", ctx.Err())
+			}
+		}
+		ch := make(chan struct{})
+		n.reading = ch
+		n.mu.Unlock()
+		info, err := rscript.Do(ctx, a.calls, func(ctx context.Context) (string, error) {
+			return n.client.Info(ctx, "replication").Result()
+		}, nil)
+		a.read(ctx, n, info, err)
+		n.mu.Lock()
+		n.reading = nil
+		close(ch)
+		n.mu.Unlock()
+		var srvErr redis.Error
+		if err != nil && !errors.As(err, &srvErr) {
+			return 0, nil, err
+		}
+	}
+}
+
+// probed takes the reply of the probe a call carried (got: nil if the
+// call ended before its pipeline returned).
+func (a *acker) probed(ctx context.Context, n *ackNode, sent, got *redis.Cmd) {
+	if sent == nil {
+		return
+	}
+	if got != nil {
+		info, err := got.Text()
+		a.read(ctx, n, info, err)
+	}
+	n.mu.Lock()
+	n.probing = false
+	n.mu.Unlock()
+}
+
+// read records what INFO replication answered on n.
+func (a *acker) read(ctx context.Context, n *ackNode, info string, err error) {
+	var srvErr redis.Error
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case err == nil:
+		n.replicas, n.readAt = onlineReplicas(info), time.Now()
+	case errors.As(err, &srvErr):
+		n.noInfo = true
+		a.warn.Do(func() {
+			a.log.WarnContext(ctx, "redisstore: could not read the primary's replicas (INFO replication); leases are returned without waiting for replicas: "+
+				"pass WithReplicaAcks to wait for them anyway, or WithoutReplicaAcks to silence this", slog.Any("error", err))
+		})
+	}
+}
+
+// stale makes the next call on n read its replicas again: an
+// acknowledgement failed, so the count may be out of date (a replica gone,
+// a failover).
+func (n *ackNode) stale() {
+	n.mu.Lock()
+	if !n.readAt.IsZero() {
+		n.readAt = time.Now().Add(-replicaCheckInterval)
+	}
+	n.mu.Unlock()
+}
+
+// onlineReplicas counts the replicas an INFO replication reply lists as
+// online; a server that is itself a replica has none to wait for.
+func onlineReplicas(info string) int {
+	n := 0
+	for line := range strings.Lines(info) {
+		line = strings.TrimSpace(line)
+		if line == "role:slave" {
+			return 0
+		}
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, ":ip=") && strings.Contains(line, ",state=online,") {
+			n++
+		}
+	}
+	return n
+}
+
+// runOn sends one call with its acknowledgement through batch, or, when
+// batch is nil, alone on client.
+func runOn(ctx context.Context, calls rscript.Caller, batch *rscript.Batcher, client redis.UniversalClient,
+	sc rscript.Script, keys []string, args []any, ack rscript.Ack, late func(*redis.Cmd)) (*redis.Cmd, rscript.Acked) {
+	if batch != nil {
+		return batch.RunAck(ctx, sc, keys, args, ack, late)
+	}
+	type reply struct {
+		cmd   *redis.Cmd
+		acked rscript.Acked
+	}
+	var lateRes func(reply, error)
+	if late != nil {
+		lateRes = func(r reply, _ error) { late(r.cmd) }
+	}
+	r, err := rscript.Do(ctx, calls, func(ctx context.Context) (reply, error) {
+		cmd, acked := sc.RunAck(ctx, client, keys, args, ack)
+		return reply{cmd, acked}, cmd.Err()
+	}, lateRes)
+	if r.cmd == nil {
+		r.cmd = redis.NewCmd(ctx)
+		r.cmd.SetErr(err)
+	}
+	return r.cmd, r.acked
+}
+
+// runAcked is run for a call whose write must survive a failover: keys[0]
+// picks the primary, and a reply that wrote (wrote says which do) counts
+// only once the replicas the acknowledgement asks for have it. If they do
+// not, undo (if not nil) gives back the write and says how that went, and
+// the command's error becomes ErrNotReplicated's, telling op.
+func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd),
+	op string, wrote func(*redis.Cmd) bool, undo func() string) *redis.Cmd {
+	for redirects := 0; ; redirects++ {
+		n, ack, err := s.acks.route(ctx, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		if n == nil || ack.Replicas == 0 && s.acks.cluster != nil {
+			return s.run(ctx, sc, keys, args, late)
+		}
+		batch := n.batch
+		if ack.Replicas == 0 && s.acks.cluster == nil {
+			// Nothing to wait for: with the Store's other calls, as
+			// without acknowledgement, the probe riding along.
+			batch = s.batch
+		}
+		cmd, acked := runOn(ctx, s.calls, batch, n.client, sc, keys, args, ack, late)
+		s.acks.probed(ctx, n, ack.Probe, acked.Probe)
+		if s.acks.moved(ctx, cmd.Err(), redirects) {
+			continue // not run: MOVED is answered before a script runs
+		}
+		if cmd.Err() != nil || !wrote(cmd) || acked.Err == nil && acked.Replicas >= ack.Replicas {
+			return cmd
+		}
+		n.stale()
+		what := ""
+		if undo != nil {
+			what = undo()
+		}
+		cmd.SetErr(notReplicated(op, ack, acked, what))
+		return cmd
+	}
+}
+
+// moved reports whether err is a cluster's MOVED reply that the call may
+// follow, after reloading the cluster's slot map: the acknowledged path
+// sends to a primary's own client, which does not follow redirects.
+func (a *acker) moved(ctx context.Context, err error, redirects int) bool {
+	if a.cluster == nil || redirects >= maxRedirects || !redis.HasErrorPrefix(err, "MOVED") {
+		return false
+	}
+	// ForEachMaster reloads the slot map before it returns (MasterForKey
+	// would use the old one until a lazy reload ends); fn does nothing.
+	return a.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) == nil
+}
+
+// notReplicated is the error of a write the replicas did not acknowledge.
+func notReplicated(op string, ack rscript.Ack, acked rscript.Acked, undone string) error {
+	how := "WAIT"
+	if ack.Fsync {
+		how = "WAITAOF"
+	}
+	got := fmt.Sprintf("%d of %d replicas acknowledged the %s within %v (%s)", acked.Replicas, ack.Replicas, op, acked.Wait, how)
+	if acked.Err != nil {
+		got = fmt.Sprintf("the replicas' acknowledgement of the %s could not be read (%s): %v", op, how, acked.Err)
+	}
+	return &replicaError{msg: ErrNotReplicated.Error() + ": " + got + undone, cause: acked.Err}
+}
+
+// replicaError matches ErrNotReplicated and unwraps to the WAIT's own
+// error, if it failed.
+type replicaError struct {
+	msg   string
+	cause error
+}
+
+func (e *replicaError) Error() string        { return e.msg }
+func (e *replicaError) Is(target error) bool { return target == ErrNotReplicated }
+func (e *replicaError) Unwrap() error        { return e.cause }
+
+// acquireWrote reports whether an acquire's reply granted the key.
+func acquireWrote(cmd *redis.Cmd) bool {
+	res, err := cmd.Slice()
+	_, granted, _ := acquireReply(res)
+	return err == nil && granted
+}
+
+// renewWrote reports whether a renew's reply extended the TTL.
+func renewWrote(cmd *redis.Cmd) bool {
+	n, err := cmd.Int64()
+	return err == nil && n == 1
+}
+
+// undoAcquire releases the key an unacknowledged acquire took, bounded as
+// a late release is, and says so for the error.
+func (s *Store) undoAcquire(key, token string) func() string {
+	return func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), lateReleaseTimeout)
+		defer cancel()
+		err := releaseScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Err()
+		if err != nil {
+			return fmt.Sprintf("; a failover could give the key to a second owner, so no lease was returned, and releasing the key failed (%v): it stays held until its TTL ends", err)
+		}
+		return "; a failover could give the key to a second owner, so no lease was returned and the key was released"
+	}
+}
+
+// renewUnacked is what the error of an unacknowledged renewal adds.
+func renewUnacked() string {
+	return "; a failover could bring back the earlier expiry, so the lease counts as not renewed (the primary has the new TTL)"
+}
+
+// renewBatch runs the renew script for calls with their acknowledgement:
+// one pipeline per primary ending with its WAIT, the primaries' pipelines
+// concurrently; a renewal its replicas did not acknowledge gets
+// ErrNotReplicated's error.
+func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.Cmd {
+	if s.acks.opts.mode == ackOff {
+		return renewScript.RunBatch(ctx, s.client, calls)
+	}
+	type group struct {
+		n      *ackNode
+		client redis.UniversalClient
+		ack    rscript.Ack
+		idx    []int
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	todo := make([]int, len(calls))
+	for i := range todo {
+		todo[i] = i
+	}
+	for redirects := 0; len(todo) > 0; redirects++ {
+		groups := map[redis.UniversalClient]*group{}
+		for _, i := range todo {
+			n, ack, err := s.acks.route(ctx, calls[i].Keys[0])
+			if err != nil {
+				cmds[i] = redis.NewCmd(ctx)
+				cmds[i].SetErr(err)
+				continue
+			}
+			client := n.client
+			if ack.Replicas == 0 && s.acks.cluster != nil {
+				client = s.client // nothing to wait for: the usual way (see route)
+			}
+			g := groups[client]
+			if g == nil {
+				g = &group{n: n, client: client, ack: ack}
+				groups[client] = g
+			} else if ack.Probe != nil {
+				s.acks.probed(ctx, n, ack.Probe, nil) // one probe a primary
+			}
+			g.idx = append(g.idx, i)
+		}
+		var wg sync.WaitGroup
+		for _, g := range groups {
+			wg.Go(func() {
+				got, acks := renewScript.RunBatchAck(ctx, g.client, pick(calls, g.idx), g.ack)
+				unacked := false
+				var probe *redis.Cmd
+				for j, cmd := range got {
+					cmds[g.idx[j]] = cmd
+					if acks == nil {
+						continue
+					}
+					probe = cmp.Or(probe, acks[j].Probe)
+					if g.ack.Replicas > 0 && renewWrote(cmd) && (acks[j].Err != nil || acks[j].Replicas < g.ack.Replicas) {
+						cmd.SetErr(notReplicated("renewal", g.ack, acks[j], renewUnacked()))
+						unacked = true
+					}
+				}
+				s.acks.probed(ctx, g.n, g.ack.Probe, probe)
+				if unacked {
+					g.n.stale()
+				}
+			})
+		}
+		wg.Wait()
+		var moved []int
+		for _, i := range todo {
+			if redis.HasErrorPrefix(cmds[i].Err(), "MOVED") {
+				moved = append(moved, i)
+			}
+		}
+		if len(moved) == 0 || !s.acks.moved(ctx, cmds[moved[0]].Err(), redirects) {
+			break
+		}
+		todo = moved
+	}
+	return cmds
+}
+
+func pick(calls []rscript.Call, idx []int) []rscript.Call {
+	out := make([]rscript.Call, len(idx))
+	for j, i := range idx {
+		out[j] = calls[i]
+	}
+	return out
+}
