@@ -355,7 +355,7 @@ func runOn(ctx context.Context, calls rscript.Caller, batch *rscript.Batcher, cl
 // not, undo (if not nil) gives back the write and says how that went, and
 // the command's error becomes ErrNotReplicated's, telling op.
 func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd),
-	op string, wrote func(*redis.Cmd) bool, undo func() string) *redis.Cmd {
+	op string, wrote func(*redis.Cmd) bool, undo func(redis.UniversalClient) string) *redis.Cmd {
 	for redirects := 0; ; redirects++ {
 		n, ack, err := s.acks.route(ctx, keys[0])
 		if err != nil {
@@ -383,7 +383,7 @@ func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, 
 		n.stale()
 		what := ""
 		if undo != nil {
-			what = undo()
+			what = undo(n.client) // on the primary that took it
 		}
 		cmd.SetErr(notReplicated(op, ack, acked, what))
 		return cmd
@@ -439,13 +439,14 @@ func renewWrote(cmd *redis.Cmd) bool {
 	return err == nil && n == 1
 }
 
-// undoAcquire releases the key an unacknowledged acquire took, bounded as
-// a late release is, and says so for the error.
-func (s *Store) undoAcquire(key, token string) func() string {
-	return func() string {
+// undoAcquire releases the key an unacknowledged acquire took, on the
+// primary that took it, bounded as a late release is, and says so for the
+// error.
+func (s *Store) undoAcquire(key, token string) func(redis.UniversalClient) string {
+	return func(c redis.UniversalClient) string {
 		ctx, cancel := context.WithTimeout(context.Background(), lateReleaseTimeout)
 		defer cancel()
-		err := releaseScript.Run(ctx, s.client, releaseKeys(key), token, ReleaseChannel(key)).Err()
+		err := releaseScript.Run(ctx, c, releaseKeys(key), token, ReleaseChannel(key)).Err()
 		if err != nil {
 			return fmt.Sprintf("; a failover could give the key to a second owner, so no lease was returned, and releasing the key failed (%v): it stays held until its TTL ends", err)
 		}
@@ -454,7 +455,7 @@ func (s *Store) undoAcquire(key, token string) func() string {
 }
 
 // renewUnacked is what the error of an unacknowledged renewal adds.
-func renewUnacked() string {
+func renewUnacked(redis.UniversalClient) string {
 	return "; a failover could bring back the earlier expiry, so the lease counts as not renewed (the primary has the new TTL)"
 }
 
@@ -512,7 +513,7 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 					}
 					probe = cmp.Or(probe, acks[j].Probe)
 					if g.ack.Replicas > 0 && renewWrote(cmd) && (acks[j].Err != nil || acks[j].Replicas < g.ack.Replicas) {
-						cmd.SetErr(notReplicated("renewal", g.ack, acks[j], renewUnacked()))
+						cmd.SetErr(notReplicated("renewal", g.ack, acks[j], renewUnacked(nil)))
 						unacked = true
 					}
 				}

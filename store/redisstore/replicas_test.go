@@ -670,6 +670,7 @@ func TestReplicaAckClusterFollowsMoved(t *testing.T) {
 	freeze(t, cluster.Replica(1, 0))
 	_, err = s.Acquire(ctx, key, "tok", time.Minute)
 	checkNotReplicated(t, "Acquire of a key whose slot moved to the master with the frozen replica", err, "0 of 1 replicas")
+	t.Logf("%v", err)
 	if v := get(t, cluster.Node(1), key); v != "" {
 		t.Errorf("the new master still holds the key: %q", v)
 	}
