@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/drill/faults"
 	"github.com/leasehold/leasehold/e2e/internal/netns"
 	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 const (
@@ -45,12 +46,13 @@ type redisNode struct {
 	dir    string
 	bin    string
 	args   []string // the server's, for a restart
+	env    []string // the server's (nil: ours); libfaketime's for a clock off
 	mu     sync.Mutex
 	server *netns.Proc
 }
 
 func (r *redisNode) start() error {
-	p, err := r.node.Start(filepath.Join(r.dir, "redis.log"), nil, r.bin, r.args...)
+	p, err := r.node.Start(filepath.Join(r.dir, "redis.log"), r.env, r.bin, r.args...)
 	if err == nil {
 		r.mu.Lock()
 		r.server = p
@@ -75,11 +77,26 @@ type sentinelSet struct {
 	busy  bool
 	// failovers: from a fault on the primary to the Sentinels naming another.
 	failovers []time.Duration
-	wg        sync.WaitGroup
+	// promoted: the node each failover promoted, in order.
+	promoted []*redisNode
+	wg       sync.WaitGroup
 }
 
-func startSentinelSet(t *testing.T) *sentinelSet {
+// sentinelSetup changes how startSentinelSet starts the set.
+type sentinelSetup struct {
+	// behind runs nodes 1 and 2 (the first replicas) under libfaketime,
+	// their clocks this far behind node 0's (the real one). Node 0 is then
+	// the replica Sentinel promotes first (replica-priority 1 against
+	// 100), so failovers alternate between the real clock and one behind.
+	behind time.Duration
+}
+
+func startSentinelSet(t *testing.T, setups ...sentinelSetup) *sentinelSet {
 	t.Helper()
+	var setup sentinelSetup
+	for _, su := range setups {
+		setup = su
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal("redis-server not on PATH: install Debian's redis-server (make deps does)")
@@ -99,6 +116,15 @@ func startSentinelSet(t *testing.T) *sentinelSet {
 			"--save", "", "--appendonly", "no", "--dir", r.dir}
 		if i > 0 {
 			args = append(args, "--replicaof", primary.node.Addr.String(), "6379")
+		}
+		if setup.behind != 0 {
+			priority := "100"
+			if i == 0 {
+				priority = "1"
+			} else if r.env, err = testserver.ClockOffsetEnv(-setup.behind); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--replica-priority", priority)
 		}
 		r.bin, r.args = bin, args
 		if err := r.start(); err != nil {
@@ -259,6 +285,15 @@ type sentinelFault struct {
 const (
 	faultSentinelPartition = "sentinel-partition-primary"
 	faultSentinelKill      = "sentinel-kill-9-primary"
+	// faultSentinelCutKill cuts the primary off from its peers for
+	// sentinelCut, while the clients still write there, then SIGKILLs it:
+	// the acquires of that window are lost for sure, and none comes after
+	// them on the old primary, so the gap to the first acquire on the new
+	// one is at least the failover's (the clock condition's D).
+	faultSentinelCutKill = "sentinel-cut-then-kill-9-primary"
+	// sentinelCut: half a TTL of the drill (600 ms), time for several
+	// acquires on the cut-off primary.
+	sentinelCut = 300 * time.Millisecond
 )
 
 var sentinelFaultKinds = []string{faultSentinelPartition, faultSentinelKill}
@@ -274,9 +309,9 @@ func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 	if err != nil {
 		return errClusterBusy
 	}
-	kind := sentinelFaultKinds[f.turn%len(sentinelFaultKinds)]
+	kind := f.next()
 	switch kind {
-	case faultSentinelPartition:
+	case faultSentinelPartition, faultSentinelCutKill:
 		err = p.node.IsolateFromPeers()
 	case faultSentinelKill:
 		err = p.proc().Kill()
@@ -285,7 +320,8 @@ func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 		_ = p.node.Heal()
 		return err
 	}
-	f.turn, f.kind, s.busy = f.turn+1, kind, true
+	f.injected(kind)
+	s.busy = true
 	start := time.Now()
 	s.wg.Go(func() { s.failOver(p, kind, start) })
 	return nil
@@ -294,30 +330,46 @@ func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 // failOver waits until the other Sentinels name a new primary, records the
 // time, and heals.
 func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
+	if kind == faultSentinelCutKill {
+		time.Sleep(sentinelCut) // the fault's own timing: the clients write on
+		_ = p.proc().Kill()
+	}
 	var others []*redisNode
 	for _, r := range s.nodes {
 		if r != p {
 			others = append(others, r)
 		}
 	}
+	var promoted string
 	err := pollUntil(sentinelWait, func() error {
 		for _, r := range others {
 			if a, err := s.primaryOf(r); err != nil || a == p.addr() {
 				return errors.New("no failover yet")
+			} else {
+				promoted = a
 			}
 		}
 		return nil
 	})
 	took := time.Since(start)
-	if kind == faultSentinelKill {
+	switch kind {
+	case faultSentinelKill:
 		_ = p.start()
-	} else {
+	case faultSentinelCutKill:
+		_ = p.node.Heal()
+		_ = p.start()
+	default:
 		_ = p.node.Heal()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil {
 		s.failovers = append(s.failovers, took)
+		for _, r := range others {
+			if r.addr() == promoted {
+				s.promoted = append(s.promoted, r)
+			}
+		}
 	}
 	s.busy = false
 }
@@ -325,8 +377,10 @@ func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
 // Heal does nothing: the fault heals itself after the failover.
 func (f *sentinelFault) Heal(context.Context, faults.Env) error { return nil }
 
-// sentinelDrill: locks in redisstore through go-redis's failover client.
-func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
+// sentinelDrill: locks in redisstore through go-redis's failover client,
+// made with opts, while the Sentinel faults of kinds take turns with the
+// worker faults.
+func sentinelDrill(t *testing.T, s *sentinelSet, kinds []string, opts ...redisstore.Option) drill.Config {
 	t.Helper()
 	var addrs []string
 	for _, r := range s.nodes {
@@ -335,7 +389,7 @@ func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: sentinelMaster, SentinelAddrs: addrs, ContextTimeoutEnabled: true,
 	})
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,40 +398,55 @@ func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
 	return drill.Config{
 		Store: store, StoreName: "redis, primary + 2 replicas + 3 sentinels in network namespaces",
 		Storage: jobs, StorageName: "postgres", Timeout: 3 * time.Minute,
-		Faults: interleave(faults.Default(), &sentinelFault{faultTurns: faultTurns{kinds: sentinelFaultKinds}, s: s}),
+		Faults: interleave(faults.Default(), &sentinelFault{faultTurns: faultTurns{kinds: kinds}, s: s}),
+		// TTL 600 ms at the drill's default time scale, 1/100.
+		TakeoverSLO: check.DefaultTakeoverSLO(600*time.Millisecond) + sentinelFailoverCost,
 	}
 }
+
+func (s *sentinelSet) failoverCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.failovers)
+}
+
+func (s *sentinelSet) settle() { s.wg.Wait() }
 
 // The drill on Redis with Sentinel, each node (a redis-server and its
 // Sentinel) in its own namespace, through go-redis's failover client,
 // while the primary is cut off from its peers (it still serves the
 // clients) or SIGKILLed, and the Sentinels fail over to a replica that
-// missed its last writes: two owners may then hold one key, as the store
-// saw it, and the fence must refuse every stale write among them.
+// missed its last writes. Without replica acknowledgement (the negative
+// control), two owners hold one key, as the store saw it, and the fence
+// refuses their stale writes; with it (the default), no owner overlaps
+// another over at least 8 failovers.
 func TestMultiNodeSentinel(t *testing.T) {
 	s := startSentinelSet(t)
-	cfg := sentinelDrill(t, s)
-	cfg.Jobs = 250 // about 40 s at TTL 600 ms: some 5 failovers
-	// TTL 600 ms at the drill's default time scale, 1/100.
-	cfg.TakeoverSLO = check.DefaultTakeoverSLO(600*time.Millisecond) + sentinelFailoverCost
-	rep, text := runMultiNode(t, cfg, s.wg.Wait)
-	overlaps := overlappingOwners(rep.History, rep.TTL)
+	// About 25 s at TTL 600 ms: some 3 failovers a drill.
+	mk := func(opts ...redisstore.Option) drill.Config { return sentinelDrill(t, s, sentinelFaultKinds, opts...) }
+	off := redisDrills(t, s, mk, 150, 4, sawHazard, redisstore.WithoutReplicaAcks())
+	on := redisDrills(t, s, mk, 150, 8, coveredFailovers(8))
+	t.Logf("without replica acknowledgement: %v", off)
+	t.Logf("with replica acknowledgement (the default): %v", on)
 	s.mu.Lock()
 	fo := slices.Clone(s.failovers)
 	s.mu.Unlock()
 	slices.Sort(fo)
-	t.Logf("overlapping owners seen by the store: %d; stale writes refused: %d; failovers measured: %v", overlaps, rep.StaleRefused, fo)
-	if !rep.Safe() {
-		t.Fatalf("safety violations with Sentinel failovers:\n%s", text)
+	t.Logf("failovers measured (fault to new primary): %v", fo)
+	for _, text := range append(off.unsafe, on.unsafe...) {
+		t.Errorf("safety violations with Sentinel failovers:\n%s", text)
 	}
-	// Reported, not asserted: on replicated stores the takeover includes
-	// the store's failover.
-	t.Logf("takeover p50 %v, p99 %v, SLO %v (%d takeovers)", rep.TakeoverP50, rep.TakeoverP99, rep.TakeoverSLO, rep.Takeovers)
-	if len(fo) == 0 || rep.StaleRefused == 0 {
-		t.Errorf("the drill proved little: %d failovers, %d stale writes refused", len(fo), rep.StaleRefused)
+	if off.notLinearizable+on.notLinearizable > 0 {
+		t.Errorf("histories not linearizable with real clocks: %d without acknowledgement, %d with", off.notLinearizable, on.notLinearizable)
 	}
-	if overlaps == 0 {
-		t.Errorf("no overlapping owners in %d failovers: the fault did not show the hazard", len(fo))
+	if off.overlaps == 0 || off.staleRefused == 0 {
+		t.Errorf("the negative control saw no hazard in %d failovers: %d overlapping owners, %d stale writes refused", off.failovers, off.overlaps, off.staleRefused)
+	}
+	if on.failovers < 8 {
+		t.Errorf("with acknowledgement the drills covered %d failovers, want at least 8", on.failovers)
+	}
+	if on.overlaps != 0 || on.reissued != 0 {
+		t.Errorf("with replica acknowledgement: %d overlapping owners and %d fences issued again in %d failovers, want none", on.overlaps, on.reissued, on.failovers)
 	}
 }
 
@@ -385,7 +454,7 @@ func TestMultiNodeSentinel(t *testing.T) {
 // the stale writes that PostgreSQL accepted.
 func TestMultiNodeSentinelCanFail(t *testing.T) {
 	s := startSentinelSet(t)
-	cfg := sentinelDrill(t, s)
+	cfg := sentinelDrill(t, s, sentinelFaultKinds, redisstore.WithoutReplicaAcks())
 	cfg.Jobs, cfg.NoFencing = 40, true // about 8 s; a few stale writes
 	rep, _ := runMultiNode(t, cfg, s.wg.Wait)
 	checkStaleWritesReported(t, rep)
