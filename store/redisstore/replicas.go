@@ -377,6 +377,7 @@ func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, 
 		if s.acks.moved(ctx, cmd.Err(), redirects) {
 			continue // not run: MOVED is answered before a script runs
 		}
+		s.acks.lost(ctx, cmd.Err())
 		if cmd.Err() != nil || !wrote(cmd) || acked.Err == nil && acked.Replicas >= ack.Replicas {
 			return cmd
 		}
@@ -400,6 +401,18 @@ func (a *acker) moved(ctx context.Context, err error, redirects int) bool {
 	// ForEachMaster reloads the slot map before it returns (MasterForKey
 	// would use the old one until a lazy reload ends); fn does nothing.
 	return a.cluster.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }) == nil
+}
+
+// lost asks a cluster client for a new slot map, in the background, after
+// an error that a failover gives (CLUSTERDOWN, a primary that does not
+// answer), as go-redis's own routing does on MOVED: the next calls then go
+// to the new primary instead of the old one until it answers MOVED.
+func (a *acker) lost(ctx context.Context, err error) {
+	var srvErr redis.Error
+	if a.cluster == nil || err == nil || ctx.Err() != nil || errors.As(err, &srvErr) && !redis.HasErrorPrefix(err, "CLUSTERDOWN") {
+		return
+	}
+	a.cluster.ReloadState(ctx)
 }
 
 // notReplicated is the error of a write the replicas did not acknowledge.
@@ -518,6 +531,9 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 					}
 				}
 				s.acks.probed(ctx, g.n, g.ack.Probe, probe)
+				if len(got) > 0 {
+					s.acks.lost(ctx, got[0].Err())
+				}
 				if unacked {
 					g.n.stale()
 				}
