@@ -68,3 +68,28 @@ func TestNewSectionsTiny(t *testing.T) {
 		t.Errorf("report has NaN:\n%s", md)
 	}
 }
+
+// TestReplicasSectionTiny runs the replicas section at tiny scale on the
+// primary and replica it starts, and checks its table: both contenders at
+// each concurrency and worker count.
+func TestReplicasSectionTiny(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "b.md")
+	args := []string{"--quiet", "--only", "replicas", "--rounds", "1", "--warmup", "0", "--concurrency", "1,4",
+		"--duration", "30ms", "--handoff-duration", "60ms", "--workers", "3", "--out", out}
+	if err := run(t.Context(), args, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{"## 10. Replica acknowledgement", "| cycles | 1 |", "| cycles | 4 |", "| hand-off | 3 |", "WithoutReplicaAcks"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "NaN") || strings.Contains(md, "| – |") {
+		t.Errorf("report has a missing figure:\n%s", md)
+	}
+}
