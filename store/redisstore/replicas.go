@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,6 +125,7 @@ type ackNode struct {
 
 	mu       sync.Mutex
 	replicas int           // online replicas, as INFO replication last said
+	awaited  bool          // none online, but one was there lately (see replicas)
 	readAt   time.Time     // of that answer; zero: never read
 	reading  chan struct{} // closed when the first read, in flight, ends
 	probing  bool          // a call carries an INFO replication
@@ -166,20 +166,32 @@ func (a *acker) wait() {
 	}
 }
 
+// route is where a write goes and what it waits for.
+type route struct {
+	n       *ackNode // nil: acknowledgement is off
+	ack     rscript.Ack
+	awaited bool // the primary awaits a replica: see acker.replicas
+	probe   bool // ack.Info is this primary's interval read
+}
+
+// plain reports whether the write goes the usual way, through the cluster
+// client (which follows redirects and runs its hooks), as without
+// acknowledgement: nothing to wait for, nothing to read, on a cluster.
+func (a *acker) plain(r route) bool {
+	return r.n == nil || a.cluster != nil && r.ack.Replicas == 0 && !r.ack.Info
+}
+
 // route returns the primary that holds key and the acknowledgement a write
-// there waits for; a nil node means acknowledgement is off. On a cluster, a
-// write that waits for no replica goes the usual way, through the cluster
-// client (which follows redirects and runs its hooks), so its probe, having
-// no pipeline of the primary's to ride in, is sent here on its own.
-func (a *acker) route(ctx context.Context, key string) (*ackNode, rscript.Ack, error) {
+// there waits for (see replicas for the default's).
+func (a *acker) route(ctx context.Context, key string) (route, error) {
 	if a.opts.mode == ackOff {
-		return nil, rscript.Ack{}, nil
+		return route{}, nil
 	}
 	n := a.one
 	if a.cluster != nil {
 		c, err := a.cluster.MasterForKey(ctx, key)
 		if err != nil {
-			return nil, rscript.Ack{}, err
+			return route{}, err
 		}
 		a.mu.Lock()
 		if n = a.nodes[c]; n == nil {
@@ -192,50 +204,78 @@ func (a *acker) route(ctx context.Context, key string) (*ackNode, rscript.Ack, e
 		a.mu.Unlock()
 	}
 	if a.opts.mode == ackFixed {
-		return n, rscript.Ack{Replicas: a.opts.replicas, Timeout: a.opts.timeout, Fsync: a.opts.fsync}, nil
+		return route{n: n, ack: rscript.Ack{Replicas: a.opts.replicas, Timeout: a.opts.timeout, Fsync: a.opts.fsync}}, nil
 	}
-	count, probe, err := a.replicas(ctx, n)
+	st, err := a.replicas(ctx, n)
 	if err != nil {
-		return nil, rscript.Ack{}, err
+		return route{}, err
 	}
-	if count == 0 && probe != nil && a.cluster != nil {
-		_, err := rscript.Do(ctx, a.calls, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, n.client.Process(ctx, probe)
+	if a.cluster != nil && st.count == 0 && !st.awaited && st.probe {
+		// No pipeline of this primary's to ride in: a round trip of its
+		// own, once an interval.
+		info, err := rscript.Do(ctx, a.calls, func(ctx context.Context) (string, error) {
+			return n.client.Info(ctx, "replication").Result()
 		}, nil)
-		got := probe
-		if err != nil {
-			got = nil // maybe still in flight: not to be read
-		}
-		a.probed(ctx, n, probe, got)
-		probe = nil
+		a.read(ctx, n, info, err)
+		a.probed(n, true)
 		n.mu.Lock()
-		count = n.replicas
+		st = nodeState{count: n.replicas, awaited: n.awaited}
 		n.mu.Unlock()
 	}
-	return n, rscript.Ack{Replicas: min(count, 1), Timeout: DefaultReplicaAckTimeout, Probe: probe}, nil
+	switch {
+	case st.awaited:
+		return route{n: n, ack: rscript.Ack{Replicas: 1, Timeout: awaitedWait, Info: true}, awaited: true}, nil
+	default:
+		return route{n: n, ack: rscript.Ack{Replicas: min(st.count, 1), Timeout: DefaultReplicaAckTimeout, Info: st.probe}, probe: st.probe}, nil
+	}
 }
 
-// replicas returns the online replicas n's primary reported. The first
-// read (INFO replication) is a round trip of its own, waited for by every
-// call that needs it; once the count is older than replicaCheckInterval,
-// one call gets probe, an INFO replication to send in its own pipeline,
-// and gives its reply to probed, while the others go on with the count. A
-// first read that fails on the network fails the call; a server that
+// nodeState is what replicas says of a primary.
+type nodeState struct {
+	count   int  // replicas online
+	awaited bool // none online, one there lately
+	probe   bool // this call reads the replicas again (INFO riding along)
+}
+
+// awaitedWait is the WAIT of a round trip on a primary that awaits a
+// replica: the round trip of an online replica's acknowledgement on a LAN
+// or loopback, so that one that came online since the last read is caught,
+// at that cost while none is (see replicas).
+const awaitedWait = time.Millisecond
+
+// replicas returns what n's primary last reported of its replicas. The
+// first read (INFO replication) is a round trip of its own, waited for by
+// every call that needs it. Then a write waits for one replica if one was
+// online, and the replicas are read again, once replicaCheckInterval has
+// passed, with INFO replication at the end of one call's pipeline, while
+// the others go on with the count.
+//
+// A primary with no replica online that had one lately (its replication
+// backlog is active: there was one within repl-backlog-ttl, an hour by
+// default) awaits one, after a failover or while one resyncs: every round
+// trip there waits awaitedWait for a replica and reads INFO after it. A
+// write none acknowledged is then accepted if INFO still lists no replica
+// online (as on a primary without replicas), and fails otherwise: a replica
+// came online since the last read, and a failover to it would lose the
+// write. Deciding from a count read a round trip earlier would let such
+// writes through; a primary without replicas at all costs nothing of this.
+//
+// A first read that fails on the network fails the call; a server that
 // refuses INFO is warned about once and taken as having no replicas.
-func (a *acker) replicas(ctx context.Context, n *ackNode) (count int, probe *redis.Cmd, err error) {
+func (a *acker) replicas(ctx context.Context, n *ackNode) (nodeState, error) {
 	for {
 		n.mu.Lock()
 		switch {
 		case n.noInfo:
 			n.mu.Unlock()
-			return 0, nil, nil
+			return nodeState{}, nil
 		case !n.readAt.IsZero():
-			count = n.replicas
-			if time.Since(n.readAt) >= replicaCheckInterval && !n.probing {
-				n.probing, probe = true, redis.NewCmd(ctx, "info", "replication")
+			st := nodeState{count: n.replicas, awaited: n.awaited}
+			if !n.awaited && !n.probing && time.Since(n.readAt) >= replicaCheckInterval {
+				n.probing, st.probe = true, true
 			}
 			n.mu.Unlock()
-			return count, probe, nil
+			return st, nil
 		case n.reading != nil:
 			ch := n.reading
 			n.mu.Unlock()
@@ -243,7 +283,7 @@ func (a *acker) replicas(ctx context.Context, n *ackNode) (count int, probe *red
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return 0, nil, fmt.Errorf("not sent: %w", ctx.Err())
+				return nodeState{}, fmt.Errorf("not sent: %w", ctx.Err())
 			}
 		}
 		ch := make(chan struct{})
@@ -259,24 +299,27 @@ func (a *acker) replicas(ctx context.Context, n *ackNode) (count int, probe *red
 		n.mu.Unlock()
 		var srvErr redis.Error
 		if err != nil && !errors.As(err, &srvErr) {
-			return 0, nil, err
+			return nodeState{}, err
 		}
 	}
 }
 
-// probed takes the reply of the probe a call carried (got: nil if the
-// call ended before its pipeline returned).
-func (a *acker) probed(ctx context.Context, n *ackNode, sent, got *redis.Cmd) {
-	if sent == nil {
-		return
+// observed takes what a call's pipeline read of its primary's replicas,
+// if anything, and ends the interval read it carried.
+func (a *acker) observed(ctx context.Context, r route, acked rscript.Acked) {
+	if r.ack.Info && (acked.Info != "" || acked.InfoErr != nil) {
+		a.read(ctx, r.n, acked.Info, acked.InfoErr)
 	}
-	if got != nil {
-		info, err := got.Text()
-		a.read(ctx, n, info, err)
+	a.probed(r.n, r.probe)
+}
+
+// probed ends the interval read a call carried, if it did.
+func (a *acker) probed(n *ackNode, did bool) {
+	if did {
+		n.mu.Lock()
+		n.probing = false
+		n.mu.Unlock()
 	}
-	n.mu.Lock()
-	n.probing = false
-	n.mu.Unlock()
 }
 
 // read records what INFO replication answered on n.
@@ -286,7 +329,8 @@ func (a *acker) read(ctx context.Context, n *ackNode, info string, err error) {
 	defer n.mu.Unlock()
 	switch {
 	case err == nil:
-		n.replicas, n.readAt = onlineReplicas(info), time.Now()
+		n.replicas, n.awaited = onlineReplicas(info)
+		n.readAt = time.Now()
 	case errors.As(err, &srvErr):
 		n.noInfo = true
 		a.warn.Do(func() {
@@ -294,6 +338,20 @@ func (a *acker) read(ctx context.Context, n *ackNode, info string, err error) {
 				"pass WithReplicaAcks to wait for them anyway, or WithoutReplicaAcks to silence this", slog.Any("error", err))
 		})
 	}
+}
+
+// unacked reports whether a write that r's WAIT did not see acknowledged
+// must fail: always, unless the primary awaited a replica and its INFO,
+// read after the WAIT, still lists none online.
+func unacked(r route, acked rscript.Acked) bool {
+	if acked.Err == nil && acked.Replicas >= r.ack.Replicas {
+		return false
+	}
+	if r.awaited && acked.Err == nil && acked.InfoErr == nil && acked.Info != "" {
+		online, _ := onlineReplicas(acked.Info)
+		return online > 0
+	}
+	return true
 }
 
 // stale makes the next call on n read its replicas again: an
@@ -308,19 +366,23 @@ func (n *ackNode) stale() {
 }
 
 // onlineReplicas counts the replicas an INFO replication reply lists as
-// online; a server that is itself a replica has none to wait for.
-func onlineReplicas(info string) int {
-	n := 0
+// online, and says, when there are none, whether one is awaited: the
+// replication backlog is active. A server that is itself a replica has none
+// to wait for.
+func onlineReplicas(info string) (online int, awaited bool) {
+	backlog := false
 	for line := range strings.Lines(info) {
 		line = strings.TrimSpace(line)
-		if line == "role:slave" {
-			return 0
-		}
-		if strings.HasPrefix(line, "slave") && strings.Contains(line, ":ip=") && strings.Contains(line, ",state=online,") {
-			n++
+		switch {
+		case line == "role:slave":
+			return 0, false
+		case line == "repl_backlog_active:1":
+			backlog = true
+		case strings.HasPrefix(line, "slave") && strings.Contains(line, ":ip=") && strings.Contains(line, ",state=online,"):
+			online++
 		}
 	}
-	return n
+	return online, online == 0 && backlog
 }
 
 // runOn sends one call with its acknowledgement through batch, or, when
@@ -357,36 +419,36 @@ func runOn(ctx context.Context, calls rscript.Caller, batch *rscript.Batcher, cl
 func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd),
 	op string, wrote func(*redis.Cmd) bool, undo func(redis.UniversalClient) string) *redis.Cmd {
 	for redirects := 0; ; redirects++ {
-		n, ack, err := s.acks.route(ctx, keys[0])
+		r, err := s.acks.route(ctx, keys[0])
 		if err != nil {
 			cmd := redis.NewCmd(ctx)
 			cmd.SetErr(err)
 			return cmd
 		}
-		if n == nil || ack.Replicas == 0 && s.acks.cluster != nil {
+		if s.acks.plain(r) {
 			return s.run(ctx, sc, keys, args, late)
 		}
-		batch := n.batch
-		if ack.Replicas == 0 && s.acks.cluster == nil {
+		batch := r.n.batch
+		if r.ack.Replicas == 0 && s.acks.cluster == nil {
 			// Nothing to wait for: with the Store's other calls, as
-			// without acknowledgement, the probe riding along.
+			// without acknowledgement, the read riding along.
 			batch = s.batch
 		}
-		cmd, acked := runOn(ctx, s.calls, batch, n.client, sc, keys, args, ack, late)
-		s.acks.probed(ctx, n, ack.Probe, acked.Probe)
+		cmd, acked := runOn(ctx, s.calls, batch, r.n.client, sc, keys, args, r.ack, late)
+		s.acks.observed(ctx, r, acked)
 		if s.acks.moved(ctx, cmd.Err(), redirects) {
 			continue // not run: MOVED is answered before a script runs
 		}
 		s.acks.lost(ctx, cmd.Err())
-		if cmd.Err() != nil || !wrote(cmd) || acked.Err == nil && acked.Replicas >= ack.Replicas {
+		if cmd.Err() != nil || !wrote(cmd) || !unacked(r, acked) {
 			return cmd
 		}
-		n.stale()
+		r.n.stale()
 		what := ""
 		if undo != nil {
-			what = undo(n.client) // on the primary that took it
+			what = undo(r.n.client) // on the primary that took it
 		}
-		cmd.SetErr(notReplicated(op, ack, acked, what))
+		cmd.SetErr(notReplicated(op, r.ack, acked, what))
 		return cmd
 	}
 }
@@ -481,9 +543,8 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 		return renewScript.RunBatch(ctx, s.client, calls)
 	}
 	type group struct {
-		n      *ackNode
+		r      route
 		client redis.UniversalClient
-		ack    rscript.Ack
 		idx    []int
 	}
 	cmds := make([]*redis.Cmd, len(calls))
@@ -494,48 +555,50 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 	for redirects := 0; len(todo) > 0; redirects++ {
 		groups := map[redis.UniversalClient]*group{}
 		for _, i := range todo {
-			n, ack, err := s.acks.route(ctx, calls[i].Keys[0])
+			r, err := s.acks.route(ctx, calls[i].Keys[0])
 			if err != nil {
 				cmds[i] = redis.NewCmd(ctx)
 				cmds[i].SetErr(err)
 				continue
 			}
-			client := n.client
-			if ack.Replicas == 0 && s.acks.cluster != nil {
-				client = s.client // nothing to wait for: the usual way (see route)
+			client := r.n.client
+			if s.acks.plain(r) {
+				client = s.client // nothing to wait for or read: the usual way
 			}
 			g := groups[client]
-			if g == nil {
-				g = &group{n: n, client: client, ack: ack}
+			switch {
+			case g == nil:
+				g = &group{r: r, client: client}
 				groups[client] = g
-			} else if ack.Probe != nil {
-				s.acks.probed(ctx, n, ack.Probe, nil) // one probe a primary
+			case r.probe && !g.r.probe:
+				g.r.ack.Info, g.r.probe = true, true // the group's pipeline carries it
+			case r.probe:
+				s.acks.probed(r.n, true) // one read a primary
 			}
 			g.idx = append(g.idx, i)
 		}
 		var wg sync.WaitGroup
 		for _, g := range groups {
 			wg.Go(func() {
-				got, acks := renewScript.RunBatchAck(ctx, g.client, pick(calls, g.idx), g.ack)
-				unacked := false
-				var probe *redis.Cmd
+				got, acks := renewScript.RunBatchAck(ctx, g.client, pick(calls, g.idx), g.r.ack)
+				var acked rscript.Acked
+				if len(acks) > 0 {
+					acked = acks[0] // one WAIT and one INFO for the pipeline
+				}
+				s.acks.observed(ctx, g.r, acked)
+				unack := false
 				for j, cmd := range got {
 					cmds[g.idx[j]] = cmd
-					if acks == nil {
-						continue
-					}
-					probe = cmp.Or(probe, acks[j].Probe)
-					if g.ack.Replicas > 0 && renewWrote(cmd) && (acks[j].Err != nil || acks[j].Replicas < g.ack.Replicas) {
-						cmd.SetErr(notReplicated("renewal", g.ack, acks[j], renewUnacked(nil)))
-						unacked = true
+					if acks != nil && renewWrote(cmd) && unacked(g.r, acks[j]) {
+						cmd.SetErr(notReplicated("renewal", g.r.ack, acks[j], renewUnacked(nil)))
+						unack = true
 					}
 				}
-				s.acks.probed(ctx, g.n, g.ack.Probe, probe)
+				if unack {
+					g.r.n.stale()
+				}
 				if len(got) > 0 {
 					s.acks.lost(ctx, got[0].Err())
-				}
-				if unacked {
-					g.n.stale()
 				}
 			})
 		}

@@ -364,7 +364,12 @@ func TestReplicaAckNothingExtraWithoutReplicas(t *testing.T) {
 }
 
 // By default the Store follows what the primary reports: a replica that
-// joins is waited for, and one that leaves is not.
+// joins is waited for. Once it leaves, the primary awaits it (its
+// replication backlog is active): each round trip waits a millisecond for
+// a replica and reads the replicas after it, and the writes go through
+// while none is online; once the replica is back, the round trip that
+// sees it online refuses what it did not acknowledge, and the next waits
+// for it in full, whatever the interval between reads (here an hour).
 func TestReplicaAckFollowsTheReplicas(t *testing.T) {
 	redisstore.SetReplicaCheckInterval(t, 20*time.Millisecond)
 	primary := testserver.StartRedis(t)
@@ -373,36 +378,93 @@ func TestReplicaAckFollowsTheReplicas(t *testing.T) {
 	client.AddHook(log)
 	s := newStore(t, client)
 	key := storetest.Key(t)
+	cycle := func() error {
+		t.Helper()
+		_, err := s.Acquire(t.Context(), key, "tok", time.Minute)
+		if errors.Is(err, redisstore.ErrNotReplicated) {
+			return err
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(t.Context(), key, "tok"); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	}
 	cycleUntil := func(what string, done func(trips [][][]any) bool) {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for time.Now().Before(deadline) {
 			// Refused (ErrNotReplicated) by a count read before the
 			// replica left: the next call reads it again.
-			if _, err := s.Acquire(t.Context(), key, "tok", time.Minute); errors.Is(err, redisstore.ErrNotReplicated) {
-				log.take()
-				continue
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Release(t.Context(), key, "tok"); err != nil {
-				t.Fatal(err)
-			}
-			if done(log.take()) {
+			err := cycle()
+			if trips := log.take(); err == nil && done(trips) {
 				return
 			}
 		}
 		t.Fatalf("not %s within a minute", what)
 	}
+	waits := func(trips [][][]any) (full, short int) {
+		for _, trip := range trips {
+			for _, args := range trip {
+				if fmt.Sprint(args[0]) == "wait" {
+					if fmt.Sprint(args[2]) == "1" {
+						short++
+					} else {
+						full++
+					}
+				}
+			}
+		}
+		return full, short
+	}
 	cycleUntil("without replicas", func(trips [][][]any) bool { return count(trips, "wait") == 0 })
 	replica := testserver.StartRedisReplica(t, primary)
-	cycleUntil("waiting for the new replica", func(trips [][][]any) bool { return count(trips, "wait") == 1 })
+	cycleUntil("waiting for the new replica", func(trips [][][]any) bool { full, _ := waits(trips); return full == 1 })
 	if _, err := replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
-	cycleUntil("no longer waiting for the replica that left", func(trips [][][]any) bool {
-		return count(trips, "wait") == 0 && count(trips, "info") == 0
+	cycleUntil("awaiting the replica that left", func(trips [][][]any) bool {
+		full, short := waits(trips)
+		return full == 0 && short == 1 && count(trips, "info") == 1
 	})
+
+	redisstore.SetReplicaCheckInterval(t, time.Hour)
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	if _, err := replica.Do("REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	online := false
+	for deadline := time.Now().Add(time.Minute); !online && time.Now().Before(deadline); {
+		info, err := primary.Do("INFO", "replication")
+		if err != nil {
+			t.Fatal(err)
+		}
+		online = strings.Contains(info, "state=online")
+		if !online {
+			// Refused only if the replica came online meanwhile.
+			if err := cycle(); err != nil {
+				if info, _ := primary.Do("INFO", "replication"); !strings.Contains(info, "state=online") {
+					t.Fatalf("a write while no replica is online: %v", err)
+				}
+				online = true
+			}
+		}
+	}
+	if !online {
+		t.Fatal("the replica is not back online within a minute")
+	}
+	log.take()
+	// The first round trip may see the replica acknowledge within its
+	// millisecond, or see it online and refuse; the next waits in full.
+	_ = cycle()
+	log.take()
+	if err := cycle(); err != nil {
+		t.Fatal(err)
+	}
+	if full, _ := waits(log.take()); full != 1 {
+		t.Fatal("the round trip after the replica came back online did not wait for it in full")
+	}
 }
 
 // WithReplicaAcks demands its count whatever the primary reports, and

@@ -16,9 +16,10 @@ type Ack struct {
 	Replicas int           // replicas that must acknowledge; 0: none, no WAIT
 	Timeout  time.Duration // how long the server may wait for them
 	Fsync    bool          // WAITAOF 0 Replicas: written to their append-only files
-	// Probe, if not nil, is a command sent in the same pipeline, after
-	// the call (the Store's INFO replication): no round trip of its own.
-	Probe *redis.Cmd
+	// Info asks for INFO replication at the pipeline's end, after the
+	// WAIT: what the primary says of its replicas once the wait is over,
+	// without a round trip of its own. One a pipeline, whatever the calls.
+	Info bool
 }
 
 // Acked is what the WAIT after a call answered: how many replicas
@@ -27,7 +28,10 @@ type Acked struct {
 	Replicas int
 	Wait     time.Duration // the WAIT's timeout, as sent
 	Err      error
-	Probe    *redis.Cmd // Ack.Probe, once its pipeline returned; nil if it did not
+	// Info is INFO replication's answer, when the call asked for it and
+	// its pipeline returned (InfoErr otherwise).
+	Info    string
+	InfoErr error
 }
 
 // minAckWait is the shortest WAIT sent: WAIT 0 would wait forever.
@@ -89,24 +93,23 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 // replicas, waits for them in the same round trip: EVALSHA (or EVAL) and
 // WAIT in one pipeline on one connection.
 func (sc Script) RunAck(ctx context.Context, c redis.UniversalClient, keys []string, args []any, ack Ack) (*redis.Cmd, Acked) {
-	if ack.Replicas == 0 && ack.Probe == nil {
+	if ack.Replicas == 0 && !ack.Info {
 		return sc.Run(ctx, c, keys, args...), Acked{}
 	}
 	cmds, acks := runPipelined(ctx, c, []scriptCall{{sc: sc, keys: keys, args: args, ack: ack}})
 	return cmds[0], acks[0]
 }
 
-// RunBatchAck is RunBatch with each pipeline ending in the WAIT that ack
-// asks for, and ack's Probe sent once, with the first call; acks[i] is
-// calls[i]'s, or acks is nil when ack asks for nothing.
+// RunBatchAck is RunBatch with each pipeline ending in the WAIT (and INFO)
+// that ack asks for; acks[i] is calls[i]'s, or acks is nil when ack asks
+// for nothing.
 func (sc Script) RunBatchAck(ctx context.Context, c redis.UniversalClient, calls []Call, ack Ack) ([]*redis.Cmd, []Acked) {
-	if sc.once || ack.Replicas == 0 && ack.Probe == nil || len(calls) == 0 {
+	if sc.once || ack.Replicas == 0 && !ack.Info || len(calls) == 0 {
 		return sc.RunBatch(ctx, c, calls), nil
 	}
 	sc2 := make([]scriptCall, len(calls))
 	for i, call := range calls {
 		sc2[i] = scriptCall{sc: sc, keys: call.Keys, args: call.Args, ack: ack}
-		ack.Probe = nil
 	}
 	return runPipelined(ctx, c, sc2)
 }
@@ -122,6 +125,7 @@ func pipelineAck(calls []scriptCall, idx []int) Ack {
 		}
 		a.Timeout = max(a.Timeout, c.Timeout)
 		a.Fsync = a.Fsync || c.Fsync
+		a.Info = a.Info || c.Info
 	}
 	return a
 }

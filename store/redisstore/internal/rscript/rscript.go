@@ -118,12 +118,12 @@ func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 }
 
 // sendPipeline sends the calls idx of calls as verb (evalsha or eval) in
-// one pipeline, with their probes (the first time only) and the WAIT they
-// ask for at its end, and puts their commands in cmds and what the WAIT
-// and the probes answered in acks (made when first needed).
+// one pipeline, with the WAIT and the INFO replication they ask for at its
+// end, and puts their commands in cmds and what the WAIT and INFO
+// answered in acks (made when first needed).
 func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCall, idx []int, verb string, cmds []*redis.Cmd, acks []Acked) []Acked {
 	pipe := c.Pipeline()
-	sent := make([]*redis.Cmd, 0, len(idx)+1)
+	sent := make([]*redis.Cmd, 0, len(idx)+2)
 	for _, i := range idx {
 		body := calls[i].sc.Hash()
 		if verb == "eval" {
@@ -133,41 +133,38 @@ func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 		sent = append(sent, cmds[i])
 		_ = pipe.Process(ctx, calls[i].sc.wrap(cmds[i]))
 	}
-	var probes []int
-	for _, i := range idx {
-		if p := calls[i].ack.Probe; p != nil && verb == "evalsha" {
-			probes = append(probes, i)
-			sent = append(sent, p)
-			_ = pipe.Process(ctx, p)
-		}
-	}
 	ack := pipelineAck(calls, idx)
-	var wait *redis.Cmd
+	var wait, info *redis.Cmd
 	var timeout time.Duration
 	if ack.Replicas > 0 {
 		wait, timeout = waitCmd(ctx, ack, readTimeout(c))
 		sent = append(sent, wait)
 		_ = pipe.Process(ctx, wait)
 	}
+	if ack.Info {
+		info = redis.NewCmd(ctx, "info", "replication")
+		sent = append(sent, info)
+		_ = pipe.Process(ctx, info)
+	}
 	_, err := pipe.Exec(ctx) // each command carries its own error
 	stampUnanswered(sent, err)
-	if wait == nil && len(probes) == 0 {
+	if wait == nil && info == nil {
 		return acks
 	}
 	if acks == nil {
 		acks = make([]Acked, len(calls))
 	}
+	var a Acked
 	if wait != nil {
-		a := acked(wait, ack, timeout)
-		for _, i := range idx {
-			if calls[i].ack.Replicas > 0 {
-				a.Probe = acks[i].Probe
-				acks[i] = a
-			}
-		}
+		a = acked(wait, ack, timeout)
 	}
-	for _, i := range probes {
-		acks[i].Probe = calls[i].ack.Probe
+	if info != nil {
+		a.Info, a.InfoErr = info.Text()
+	}
+	for _, i := range idx {
+		if calls[i].ack.Replicas > 0 || calls[i].ack.Info {
+			acks[i] = a
+		}
 	}
 	return acks
 }
