@@ -124,8 +124,8 @@ type ackNode struct {
 	batch  *rscript.Batcher // nil with WithoutBatching
 
 	mu       sync.Mutex
-	replicas int           // online replicas, as INFO replication last said
-	awaited  bool          // none online, but one was there lately (see replicas)
+	replicas int           // replicas connected (online or syncing), as INFO replication last said
+	awaited  bool          // none, but one was there lately (see replicas)
 	readAt   time.Time     // of that answer; zero: never read
 	reading  chan struct{} // closed when the first read, in flight, ends
 	probing  bool          // a call carries an INFO replication
@@ -232,33 +232,35 @@ func (a *acker) route(ctx context.Context, key string) (route, error) {
 
 // nodeState is what replicas says of a primary.
 type nodeState struct {
-	count   int  // replicas online
-	awaited bool // none online, one there lately
+	count   int  // replicas connected
+	awaited bool // none connected, one there lately
 	probe   bool // this call reads the replicas again (INFO riding along)
 }
 
 // awaitedWait is the WAIT of a round trip on a primary that awaits a
-// replica: the round trip of an online replica's acknowledgement on a LAN
-// or loopback, so that one that came online since the last read is caught,
-// at that cost while none is (see replicas).
+// replica: the round trip of a replica's acknowledgement on a LAN or
+// loopback, so that one that came back since the last read can acknowledge,
+// at that cost while none is there (see replicas).
 const awaitedWait = time.Millisecond
 
 // replicas returns what n's primary last reported of its replicas. The
 // first read (INFO replication) is a round trip of its own, waited for by
 // every call that needs it. Then a write waits for one replica if one was
-// online, and the replicas are read again, once replicaCheckInterval has
-// passed, with INFO replication at the end of one call's pipeline, while
-// the others go on with the count.
+// connected (online, or syncing: WAIT then waits, up to its bound, for the
+// sync to end and the replica to acknowledge), and the replicas are read
+// again, once replicaCheckInterval has passed, with INFO replication at the
+// end of one call's pipeline, while the others go on with the count.
 //
-// A primary with no replica online that had one lately (its replication
-// backlog is active: there was one within repl-backlog-ttl, an hour by
-// default) awaits one, after a failover or while one resyncs: every round
-// trip there waits awaitedWait for a replica and reads INFO after it. A
-// write none acknowledged is then accepted if INFO still lists no replica
-// online (as on a primary without replicas), and fails otherwise: a replica
-// came online since the last read, and a failover to it would lose the
-// write. Deciding from a count read a round trip earlier would let such
-// writes through; a primary without replicas at all costs nothing of this.
+// A primary with no replica that had one lately (its replication backlog
+// is active: there was one within repl-backlog-ttl, an hour by default)
+// awaits one, after a failover or a replica's restart: every round trip
+// there waits awaitedWait for a replica and reads INFO after it. A write
+// none acknowledged is then accepted if INFO still lists no replica (one
+// that connects later gets it in its first sync), and fails otherwise: a
+// replica connected since the last read may miss it, and a failover to it
+// would lose it. Deciding from a count read a round trip earlier would
+// let such writes through; a primary that never had a replica costs
+// nothing of this.
 //
 // A first read that fails on the network fails the call; a server that
 // refuses INFO is warned about once and taken as having no replicas.
@@ -329,7 +331,7 @@ func (a *acker) read(ctx context.Context, n *ackNode, info string, err error) {
 	defer n.mu.Unlock()
 	switch {
 	case err == nil:
-		n.replicas, n.awaited = onlineReplicas(info)
+		n.replicas, n.awaited = connectedReplicas(info)
 		n.readAt = time.Now()
 	case errors.As(err, &srvErr):
 		n.noInfo = true
@@ -342,14 +344,15 @@ func (a *acker) read(ctx context.Context, n *ackNode, info string, err error) {
 
 // unacked reports whether a write that r's WAIT did not see acknowledged
 // must fail: always, unless the primary awaited a replica and its INFO,
-// read after the WAIT, still lists none online.
+// read after the WAIT, still lists none (a replica that connects later
+// gets the write in its first sync).
 func unacked(r route, acked rscript.Acked) bool {
 	if acked.Err == nil && acked.Replicas >= r.ack.Replicas {
 		return false
 	}
 	if r.awaited && acked.Err == nil && acked.InfoErr == nil && acked.Info != "" {
-		online, _ := onlineReplicas(acked.Info)
-		return online > 0
+		connected, _ := connectedReplicas(acked.Info)
+		return connected > 0
 	}
 	return true
 }
@@ -365,11 +368,11 @@ func (n *ackNode) stale() {
 	n.mu.Unlock()
 }
 
-// onlineReplicas counts the replicas an INFO replication reply lists as
-// online, and says, when there are none, whether one is awaited: the
-// replication backlog is active. A server that is itself a replica has none
-// to wait for.
-func onlineReplicas(info string) (online int, awaited bool) {
+// connectedReplicas counts the replicas an INFO replication reply lists,
+// online or still syncing, and says, when there are none, whether one is
+// awaited: the replication backlog is active. A server that is itself a
+// replica has none to wait for.
+func connectedReplicas(info string) (connected int, awaited bool) {
 	backlog := false
 	for line := range strings.Lines(info) {
 		line = strings.TrimSpace(line)
@@ -378,11 +381,11 @@ func onlineReplicas(info string) (online int, awaited bool) {
 			return 0, false
 		case line == "repl_backlog_active:1":
 			backlog = true
-		case strings.HasPrefix(line, "slave") && strings.Contains(line, ":ip=") && strings.Contains(line, ",state=online,"):
-			online++
+		case strings.HasPrefix(line, "slave") && strings.Contains(line, ":ip="):
+			connected++
 		}
 	}
-	return online, online == 0 && backlog
+	return connected, connected == 0 && backlog
 }
 
 // runOn sends one call with its acknowledgement through batch, or, when

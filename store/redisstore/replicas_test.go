@@ -367,9 +367,10 @@ func TestReplicaAckNothingExtraWithoutReplicas(t *testing.T) {
 // joins is waited for. Once it leaves, the primary awaits it (its
 // replication backlog is active): each round trip waits a millisecond for
 // a replica and reads the replicas after it, and the writes go through
-// while none is online; once the replica is back, the round trip that
-// sees it online refuses what it did not acknowledge, and the next waits
-// for it in full, whatever the interval between reads (here an hour).
+// while none is connected. Once the replica is back, and until it has
+// synced (Redis waits repl-diskless-sync-delay, 5 s, before a full sync),
+// writes are refused, whatever the interval between reads (here an hour):
+// a failover to it would lose them. Then they wait for it in full again.
 func TestReplicaAckFollowsTheReplicas(t *testing.T) {
 	redisstore.SetReplicaCheckInterval(t, 20*time.Millisecond)
 	primary := testserver.StartRedis(t)
@@ -430,41 +431,42 @@ func TestReplicaAckFollowsTheReplicas(t *testing.T) {
 	})
 
 	redisstore.SetReplicaCheckInterval(t, time.Hour)
-	host, port, _ := strings.Cut(primary.Addr(), ":")
-	if _, err := replica.Do("REPLICAOF", host, port); err != nil {
-		t.Fatal(err)
-	}
-	online := false
-	for deadline := time.Now().Add(time.Minute); !online && time.Now().Before(deadline); {
+	info := func() string {
 		info, err := primary.Do("INFO", "replication")
 		if err != nil {
 			t.Fatal(err)
 		}
-		online = strings.Contains(info, "state=online")
-		if !online {
-			// Refused only if the replica came online meanwhile.
-			if err := cycle(); err != nil {
-				if info, _ := primary.Do("INFO", "replication"); !strings.Contains(info, "state=online") {
-					t.Fatalf("a write while no replica is online: %v", err)
-				}
-				online = true
-			}
-		}
+		return info
 	}
-	if !online {
-		t.Fatal("the replica is not back online within a minute")
-	}
-	log.take()
-	// The first round trip may see the replica acknowledge within its
-	// millisecond, or see it online and refuse; the next waits in full.
-	_ = cycle()
-	log.take()
-	if err := cycle(); err != nil {
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	if _, err := replica.Do("REPLICAOF", host, port); err != nil {
 		t.Fatal(err)
 	}
-	if full, _ := waits(log.take()); full != 1 {
-		t.Fatal("the round trip after the replica came back online did not wait for it in full")
+	refused, synced := 0, false
+	for deadline := time.Now().Add(time.Minute); !synced && time.Now().Before(deadline); {
+		before := info()
+		err := cycle()
+		after := info()
+		trips := log.take()
+		switch {
+		case err == nil && !strings.Contains(before, "state=online") && strings.Contains(after, "slave0:") && !strings.Contains(after, "state=online"):
+			t.Fatalf("a write went through while the replica synced: %v", trips)
+		case err == nil && strings.Contains(after, "state=online"):
+			if full, _ := waits(trips); full != 1 {
+				t.Fatalf("a write once the replica synced: %v, want a full WAIT", trips)
+			}
+			synced = true
+		case err != nil:
+			if !strings.Contains(after, "slave0:") {
+				t.Fatalf("a write refused while no replica is connected: %v", err)
+			}
+			refused++
+		}
 	}
+	if !synced || refused == 0 {
+		t.Fatalf("the replica came back: %d writes refused while it synced, synced %v; want some, and true", refused, synced)
+	}
+	t.Logf("%d writes refused while the replica synced", refused)
 }
 
 // WithReplicaAcks demands its count whatever the primary reports, and
@@ -477,7 +479,7 @@ func TestReplicaAcksFixed(t *testing.T) {
 
 	two := newStore(t, singleClient(primary.Addr()), redisstore.WithReplicaAcks(2, 200*time.Millisecond))
 	_, err := two.Acquire(ctx, key, "tok", time.Minute)
-	checkNotReplicated(t, "Acquire with 2 replicas required, 1 there", err, "1 of 2 replicas", "200ms")
+	checkNotReplicated(t, "Acquire with 2 replicas required, 1 there", err, "of 2 replicas", "200ms")
 	if v := get(t, primary, key); v != "" {
 		t.Errorf("the primary still holds the key: %q", v)
 	}
