@@ -459,3 +459,80 @@ func TestMultiNodeSentinelCanFail(t *testing.T) {
 	rep, _ := runMultiNode(t, cfg, s.wg.Wait)
 	checkStaleWritesReported(t, rep)
 }
+
+// The clock condition of redisstore's package doc, measured: after a
+// failover that lost acquires, the promoted replica's first fence for a key
+// is its clock, which is Δ behind the old primary's; the fences the old
+// primary gave out in its last Δ − D are then issued again, D being the
+// gap from the last acquire there to the first on the new primary. The
+// Sentinel drill runs with both replicas' clocks Δ behind node 0's (under
+// libfaketime), the primary cut off from its peers for sentinelCut while
+// the clients write there and then SIGKILLed (so D is at least the
+// failover, over 1 s here), failovers alternating between the real clock
+// and one behind. Inside the bound (Δ = 250 ms) no fence is issued again;
+// well beyond it (Δ = 10 s), without replica acknowledgement, the checker
+// reports the fences issued again (the history is not linearizable: the
+// negative control); with acknowledgement, never, at either Δ, since every
+// fence returned reached the replica.
+func TestMultiNodeSentinelClock(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		behind time.Duration
+	}{{"inside the bound", 250 * time.Millisecond}, {"well beyond it", 10 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startSentinelSet(t, sentinelSetup{behind: tc.behind})
+			mk := func(opts ...redisstore.Option) drill.Config {
+				return sentinelDrill(t, s, []string{faultSentinelCutKill}, opts...)
+			}
+			// behindFailovers counts the failovers to a clock behind, the
+			// ones that measure: node 0 is the only real clock.
+			behindFailovers := func() int {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				n := 0
+				for _, r := range s.promoted {
+					if r != s.nodes[0] {
+						n++
+					}
+				}
+				return n
+			}
+			measured := func(want int) func(drillSums) bool {
+				from := behindFailovers()
+				return func(drillSums) bool { return behindFailovers()-from >= want }
+			}
+			beyond := tc.behind > sentinelFailoverCost
+			done := measured(2)
+			if beyond {
+				// The negative control: until the fences issued again are seen.
+				d := done
+				done = func(r drillSums) bool { return d(r) && r.reissued > 0 }
+			}
+			from := behindFailovers()
+			off := redisDrills(t, s, mk, 100, 4, done, redisstore.WithoutReplicaAcks())
+			offBehind := behindFailovers() - from
+			from = behindFailovers()
+			on := redisDrills(t, s, mk, 100, 4, measured(2))
+			onBehind := behindFailovers() - from
+			t.Logf("replicas %v behind, without acknowledgement: %v; %d of them to a clock behind", tc.behind, off, offBehind)
+			t.Logf("replicas %v behind, with acknowledgement: %v; %d of them to a clock behind", tc.behind, on, onBehind)
+			for _, text := range append(off.unsafe, on.unsafe...) {
+				t.Errorf("safety violations:\n%s", text)
+			}
+			if offBehind < 2 || onBehind < 2 {
+				t.Errorf("the drills measured %d and %d failovers to a clock behind, want at least 2 each", offBehind, onBehind)
+			}
+			if on.reissued+on.notLinearizable != 0 {
+				t.Errorf("with acknowledgement, a replica %v behind issued %d fences again (%d histories not linearizable)", tc.behind, on.reissued, on.notLinearizable)
+			}
+			switch {
+			case beyond && (off.reissued == 0 || off.notLinearizable == 0):
+				t.Errorf("without acknowledgement, a replica %v behind issued %d fences again, %d histories not linearizable: the negative control saw nothing",
+					tc.behind, off.reissued, off.notLinearizable)
+			case !beyond && off.reissued+off.notLinearizable != 0:
+				t.Errorf("without acknowledgement, a replica %v behind (inside the bound) issued %d fences again (%d histories not linearizable)",
+					tc.behind, off.reissued, off.notLinearizable)
+			}
+		})
+	}
+}

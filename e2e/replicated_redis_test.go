@@ -2,10 +2,14 @@ package e2e_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/history"
+	"github.com/leasehold/leasehold/drill/report"
 	"github.com/leasehold/leasehold/store/redisstore"
 )
 
@@ -21,6 +25,7 @@ type failoverTopology interface {
 type drillSums struct {
 	runs, failovers, overlaps, reissued, staleRefused, notLinearizable int
 	unsafe                                                             []string // the text of each run with another safety violation
+	explained                                                          []string // each overlap: see overlapsExplained
 }
 
 func (r drillSums) String() string {
@@ -54,6 +59,10 @@ func redisDrills(t *testing.T, topo failoverTopology, mk func(...redisstore.Opti
 		sum.failovers += topo.failoverCount() - before
 		sum.runs++
 		sum.overlaps += overlappingOwners(rep.History, rep.TTL)
+		for _, e := range overlapsExplained(rep) {
+			sum.explained = append(sum.explained, fmt.Sprintf("drill %d: %s", sum.runs, e))
+			t.Logf("overlap in drill %d: %s", sum.runs, e)
+		}
 		sum.reissued += reissuedFences(rep.History)
 		sum.staleRefused += rep.StaleRefused
 		unsafe := false
@@ -73,4 +82,51 @@ func redisDrills(t *testing.T, topo failoverTopology, mk func(...redisstore.Opti
 		t.Logf("after drill %d: %v", sum.runs, sum)
 	}
 	return sum
+}
+
+// overlapsExplained describes each acquire that overlappingOwners counts:
+// its key and time, the other owner's last acquire or renewal the store
+// answered, and the store faults in force around it, all in time from the
+// drill's first operation. It runs overlappingOwners on each prefix of the
+// history (with every release, which only shortens an owner's validity).
+func overlapsExplained(rep *report.Report) []string {
+	ops := rep.History.Ops
+	if len(ops) == 0 {
+		return nil
+	}
+	start := ops[0].Call
+	at := func(t time.Time) string { return t.Sub(start).Round(time.Millisecond).String() }
+	var out []string
+	prev := 0
+	for i, o := range ops {
+		if o.Kind != history.OpAcquire || !o.OK {
+			continue
+		}
+		h := history.History{Ops: slices.Clone(ops[:i+1])}
+		for _, r := range ops[i+1:] {
+			if r.Kind == history.OpRelease {
+				h.Ops = append(h.Ops, r)
+			}
+		}
+		n := overlappingOwners(h, rep.TTL)
+		if n == prev {
+			continue
+		}
+		prev = n
+		var other history.Op
+		for _, p := range ops[:i] {
+			if p.Key == o.Key && p.Worker != o.Worker && p.OK && (p.Kind == history.OpAcquire || p.Kind == history.OpRenew) {
+				other = p
+			}
+		}
+		var faults []string
+		for _, f := range rep.History.Faults {
+			if f.Worker < 0 && f.From.Before(o.Return) && f.To.After(other.Call.Add(-rep.TTL)) {
+				faults = append(faults, fmt.Sprintf("%s %s..%s", f.Name, at(f.From), at(f.To)))
+			}
+		}
+		out = append(out, fmt.Sprintf("[abs %d %d] ", o.Call.UnixMicro(), other.Call.UnixMicro())+fmt.Sprintf("%s: worker %d acquired (fence %d) %s..%s while worker %d's %s (fence %d) at %s..%s held it for a TTL; store faults: %v",
+			o.Key, o.Worker, o.Fence, at(o.Call), at(o.Return), other.Worker, other.Kind, other.Fence, at(other.Call), at(other.Return), faults))
+	}
+	return out
 }
