@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +60,25 @@ func (r *redisNode) start() error {
 		r.mu.Unlock()
 	}
 	return err
+}
+
+// restartAsReplicaOf starts the server again, replicating primary
+// ("ip:port"), whatever it was started as.
+func (r *redisNode) restartAsReplicaOf(primary string) error {
+	host, port, err := net.SplitHostPort(primary)
+	if err != nil {
+		return err
+	}
+	var args []string
+	for i := 0; i < len(r.args); i++ {
+		if r.args[i] == "--replicaof" {
+			i += 2
+			continue
+		}
+		args = append(args, r.args[i])
+	}
+	r.args = append(args, "--replicaof", host, port)
+	return r.start()
 }
 
 func (r *redisNode) proc() *netns.Proc {
@@ -352,14 +372,13 @@ func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
 		return nil
 	})
 	took := time.Since(start)
-	switch kind {
-	case faultSentinelKill:
-		_ = p.start()
-	case faultSentinelCutKill:
-		_ = p.node.Heal()
-		_ = p.start()
-	default:
-		_ = p.node.Heal()
+	_ = p.node.Heal()
+	if kind == faultSentinelKill || kind == faultSentinelCutKill {
+		// Back as a replica of the new primary, as an operator (or a
+		// supervisor with Sentinel's config) brings it back: started
+		// empty as a primary, it would take writes from any client that
+		// its own Sentinel, still behind, sent there.
+		_ = p.restartAsReplicaOf(promoted)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

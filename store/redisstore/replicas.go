@@ -126,6 +126,7 @@ type ackNode struct {
 	mu       sync.Mutex
 	replicas int           // replicas connected (online or syncing), as INFO replication last said
 	awaited  bool          // none, but one was there lately (see replicas)
+	lastSeen time.Time     // of the last read that listed a replica
 	readAt   time.Time     // of that answer; zero: never read
 	reading  chan struct{} // closed when the first read, in flight, ends
 	probing  bool          // a call carries an INFO replication
@@ -210,7 +211,7 @@ func (a *acker) route(ctx context.Context, key string) (route, error) {
 	if err != nil {
 		return route{}, err
 	}
-	if a.cluster != nil && st.count == 0 && !st.awaited && st.probe {
+	if a.cluster != nil && st.count == 0 && !st.awaited && !st.orphaned && st.probe {
 		// No pipeline of this primary's to ride in: a round trip of its
 		// own, once an interval.
 		info, err := rscript.Do(ctx, a.calls, func(ctx context.Context) (string, error) {
@@ -219,10 +220,12 @@ func (a *acker) route(ctx context.Context, key string) (route, error) {
 		a.read(ctx, n, info, err)
 		a.probed(n, true)
 		n.mu.Lock()
-		st = nodeState{count: n.replicas, awaited: n.awaited}
+		st = n.state()
 		n.mu.Unlock()
 	}
 	switch {
+	case st.orphaned:
+		return route{n: n, ack: rscript.Ack{Replicas: 1, Timeout: awaitedWait, Info: true}}, nil
 	case st.awaited:
 		return route{n: n, ack: rscript.Ack{Replicas: 1, Timeout: awaitedWait, Info: true}, awaited: true}, nil
 	default:
@@ -234,8 +237,19 @@ func (a *acker) route(ctx context.Context, key string) (route, error) {
 type nodeState struct {
 	count   int  // replicas connected
 	awaited bool // none connected, one there lately
+	// orphaned: none connected, one listed less than orphanGrace ago
+	orphaned bool
 	probe   bool // this call reads the replicas again (INFO riding along)
 }
+
+// orphanGrace is how long a primary whose replicas all left is refused
+// writes: long enough for Sentinel or a Cluster to demote a primary failed
+// over while cut off, whose replicas then left for the new one (Sentinel
+// converts it within its 10 s INFO period for replicas), so that the
+// writes clients still send it are not taken and lost. A replica that
+// died costs its primary's acquires this long; then it takes writes as a
+// primary awaiting a replica. Tests shorten it.
+var orphanGrace = 10 * time.Second
 
 // awaitedWait is the WAIT of a round trip on a primary that awaits a
 // replica: the round trip of a replica's acknowledgement on a LAN or
@@ -272,8 +286,10 @@ func (a *acker) replicas(ctx context.Context, n *ackNode) (nodeState, error) {
 			n.mu.Unlock()
 			return nodeState{}, nil
 		case !n.readAt.IsZero():
-			st := nodeState{count: n.replicas, awaited: n.awaited}
-			if !n.awaited && !n.probing && time.Since(n.readAt) >= replicaCheckInterval {
+			st := n.state()
+			if st.orphaned || st.awaited {
+				st.probe = false // read at every round trip anyway
+			} else if !n.probing && time.Since(n.readAt) >= replicaCheckInterval {
 				n.probing, st.probe = true, true
 			}
 			n.mu.Unlock()
@@ -333,6 +349,9 @@ func (a *acker) read(ctx context.Context, n *ackNode, info string, err error) {
 	case err == nil:
 		n.replicas, n.awaited = connectedReplicas(info)
 		n.readAt = time.Now()
+		if n.replicas > 0 {
+			n.lastSeen = n.readAt
+		}
 	case errors.As(err, &srvErr):
 		n.noInfo = true
 		a.warn.Do(func() {
@@ -355,6 +374,12 @@ func unacked(r route, acked rscript.Acked) bool {
 		return connected > 0
 	}
 	return true
+}
+
+// state is n's nodeState, without a read; n.mu is held.
+func (n *ackNode) state() nodeState {
+	orphaned := n.replicas == 0 && !n.lastSeen.IsZero() && time.Since(n.lastSeen) < orphanGrace
+	return nodeState{count: n.replicas, awaited: n.awaited && !orphaned, orphaned: orphaned}
 }
 
 // stale makes the next call on n read its replicas again: an

@@ -364,15 +364,17 @@ func TestReplicaAckNothingExtraWithoutReplicas(t *testing.T) {
 }
 
 // By default the Store follows what the primary reports: a replica that
-// joins is waited for. Once it leaves, the primary awaits it (its
-// replication backlog is active): each round trip waits a millisecond for
-// a replica and reads the replicas after it, and the writes go through
-// while none is connected. Once the replica is back, and until it has
+// joins is waited for. Once it leaves, the primary's writes are refused
+// for orphanGrace (its replicas may have left for a new primary), then it
+// awaits the replica (its replication backlog is active): each round trip
+// waits a millisecond for a replica and reads the replicas after it, and
+// the writes go through while none is connected. Once the replica is back, and until it has
 // synced (Redis waits repl-diskless-sync-delay, 5 s, before a full sync),
 // writes are refused, whatever the interval between reads (here an hour):
 // a failover to it would lose them. Then they wait for it in full again.
 func TestReplicaAckFollowsTheReplicas(t *testing.T) {
 	redisstore.SetReplicaCheckInterval(t, 20*time.Millisecond)
+	redisstore.SetOrphanGrace(t, time.Second)
 	primary := testserver.StartRedis(t)
 	client := singleClient(primary.Addr())
 	log := &cmdLog{}
@@ -424,6 +426,16 @@ func TestReplicaAckFollowsTheReplicas(t *testing.T) {
 	cycleUntil("waiting for the new replica", func(trips [][][]any) bool { full, _ := waits(trips); return full == 1 })
 	if _, err := replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
+	}
+	left := time.Now()
+	orphaned := 0
+	for orphaned == 0 && time.Since(left) < time.Minute {
+		if err := cycle(); err != nil {
+			orphaned++
+		}
+	}
+	if orphaned == 0 {
+		t.Fatal("no write refused once the replica left")
 	}
 	cycleUntil("awaiting the replica that left", func(trips [][][]any) bool {
 		full, short := waits(trips)

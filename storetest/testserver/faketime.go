@@ -57,10 +57,11 @@ func WithClockOffset(d time.Duration) RedisOption {
 }
 
 // ClockOffsetEnv returns this process's environment with what makes a
-// redis-server started with it run under libfaketime with its wall clock d
-// off the real one, as WithClockOffset does, for a server the caller starts
-// itself (in a network namespace of its own, say). It fails, saying what
-// to install, without libfaketime or glibc's libc_malloc_debug.
+// server started with it (redis-server, postgres) run under libfaketime
+// with its wall clock d off the real one, as WithClockOffset does, for a
+// server the caller starts itself (in a network namespace of its own, say).
+// It fails, saying what to install, without libfaketime or glibc's
+// libc_malloc_debug.
 func ClockOffsetEnv(d time.Duration) ([]string, error) { return faketimeEnv(d) }
 
 // faketimeEnv returns our environment with LD_PRELOAD and FAKETIME set for
@@ -85,6 +86,9 @@ func faketimeEnv(d time.Duration) ([]string, error) {
 		"LD_PRELOAD="+mallocDebug+":"+faketime,
 		"FAKETIME="+faketimeOffset(d),
 		"FAKETIME_DONT_FAKE_MONOTONIC=1",
+		// No shared memory: a process that changes user (PostgreSQL's
+		// setpriv) cannot open the semaphore its parent made.
+		"FAKETIME_DISABLE_SHM=1",
 	), nil
 }
 
