@@ -376,6 +376,9 @@ func TestMultiNodeCluster(t *testing.T) {
 	for _, text := range append(off.unsafe, on.unsafe...) {
 		t.Errorf("safety violations with cluster failovers:\n%s", text)
 	}
+	if off.wrongOwner+on.wrongOwner > 0 {
+		t.Errorf("releases or renewals after a newer fence's acquire with real clocks: %d without acknowledgement, %d with", off.wrongOwner, on.wrongOwner)
+	}
 	if off.notLinearizable+on.notLinearizable > 0 {
 		t.Errorf("histories not linearizable with real clocks: %d without acknowledgement, %d with", off.notLinearizable, on.notLinearizable)
 	}
