@@ -117,6 +117,15 @@
 // edge. B 1 s ahead gave +1000.7 ms at D = 0; a promoted replica 1 min
 // behind that had the counter gave F_A + 1.
 //
+// In a failover drill (e2e TestMultiNodeRedisClock: replicas 250 ms or 10 s
+// behind, D over 1 s), no fence was issued again at 250 ms; at 10 s,
+// without replica acknowledgement, 4 were, and the drill's checker reported
+// them; with it (the default), none, since every fence returned had
+// reached the replica promoted. D counts to the last acquire the old
+// primary took: one cut off from its replicas but still reached by clients
+// takes acquires until they move, so D can be milliseconds, a case replica
+// acknowledgement removes.
+//
 // Acquire refuses a server whose maxmemory-policy is not noeviction (or
 // warns, with WithEvictionWarning): any other policy may evict a held lock key,
 // and volatile-* policies pick exactly such keys, since they have a TTL.
@@ -148,18 +157,22 @@
 // The replicas are read at the Store's first acquire on a primary (a round
 // trip of its own), then at most once a second at the end of an acquire's
 // or renewal's pipeline (no round trip of its own; on a cluster, for a
-// primary without replicas, one a second). A primary that had a replica in
-// the last hour (its replication backlog is active) and has none now
-// awaits one: each round trip there waits a millisecond for a replica and
-// reads INFO after it, and a write goes through only if INFO still lists
-// none, so one that comes back is waited for from its first moment. A
-// primary that never had a replica costs nothing more.
+// primary without replicas, one a second). A primary whose replicas all
+// left less than 10 s ago refuses writes: it may have been failed over
+// while cut off, and be demoted once Sentinel or the Cluster reaches it,
+// dropping them. After that, a primary that had a replica in the last hour
+// (its replication backlog is active) awaits one: each round trip there
+// waits a millisecond for a replica and reads INFO after it, and a write
+// goes through only if INFO still lists none, so one that comes back is
+// waited for from its first moment. A primary that never had a replica
+// costs nothing more.
 //
 // The cost: a round trip to a replica per batch of calls (figures in
 // docs/benchmarks.md); while a primary's only replica resyncs (Redis 7
 // waits repl-diskless-sync-delay, 5 s by default, before a full sync), its
-// acquires wait up to the bound and fail; a primary awaiting a replica
-// adds a millisecond a round trip. WithReplicaAcks sets the count and the
+// acquires wait up to the bound and fail; a primary whose replicas left
+// refuses acquires for 10 s; a primary awaiting a replica adds a
+// millisecond a round trip. WithReplicaAcks sets the count and the
 // bound whatever the primary reports, WithReplicaFsync waits with WAITAOF
 // (Redis 7.2), WithoutReplicaAcks turns it off.
 //
