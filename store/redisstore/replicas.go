@@ -239,7 +239,7 @@ type nodeState struct {
 	awaited bool // none connected, one there lately
 	// orphaned: none connected, one listed less than orphanGrace ago
 	orphaned bool
-	probe   bool // this call reads the replicas again (INFO riding along)
+	probe    bool // this call reads the replicas again (INFO riding along)
 }
 
 // orphanGrace is how long a primary whose replicas all left is refused

@@ -86,9 +86,6 @@ func faketimeEnv(d time.Duration) ([]string, error) {
 		"LD_PRELOAD="+mallocDebug+":"+faketime,
 		"FAKETIME="+faketimeOffset(d),
 		"FAKETIME_DONT_FAKE_MONOTONIC=1",
-		// No shared memory: a process that changes user (PostgreSQL's
-		// setpriv) cannot open the semaphore its parent made.
-		"FAKETIME_DISABLE_SHM=1",
 	), nil
 }
 
