@@ -169,10 +169,11 @@ func (a *acker) wait() {
 
 // route is where a write goes and what it waits for.
 type route struct {
-	n       *ackNode // nil: acknowledgement is off
-	ack     rscript.Ack
-	awaited bool // the primary awaits a replica: see acker.replicas
-	probe   bool // ack.Info is this primary's interval read
+	n        *ackNode // nil: acknowledgement is off
+	ack      rscript.Ack
+	awaited  bool // the primary awaits a replica: see acker.replicas
+	orphaned bool // its replicas left lately: see acker.replicas
+	probe    bool // ack.Info is this primary's interval read
 }
 
 // plain reports whether the write goes the usual way, through the cluster
@@ -225,7 +226,7 @@ func (a *acker) route(ctx context.Context, key string) (route, error) {
 	}
 	switch {
 	case st.orphaned:
-		return route{n: n, ack: rscript.Ack{Replicas: 1, Timeout: awaitedWait, Info: true}}, nil
+		return route{n: n, ack: rscript.Ack{Replicas: 1, Timeout: awaitedWait, Info: true}, orphaned: true}, nil
 	case st.awaited:
 		return route{n: n, ack: rscript.Ack{Replicas: 1, Timeout: awaitedWait, Info: true}, awaited: true}, nil
 	default:
@@ -476,7 +477,7 @@ func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, 
 		if undo != nil {
 			what = undo(r.n.client) // on the primary that took it
 		}
-		cmd.SetErr(notReplicated(op, r.ack, acked, what))
+		cmd.SetErr(notReplicated(op, r, acked, what))
 		return cmd
 	}
 }
@@ -506,14 +507,20 @@ func (a *acker) lost(ctx context.Context, err error) {
 }
 
 // notReplicated is the error of a write the replicas did not acknowledge.
-func notReplicated(op string, ack rscript.Ack, acked rscript.Acked, undone string) error {
+func notReplicated(op string, r route, acked rscript.Acked, undone string) error {
 	how := "WAIT"
-	if ack.Fsync {
+	if r.ack.Fsync {
 		how = "WAITAOF"
 	}
-	got := fmt.Sprintf("%d of %d replicas acknowledged the %s within %v (%s)", acked.Replicas, ack.Replicas, op, acked.Wait, how)
+	got := fmt.Sprintf("%d of %d replicas acknowledged the %s within %v (%s)", acked.Replicas, r.ack.Replicas, op, acked.Wait, how)
 	if acked.Err != nil {
 		got = fmt.Sprintf("the replicas' acknowledgement of the %s could not be read (%s): %v", op, how, acked.Err)
+	}
+	switch {
+	case r.orphaned:
+		got += fmt.Sprintf(", on a primary whose replicas all left less than %v ago (it may have been failed over)", orphanGrace)
+	case r.awaited:
+		got += ", on a primary a replica connected to since the last read"
 	}
 	return &replicaError{msg: ErrNotReplicated.Error() + ": " + got + undone, cause: acked.Err}
 }
@@ -618,7 +625,7 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 				for j, cmd := range got {
 					cmds[g.idx[j]] = cmd
 					if acks != nil && renewWrote(cmd) && unacked(g.r, acks[j]) {
-						cmd.SetErr(notReplicated("renewal", g.r.ack, acks[j], renewUnacked(nil)))
+						cmd.SetErr(notReplicated("renewal", g.r, acks[j], renewUnacked(nil)))
 						unack = true
 					}
 				}
