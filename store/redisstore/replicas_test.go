@@ -374,7 +374,7 @@ func TestReplicaAckNothingExtraWithoutReplicas(t *testing.T) {
 // a failover to it would lose them. Then they wait for it in full again.
 func TestReplicaAckFollowsTheReplicas(t *testing.T) {
 	redisstore.SetReplicaCheckInterval(t, 20*time.Millisecond)
-	redisstore.SetOrphanGrace(t, time.Second)
+	redisstore.SetOrphanGrace(t, 5*time.Second) // past one WAIT of the bound (1 s)
 	primary := testserver.StartRedis(t)
 	client := singleClient(primary.Addr())
 	log := &cmdLog{}
