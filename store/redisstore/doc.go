@@ -119,9 +119,9 @@
 //
 // In a failover drill (e2e TestMultiNodeRedisClock: replicas 250 ms or 10 s
 // behind, D over 1 s), no fence was issued again at 250 ms; at 10 s,
-// without replica acknowledgement, 4 were, and the drill's checker reported
-// them; with it (the default), none, since every fence returned had
-// reached the replica promoted. D counts to the last acquire the old
+// without replica acknowledgement, 1 to 4 a run were, and the drill's
+// checker reported them; with it (the default), none, since every fence
+// returned had reached the replica promoted. D counts to the last acquire the old
 // primary took: one cut off from its replicas but still reached by clients
 // takes acquires until they move, so D can be milliseconds, a case replica
 // acknowledgement removes.
