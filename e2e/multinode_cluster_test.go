@@ -366,29 +366,10 @@ func TestMultiNodeCluster(t *testing.T) {
 	mk := func(opts ...redisstore.Option) drill.Config { return clusterDrill(t, c, opts...) }
 	off := redisDrills(t, c, mk, 150, 4, sawHazard, redisstore.WithoutReplicaAcks())
 	on := redisDrills(t, c, mk, 150, 8, coveredFailovers(8))
-	t.Logf("without replica acknowledgement: %v", off)
-	t.Logf("with replica acknowledgement (the default): %v", on)
 	c.mu.Lock()
 	fo := slices.Clone(c.failovers)
 	c.mu.Unlock()
 	slices.Sort(fo)
 	t.Logf("failovers measured (fault to new master): %v", fo)
-	for _, text := range append(off.unsafe, on.unsafe...) {
-		t.Errorf("safety violations with cluster failovers:\n%s", text)
-	}
-	if off.wrongOwner+on.wrongOwner > 0 {
-		t.Errorf("releases or renewals after a newer fence's acquire with real clocks: %d without acknowledgement, %d with", off.wrongOwner, on.wrongOwner)
-	}
-	if off.notLinearizable+on.notLinearizable > 0 {
-		t.Errorf("histories not linearizable with real clocks: %d without acknowledgement, %d with", off.notLinearizable, on.notLinearizable)
-	}
-	if off.overlaps == 0 || off.staleRefused == 0 {
-		t.Errorf("the negative control saw no hazard in %d failovers: %d overlapping owners, %d stale writes refused", off.failovers, off.overlaps, off.staleRefused)
-	}
-	if on.failovers < 8 {
-		t.Errorf("with acknowledgement the drills covered %d failovers, want at least 8", on.failovers)
-	}
-	if on.overlaps != 0 || on.reissued != 0 {
-		t.Errorf("with replica acknowledgement: %d overlapping owners and %d fences issued again in %d failovers, want none", on.overlaps, on.reissued, on.failovers)
-	}
+	checkAcks(t, off, on)
 }

@@ -134,3 +134,31 @@ func overlapsExplained(rep *report.Report) []string {
 	}
 	return out
 }
+
+// checkAcks is the verdict of drills on a replicated Redis with real clocks
+// without replica acknowledgement (off, the negative control) and with it
+// (on, the default): no safety violation in either; off saw two owners at
+// once, on none, over at least 8 failovers, and no fence issued again.
+func checkAcks(t *testing.T, off, on drillSums) {
+	t.Helper()
+	t.Logf("without replica acknowledgement: %v", off)
+	t.Logf("with replica acknowledgement (the default): %v", on)
+	for _, text := range append(off.unsafe, on.unsafe...) {
+		t.Errorf("safety violations with failovers:\n%s", text)
+	}
+	if off.wrongOwner+on.wrongOwner > 0 {
+		t.Errorf("releases or renewals after a newer fence's acquire with real clocks: %d without acknowledgement, %d with", off.wrongOwner, on.wrongOwner)
+	}
+	if off.notLinearizable+on.notLinearizable > 0 {
+		t.Errorf("histories not linearizable with real clocks: %d without acknowledgement, %d with", off.notLinearizable, on.notLinearizable)
+	}
+	if off.overlaps == 0 || off.staleRefused == 0 {
+		t.Errorf("the negative control saw no hazard in %d failovers: %d overlapping owners, %d stale writes refused", off.failovers, off.overlaps, off.staleRefused)
+	}
+	if on.failovers < 8 {
+		t.Errorf("with acknowledgement the drills covered %d failovers, want at least 8", on.failovers)
+	}
+	if on.overlaps != 0 || on.reissued != 0 {
+		t.Errorf("with replica acknowledgement: %d overlapping owners and %d fences issued again in %d failovers, want none", on.overlaps, on.reissued, on.failovers)
+	}
+}
