@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dbConc := fs.String("db-concurrency", joinInts(cfg.DBConcurrency), "comma-separated goroutine counts of the etcd and postgres cycle sections")
 	only := fs.String("only", strings.Join(cfg.Sections, ","), "comma-separated sections to run: "+lockbench.SectionLocks+" (round trips, cycles, hand-off), "+
 		lockbench.SectionProcesses+" (hand-off and FIFO order with a client per worker), "+lockbench.SectionEtcd+" (cycles against concurrency.Mutex), "+
-		lockbench.SectionPostgres+" (cycles against advisory locks), "+lockbench.SectionScale+" (many leases held by one process); "+
+		lockbench.SectionPostgres+" (cycles against advisory locks), "+lockbench.SectionReplicas+" (cycles and hand-off on a primary with one replica, replica acknowledgement on and off), "+lockbench.SectionScale+" (many leases held by one process); "+
 		"--only "+lockbench.SectionProcesses+","+lockbench.SectionEtcd+","+lockbench.SectionPostgres+" runs the sections of issue 18 alone")
 	scaleLeases := fs.String("scale-leases", joinInts(cfg.ScaleLeases), "comma-separated lease counts of the scale section, each kept alive by Lease.KeepAlive on the Client's batched renewal engine")
 	fs.DurationVar(&cfg.ScaleTTL, "scale-ttl", cfg.ScaleTTL, "TTL of the scale section's leases (renewed every third of it)")

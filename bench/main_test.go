@@ -43,17 +43,7 @@ func TestNewSectionsTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server, etcd and PostgreSQL")
 	}
-	out := filepath.Join(t.TempDir(), "b.md")
-	args := []string{"--quiet", "--only", "processes,etcd,postgres", "--rounds", "1", "--warmup", "0",
-		"--duration", "30ms", "--handoff-duration", "60ms", "--workers", "3", "--db-concurrency", "1,2", "--out", out}
-	if err := run(t.Context(), args, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := string(b)
+	md := tinyReport(t, "--only", "processes,etcd,postgres", "--db-concurrency", "1,2")
 	for _, want := range []string{
 		"## 6. Contended hand-off with a client per worker", "| 3 | leasehold, a Client per worker |",
 		"| 3 | rueidislock, a Locker per worker |", "| 3 | redislock, a client per worker",
@@ -67,4 +57,36 @@ func TestNewSectionsTiny(t *testing.T) {
 	if strings.Contains(md, "NaN") {
 		t.Errorf("report has NaN:\n%s", md)
 	}
+}
+
+// TestReplicasSectionTiny runs the replicas section at tiny scale on the
+// primary and replica it starts, and checks its table: both contenders at
+// each concurrency and worker count.
+func TestReplicasSectionTiny(t *testing.T) {
+	md := tinyReport(t, "--only", "replicas", "--concurrency", "1,4")
+	for _, want := range []string{"## 10. Replica acknowledgement", "| cycles | 1 |", "| cycles | 4 |", "| hand-off | 3 |", "WithoutReplicaAcks"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "NaN") || strings.Contains(md, "| – |") {
+		t.Errorf("report has a missing figure:\n%s", md)
+	}
+}
+
+// tinyReport runs the command at tiny scale (one round, no warm-up, short
+// cells, 3 workers) with args, and returns its report.
+func tinyReport(t *testing.T, args ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "b.md")
+	args = append([]string{"--quiet", "--rounds", "1", "--warmup", "0", "--duration", "30ms", "--handoff-duration", "60ms",
+		"--workers", "3", "--out", out}, args...)
+	if err := run(t.Context(), args, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

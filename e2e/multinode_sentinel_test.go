@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,18 +46,38 @@ type redisNode struct {
 	dir    string
 	bin    string
 	args   []string // the server's, for a restart
+	env    []string // the server's (nil: ours); libfaketime's for a clock off
 	mu     sync.Mutex
 	server *netns.Proc
 }
 
 func (r *redisNode) start() error {
-	p, err := r.node.Start(filepath.Join(r.dir, "redis.log"), nil, r.bin, r.args...)
+	p, err := r.node.Start(filepath.Join(r.dir, "redis.log"), r.env, r.bin, r.args...)
 	if err == nil {
 		r.mu.Lock()
 		r.server = p
 		r.mu.Unlock()
 	}
 	return err
+}
+
+// restartAsReplicaOf starts the server again, replicating primary
+// ("ip:port"), whatever it was started as.
+func (r *redisNode) restartAsReplicaOf(primary string) error {
+	host, port, err := net.SplitHostPort(primary)
+	if err != nil {
+		return err
+	}
+	var args []string
+	for i := 0; i < len(r.args); i++ {
+		if r.args[i] == "--replicaof" {
+			i += 2
+			continue
+		}
+		args = append(args, r.args[i])
+	}
+	r.args = append(args, "--replicaof", host, port)
+	return r.start()
 }
 
 func (r *redisNode) proc() *netns.Proc {
@@ -75,7 +96,11 @@ type sentinelSet struct {
 	busy  bool
 	// failovers: from a fault on the primary to the Sentinels naming another.
 	failovers []time.Duration
-	wg        sync.WaitGroup
+	// astray: since when each Sentinel has named another primary than
+	// the others; resets counts the Sentinels reset for it.
+	astray map[*redisNode]time.Time
+	resets int
+	wg     sync.WaitGroup
 }
 
 func startSentinelSet(t *testing.T) *sentinelSet {
@@ -244,6 +269,61 @@ func (s *sentinelSet) whole() (*redisNode, error) {
 	return p, nil
 }
 
+// sentinelAstray is how long a Sentinel may name another primary than the
+// other two before bringBackAstray resets it: several hello periods (2 s),
+// in which a Sentinel that missed a failover learns of it.
+const sentinelAstray = 10 * time.Second
+
+// bringBackAstray resets a Sentinel that has named another primary than
+// the other two for sentinelAstray: a Sentinel that missed a failover can
+// keep a configuration of the same epoch as theirs and never take theirs
+// (seen here after failovers seconds apart), and the set is then never
+// whole again. It is made to monitor the others' primary afresh, as an
+// operator would (SENTINEL REMOVE, then MONITOR and the same settings).
+func (s *sentinelSet) bringBackAstray() {
+	votes := map[string][]*redisNode{}
+	for _, r := range s.nodes {
+		if a, err := s.primaryOf(r); err == nil {
+			votes[a] = append(votes[a], r)
+		}
+	}
+	var primary string
+	for a, rs := range votes {
+		if len(rs) == len(s.nodes)-1 {
+			primary = a
+		}
+	}
+	if s.astray == nil {
+		s.astray = map[*redisNode]time.Time{}
+	}
+	for _, r := range s.nodes {
+		a, err := s.primaryOf(r)
+		if primary == "" || err != nil || a == primary {
+			delete(s.astray, r)
+			continue
+		}
+		since, ok := s.astray[r]
+		if !ok {
+			s.astray[r] = time.Now()
+			continue
+		}
+		if time.Since(since) < sentinelAstray {
+			continue
+		}
+		host, port, _ := net.SplitHostPort(primary)
+		for _, cmd := range [][]any{
+			{"SENTINEL", "REMOVE", sentinelMaster},
+			{"SENTINEL", "MONITOR", sentinelMaster, host, port, 2},
+			{"SENTINEL", "SET", sentinelMaster, "down-after-milliseconds", sentinelDownAfter.Milliseconds()},
+			{"SENTINEL", "SET", sentinelMaster, "failover-timeout", sentinelFailoverTimeout.Milliseconds()},
+		} {
+			_, _ = ask(r.sentinel(), cmd...)
+		}
+		delete(s.astray, r)
+		s.resets++
+	}
+}
+
 // sentinelFault cuts the primary off from its peers (its Sentinel with it;
 // the clients still reach it, so it keeps taking writes that the new
 // primary never gets) or SIGKILLs it. It lasts until the other Sentinels
@@ -272,9 +352,10 @@ func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 	}
 	p, err := s.whole()
 	if err != nil {
+		s.bringBackAstray()
 		return errClusterBusy
 	}
-	kind := sentinelFaultKinds[f.turn%len(sentinelFaultKinds)]
+	kind := f.next()
 	switch kind {
 	case faultSentinelPartition:
 		err = p.node.IsolateFromPeers()
@@ -285,7 +366,8 @@ func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 		_ = p.node.Heal()
 		return err
 	}
-	f.turn, f.kind, s.busy = f.turn+1, kind, true
+	f.injected(kind)
+	s.busy = true
 	start := time.Now()
 	s.wg.Go(func() { s.failOver(p, kind, start) })
 	return nil
@@ -300,19 +382,25 @@ func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
 			others = append(others, r)
 		}
 	}
+	var promoted string
 	err := pollUntil(sentinelWait, func() error {
 		for _, r := range others {
 			if a, err := s.primaryOf(r); err != nil || a == p.addr() {
 				return errors.New("no failover yet")
+			} else {
+				promoted = a
 			}
 		}
 		return nil
 	})
 	took := time.Since(start)
+	_ = p.node.Heal()
 	if kind == faultSentinelKill {
-		_ = p.start()
-	} else {
-		_ = p.node.Heal()
+		// Back as a replica of the new primary, as an operator (or a
+		// supervisor with Sentinel's config) brings it back: started
+		// empty as a primary, it would take writes from any client that
+		// its own Sentinel, still behind, sent there.
+		_ = p.restartAsReplicaOf(promoted)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,8 +413,10 @@ func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
 // Heal does nothing: the fault heals itself after the failover.
 func (f *sentinelFault) Heal(context.Context, faults.Env) error { return nil }
 
-// sentinelDrill: locks in redisstore through go-redis's failover client.
-func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
+// sentinelDrill: locks in redisstore through go-redis's failover client,
+// made with opts, while the Sentinel faults of kinds take turns with the
+// worker faults.
+func sentinelDrill(t *testing.T, s *sentinelSet, kinds []string, opts ...redisstore.Option) drill.Config {
 	t.Helper()
 	var addrs []string
 	for _, r := range s.nodes {
@@ -335,7 +425,7 @@ func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: sentinelMaster, SentinelAddrs: addrs, ContextTimeoutEnabled: true,
 	})
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,48 +434,47 @@ func sentinelDrill(t *testing.T, s *sentinelSet) drill.Config {
 	return drill.Config{
 		Store: store, StoreName: "redis, primary + 2 replicas + 3 sentinels in network namespaces",
 		Storage: jobs, StorageName: "postgres", Timeout: 3 * time.Minute,
-		Faults: interleave(faults.Default(), &sentinelFault{faultTurns: faultTurns{kinds: sentinelFaultKinds}, s: s}),
+		Faults: interleave(faults.Default(), &sentinelFault{faultTurns: faultTurns{kinds: kinds}, s: s}),
+		// TTL 600 ms at the drill's default time scale, 1/100.
+		TakeoverSLO: check.DefaultTakeoverSLO(600*time.Millisecond) + sentinelFailoverCost,
 	}
 }
+
+func (s *sentinelSet) failoverCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.failovers)
+}
+
+func (s *sentinelSet) settle() { s.wg.Wait() }
 
 // The drill on Redis with Sentinel, each node (a redis-server and its
 // Sentinel) in its own namespace, through go-redis's failover client,
 // while the primary is cut off from its peers (it still serves the
 // clients) or SIGKILLed, and the Sentinels fail over to a replica that
-// missed its last writes: two owners may then hold one key, as the store
-// saw it, and the fence must refuse every stale write among them.
+// missed its last writes. Without replica acknowledgement (the negative
+// control), two owners hold one key, as the store saw it, and the fence
+// refuses their stale writes; with it (the default), no owner overlaps
+// another over at least 8 failovers.
 func TestMultiNodeSentinel(t *testing.T) {
 	s := startSentinelSet(t)
-	cfg := sentinelDrill(t, s)
-	cfg.Jobs = 250 // about 40 s at TTL 600 ms: some 5 failovers
-	// TTL 600 ms at the drill's default time scale, 1/100.
-	cfg.TakeoverSLO = check.DefaultTakeoverSLO(600*time.Millisecond) + sentinelFailoverCost
-	rep, text := runMultiNode(t, cfg, s.wg.Wait)
-	overlaps := overlappingOwners(rep.History, rep.TTL)
+	// About 25 s at TTL 600 ms: some 3 failovers a drill.
+	mk := func(opts ...redisstore.Option) drill.Config { return sentinelDrill(t, s, sentinelFaultKinds, opts...) }
+	off := redisDrills(t, s, mk, 150, 4, sawHazard, redisstore.WithoutReplicaAcks())
+	on := redisDrills(t, s, mk, 150, 8, coveredFailovers(8))
 	s.mu.Lock()
 	fo := slices.Clone(s.failovers)
 	s.mu.Unlock()
 	slices.Sort(fo)
-	t.Logf("overlapping owners seen by the store: %d; stale writes refused: %d; failovers measured: %v", overlaps, rep.StaleRefused, fo)
-	if !rep.Safe() {
-		t.Fatalf("safety violations with Sentinel failovers:\n%s", text)
-	}
-	// Reported, not asserted: on replicated stores the takeover includes
-	// the store's failover.
-	t.Logf("takeover p50 %v, p99 %v, SLO %v (%d takeovers)", rep.TakeoverP50, rep.TakeoverP99, rep.TakeoverSLO, rep.Takeovers)
-	if len(fo) == 0 || rep.StaleRefused == 0 {
-		t.Errorf("the drill proved little: %d failovers, %d stale writes refused", len(fo), rep.StaleRefused)
-	}
-	if overlaps == 0 {
-		t.Errorf("no overlapping owners in %d failovers: the fault did not show the hazard", len(fo))
-	}
+	t.Logf("failovers measured (fault to new primary): %v; Sentinels reset after missing a failover: %d", fo, s.resets)
+	checkAcks(t, off, on)
 }
 
 // The negative control with Sentinel: with fencing off, the drill reports
 // the stale writes that PostgreSQL accepted.
 func TestMultiNodeSentinelCanFail(t *testing.T) {
 	s := startSentinelSet(t)
-	cfg := sentinelDrill(t, s)
+	cfg := sentinelDrill(t, s, sentinelFaultKinds, redisstore.WithoutReplicaAcks())
 	cfg.Jobs, cfg.NoFencing = 40, true // about 8 s; a few stale writes
 	rep, _ := runMultiNode(t, cfg, s.wg.Wait)
 	checkStaleWritesReported(t, rep)

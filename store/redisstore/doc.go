@@ -117,16 +117,77 @@
 // edge. B 1 s ahead gave +1000.7 ms at D = 0; a promoted replica 1 min
 // behind that had the counter gave F_A + 1.
 //
+// In a failover drill (e2e TestMultiNodeRedisClock: replicas 250 ms or 10 s
+// behind, D over 1 s), no fence was issued again at 250 ms; at 10 s,
+// without replica acknowledgement, 1 to 4 a run were, and the drill's
+// checker reported them; with it (the default), none, since every fence
+// returned had reached the replica promoted. D counts to the last acquire the old
+// primary took: one cut off from its replicas but still reached by clients
+// takes acquires until they move, so D can be milliseconds, a case replica
+// acknowledgement removes.
+//
 // Acquire refuses a server whose maxmemory-policy is not noeviction (or
 // warns, with WithEvictionWarning): any other policy may evict a held lock key,
 // and volatile-* policies pick exactly such keys, since they have a TTL.
 //
+// # Replica acknowledgement
+//
+// Redis replicates asynchronously: an acquire only the primary has is lost
+// in a failover, and the promoted replica gives the key to a second owner
+// while the first still holds its lease. So by default, on a primary that
+// lists a replica (INFO replication: online, or connected and syncing),
+// Acquire, AcquireQueued, Renew and RenewBatch end their round trip with
+// WAIT 1: a lease is returned, or a renewal counted, only once a replica
+// has the write (the lock key, its fence counter, the new expiry). One
+// WAIT waits for every write sent before it on its connection, so a batch
+// of calls shares one; on a cluster each shard's primary gets its own, on
+// that primary's own client (go-redis's node client: hooks added with
+// OnNewNode see those calls), and the Store follows MOVED itself. Releases
+// do not wait.
+//
+// A write too few replicas acknowledged within the bound
+// (DefaultReplicaAckTimeout, cut to three quarters of the call's time
+// left) fails with an error matching ErrNotReplicated, never
+// ErrNotAcquired or ErrNotOwned: an acquire's key is released and no lease
+// returned; a renewal counts as failed (the primary keeps the new TTL). The
+// Store does not retry: a replica silent for a second is down, cut off,
+// resyncing or overloaded, which rarely ends within a caller's wait, and
+// each retry would take the key on the primary again.
+//
+// The replicas are read at the Store's first acquire on a primary (a round
+// trip of its own), then at most once a second at the end of an acquire's
+// or renewal's pipeline (no round trip of its own; on a cluster, for a
+// primary without replicas, one a second). A primary whose replicas all
+// left less than 10 s ago refuses writes: it may have been failed over
+// while cut off, and be demoted once Sentinel or the Cluster reaches it,
+// dropping them. After that, a primary that had a replica in the last hour
+// (its replication backlog is active) awaits one: each round trip there
+// waits a millisecond for a replica and reads INFO after it, and a write
+// goes through only if INFO still lists none, so one that comes back is
+// waited for from its first moment. A primary that never had a replica
+// costs nothing more.
+//
+// The cost: a round trip to a replica per batch of calls (figures in
+// docs/benchmarks.md); while a primary's only replica resyncs (Redis 7
+// waits repl-diskless-sync-delay, 5 s by default, before a full sync), its
+// acquires wait up to the bound and fail; a primary whose replicas left
+// refuses acquires for 10 s; a primary awaiting a replica adds a
+// millisecond a round trip. WithReplicaAcks sets the count and the
+// bound whatever the primary reports, WithReplicaFsync waits with WAITAOF
+// (Redis 7.2), WithoutReplicaAcks turns it off.
+//
 // # What it does not guarantee
 //
-//   - Redis replication is asynchronous. After a failover the new primary
-//     may not have the lock key, and a second owner may acquire while the
-//     first still believes it holds the lease. Only the fence check at the
-//     storage boundary protects data then.
+//   - Replica acknowledgement covers the replicas that acknowledged: a
+//     failover to another one (with two replicas and the default of one,
+//     when the one that acknowledged is lost too: Sentinel and Cluster
+//     promote the replica with the most data), or the loss of every
+//     replica with the primary, still loses the write, and a second owner
+//     may acquire while the first believes it holds the lease. So does a
+//     failover to a replica that was disconnected when the write was made,
+//     since the default lets a primary with no replica connected take
+//     writes. Only the fence check at the storage boundary protects data
+//     then.
 //   - Release notifications travel over pub/sub and may be lost (a dropped
 //     connection, a failover); waiters then fall back to their backoff. In a
 //     cluster they use PUBLISH, which every node forwards to every other.

@@ -98,6 +98,7 @@ type Store struct {
 	batch  *rscript.Batcher // nil: WithoutBatching
 	subs   subscriptions
 	opts   options
+	acks   acker // replica acknowledgement (replicas.go)
 
 	evictionOK atomic.Bool // the policy was read and accepted (or warned about)
 	warnOnce   sync.Once
@@ -110,6 +111,7 @@ type options struct {
 	log          *slog.Logger
 	warnEviction bool
 	noBatching   bool
+	acks         ackOptions
 }
 
 // WithLogger sets where the Store reports an eviction policy it only warns
@@ -177,9 +179,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&s.opts)
 	}
+	if s.opts.acks.err != nil {
+		return nil, s.opts.acks.err
+	}
 	if !s.opts.noBatching {
 		s.batch = rscript.NewBatcher(client, calls, rscript.DefaultBatchSize)
 	}
+	s.acks.init(s)
 	s.subs.init(client)
 	return s, nil
 }
@@ -268,6 +274,7 @@ func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.Wait()
 	}
+	s.acks.wait()
 	return err
 }
 
@@ -319,13 +326,13 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		}
 	}
 	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
-	res, err := s.run(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
+	res, err := s.runAcked(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
 		[]any{token, millis(ttl), stayMS}, func(cmd *redis.Cmd) {
 			res, err := cmd.Slice()
 			if _, granted, _ := acquireReply(res); err == nil && granted {
 				s.releaseLate(key, token)
 			}
-		}).Slice()
+		}, "acquire", acquireWrote, s.undoAcquire(key, token)).Slice()
 	if err != nil {
 		return 0, acquireError(key, err)
 	}
@@ -435,10 +442,10 @@ func (s *Store) HandOff(ctx context.Context, key, token, next string, ttl time.D
 	keys, args := []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx}, []any{token, next, millis(ttl), ReleaseChannel(key)}
 	// Sent at once, not behind a batch in flight: a hand-off is the one call
 	// on the path from one holder to the next, while the waiters' own calls
-	// (a releaser joining the queue again) fill the batches.
-	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
-		return handOffScript.Run(ctx, s.client, keys, args...).Slice()
-	}, nil)
+	// (a releaser joining the queue again) fill the batches. A grant waits
+	// for the replicas as an acquire does; not acknowledged, it is undone
+	// (the key is then free) and the error matches ErrNotReplicated.
+	res, err := s.runAckedOn(ctx, handOffScript, keys, args, nil, "hand-off", handOffWrote, s.undoAcquire(key, next), true).Slice()
 	if err != nil {
 		return 0, "", acquireError(key, err)
 	}
@@ -512,7 +519,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
 		return err
 	}
-	n, err := s.run(ctx, renewScript, []string{key}, []any{token, millis(ttl)}, nil).Int64()
+	n, err := s.runAcked(ctx, renewScript, []string{key}, []any{token, millis(ttl)}, nil, "renewal", renewWrote, renewUnacked).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: renew %q: %w", key, err)
 	}
@@ -546,7 +553,7 @@ func (s *Store) RenewBatch(ctx context.Context, items []driver.RenewItem) []erro
 		return errs
 	}
 	cmds, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]*redis.Cmd, error) {
-		return renewScript.RunBatch(ctx, s.client, calls), nil
+		return s.renewBatch(ctx, calls), nil
 	}, nil)
 	if err != nil {
 		for _, i := range sent {

@@ -255,8 +255,9 @@ func TestOneRoundTripPerOperation(t *testing.T) {
 		count("release", 1, func() error { return l.Release(ctx) })
 	}
 	// The first call of each script finds it missing (EVALSHA, then EVAL);
-	// the Store's first acquire also reads the eviction policy, once.
-	count("first acquire, script not cached yet", 3, acquire)
+	// the Store's first acquire also reads the eviction policy and the
+	// primary's replicas (none here: no WAIT), once.
+	count("first acquire, script not cached yet", 4, acquire)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

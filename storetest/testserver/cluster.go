@@ -18,10 +18,13 @@ const (
 	clusterPollInterval = 50 * time.Millisecond
 )
 
-// RedisCluster is a real Redis Cluster of N masters (no replicas) on
-// 127.0.0.1, all slots assigned, cluster_state:ok on every node.
+// RedisCluster is a real Redis Cluster of N masters on 127.0.0.1, all
+// slots assigned, cluster_state:ok on every node; with replicas when made
+// by NewRedisClusterWithReplicas.
 type RedisCluster struct {
-	nodes []*RedisServer
+	nodes     []*RedisServer
+	replicas  []*RedisServer // of master i: [i*perMaster, (i+1)*perMaster)
+	perMaster int
 }
 
 // NewRedisCluster starts masters redis-server processes in cluster mode
@@ -198,7 +201,7 @@ func (c *RedisCluster) Node(i int) *RedisServer {
 // more than once.
 func (c *RedisCluster) Close() error {
 	var errs []error
-	for _, node := range c.nodes {
+	for _, node := range append(append([]*RedisServer(nil), c.replicas...), c.nodes...) {
 		errs = append(errs, node.Close())
 	}
 	return errors.Join(errs...)

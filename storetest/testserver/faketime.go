@@ -56,6 +56,14 @@ func WithClockOffset(d time.Duration) RedisOption {
 	}
 }
 
+// ClockOffsetEnv returns this process's environment with what makes a
+// server started with it (redis-server, postgres) run under libfaketime
+// with its wall clock d off the real one, as WithClockOffset does, for a
+// server the caller starts itself (in a network namespace of its own, say).
+// It fails, saying what to install, without libfaketime or glibc's
+// libc_malloc_debug.
+func ClockOffsetEnv(d time.Duration) ([]string, error) { return faketimeEnv(d) }
+
 // faketimeEnv returns our environment with LD_PRELOAD and FAKETIME set for
 // an offset of d (see WithClockOffset).
 func faketimeEnv(d time.Duration) ([]string, error) {

@@ -73,6 +73,9 @@ func Markdown(r *Result, s Summary, chart string) string {
 	if cfg.Runs(SectionPostgres) {
 		dbSection(&b, r, s.PG, SectionPostgres)
 	}
+	if cfg.Runs(SectionReplicas) {
+		replicaSection(&b, r, s)
+	}
 	if cfg.Runs(SectionLocks) {
 		reading(&b, r, s)
 		method(&b, r)

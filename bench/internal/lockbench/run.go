@@ -92,7 +92,7 @@ func DefaultConfig() Config {
 		DBConcurrency:   []int{1, 16},
 		Hold:            200 * time.Microsecond,
 		Wait:            5 * time.Second,
-		Sections:        []string{SectionLocks, SectionProcesses, SectionEtcd, SectionPostgres, SectionScale},
+		Sections:        []string{SectionLocks, SectionProcesses, SectionEtcd, SectionPostgres, SectionReplicas, SectionScale},
 		ScaleLeases:     []int{10_000, 50_000, 100_000},
 		ScaleTTL:        3 * time.Second,
 		ScaleWindows:    5,
@@ -107,14 +107,15 @@ const (
 	SectionProcesses = "processes" // hand-off and FIFO with a client per worker
 	SectionEtcd      = "etcd"      // cycles against concurrency.Mutex
 	SectionPostgres  = "postgres"  // cycles against advisory locks
+	SectionReplicas  = "replicas"  // cycles and hand-off on a primary with a replica, acknowledged or not
 )
 
 // allSections in report order.
-var allSections = []string{SectionLocks, SectionProcesses, SectionEtcd, SectionPostgres, SectionScale}
+var allSections = []string{SectionLocks, SectionProcesses, SectionEtcd, SectionPostgres, SectionReplicas, SectionScale}
 
 // interleaved reports whether c runs a section measured round by round.
 func (c Config) interleaved() bool {
-	return c.Runs(SectionLocks) || c.Runs(SectionProcesses) || c.Runs(SectionEtcd) || c.Runs(SectionPostgres)
+	return c.Runs(SectionLocks) || c.Runs(SectionProcesses) || c.Runs(SectionEtcd) || c.Runs(SectionPostgres) || c.Runs(SectionReplicas)
 }
 
 // maxScaleLeases bounds a scale cell: each lease is a key on the server and
@@ -211,6 +212,10 @@ func (c Config) cellCounts() (flat, contended int) {
 	}
 	if c.Runs(SectionPostgres) {
 		flat += 6 * len(c.DBConcurrency) // newPostgresBench's contenders
+	}
+	if c.Runs(SectionReplicas) {
+		flat += len(replicaIDs) * len(c.Concurrency)
+		contended += len(replicaIDs) * len(c.Workers)
 	}
 	return flat, contended
 }
@@ -385,6 +390,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			res.labels[sec+"/"+ct.id] = ct.label
 		}
 	}
+	var rb *replicaBench
+	if cfg.Runs(SectionReplicas) {
+		logf("lockbench: starting a primary with a replica")
+		if rb, err = newReplicaBench(opts); err != nil {
+			return nil, err
+		}
+		defer rb.close()
+		res.dbFrom[SectionReplicas] = rb.from
+	}
 	for _, ct := range cs.cycle {
 		res.cycleIDs = append(res.cycleIDs, ct.id)
 		res.labels["cycle/"+ct.id] = ct.label
@@ -398,7 +412,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.RedisURL != "" {
 		defer cleanup(context.WithoutCancel(ctx), admin, prefix)
 	}
-	r := runner{cfg: cfg, cs: cs, dbs: dbs, p: probe{admin: admin}, prefix: prefix, logf: logf}
+	r := runner{cfg: cfg, cs: cs, dbs: dbs, rb: rb, p: probe{admin: admin}, prefix: prefix, logf: logf}
 	if cfg.interleaved() {
 		logf("lockbench: %d cells × %d rounds of %v (contended: %v), warm-up %v a cell: about %v",
 			cfg.cellsPerRound(), cfg.Rounds, cfg.Duration, cfg.HandoffDuration, cfg.Warmup, cfg.Estimate().Round(time.Second))
@@ -431,6 +445,7 @@ type runner struct {
 	cfg    Config
 	cs     *contenders
 	dbs    []*dbBench
+	rb     *replicaBench // the replicas section; nil when it does not run
 	p      probe
 	prefix string
 	logf   func(string, ...any)
@@ -477,6 +492,9 @@ func (r *runner) round(ctx context.Context, round int, d, hd time.Duration, into
 			groups = append(groups, g)
 		}
 	}
+	if r.rb != nil {
+		groups = append(groups, r.replicaGroups(round, d, hd)...)
+	}
 	for _, db := range r.dbs {
 		for _, conc := range r.cfg.DBConcurrency {
 			var g []step
@@ -515,7 +533,7 @@ func (r *runner) round(ctx context.Context, round int, d, hd time.Duration, into
 			}
 			line := fmt.Sprintf("%-11s %-8s %-16s %3d  %9.0f/s", tag, s.key.kind, s.key.id, s.key.n, c.rate())
 			switch s.key.kind {
-			case "handoff", "procs":
+			case "handoff", "procs", "rhandoff":
 				l := summarize(c.handoffs)
 				line += fmt.Sprintf("  hand-off p50 %v p99 %v (n=%d)", fmtDur(l.p50), fmtDur(l.p99), l.n)
 			case "fifo":

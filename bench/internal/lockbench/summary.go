@@ -10,15 +10,16 @@ import (
 // rounds, ratios as medians of per-round ratios, latencies pooled over all
 // rounds.
 type Summary struct {
-	Raw     []RawRow
-	Cycles  []CycleRow
-	Handoff []HandoffRow
-	Ops     []OpRow
-	Scale   []ScaleRow // the scale section's cells; nil when it did not run
-	Procs   []ProcRow
-	FIFO    []FIFORow
-	Etcd    []DBRow
-	PG      []DBRow
+	Raw      []RawRow
+	Cycles   []CycleRow
+	Handoff  []HandoffRow
+	Ops      []OpRow
+	Scale    []ScaleRow // the scale section's cells; nil when it did not run
+	Procs    []ProcRow
+	FIFO     []FIFORow
+	Etcd     []DBRow
+	PG       []DBRow
+	Replicas []ReplicaRow
 }
 
 // Rate is a median of rounds with the rounds' spread (half their range over
@@ -88,6 +89,9 @@ func (r *Result) Summarize() Summary {
 		s.Procs, s.FIFO = r.procRows(), r.fifoRows()
 	}
 	s.Etcd, s.PG = r.dbRows(SectionEtcd), r.dbRows(SectionPostgres)
+	if r.Config.Runs(SectionReplicas) {
+		s.Replicas = r.replicaRows()
+	}
 	if !r.Config.Runs(SectionLocks) {
 		return s
 	}

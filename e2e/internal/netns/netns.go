@@ -239,6 +239,16 @@ func (nd *Node) IsolateFromPeers() error {
 	return nd.drop(addrs...)
 }
 
+// IsolateFrom drops every packet between nd and the nodes others; the rest
+// of the network still reaches it.
+func (nd *Node) IsolateFrom(others ...*Node) error {
+	addrs := make([]netip.Addr, len(others))
+	for i, o := range others {
+		addrs[i] = o.Addr
+	}
+	return nd.drop(addrs...)
+}
+
 // IsolateFromClients drops every packet between nd and the test process.
 func (nd *Node) IsolateFromClients() error { return nd.drop(nd.net.ClientAddr()) }
 

@@ -127,7 +127,7 @@ func TestNet(t *testing.T) {
 	}
 	var pids []int
 	t.Run("net", func(t *testing.T) {
-		nt := netns.New(t, 2)
+		nt := netns.New(t, 3)
 		if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), stale) {
 			t.Errorf("stale namespace %s not removed", stale)
 		}
@@ -180,6 +180,22 @@ func TestNet(t *testing.T) {
 		}
 		if err := dialFrom(t, n1, addrs[0]); err != nil {
 			t.Errorf("node 1 cannot reach node 0 after heal: %v", err)
+		}
+
+		if err := n0.IsolateFrom(n1); err != nil {
+			t.Fatal(err)
+		}
+		if dialFrom(t, n1, addrs[0]) == nil {
+			t.Error("node 1 reached node 0 cut off from it")
+		}
+		if err := dialFrom(t, nt.Node(2), addrs[0]); err != nil {
+			t.Errorf("node 2 cannot reach node 0 cut off from node 1 only: %v", err)
+		}
+		if err := dial(addrs[0]); err != nil {
+			t.Errorf("the client cannot reach node 0 cut off from node 1 only: %v", err)
+		}
+		if err := n0.Heal(); err != nil {
+			t.Fatal(err)
 		}
 
 		p := procOf(t, nt, 0)

@@ -78,7 +78,9 @@ type pending struct {
 	sc    Script
 	keys  []string
 	args  []any
+	ack   Ack
 	cmd   *redis.Cmd       // the reply, once done
+	acked Acked            // the replicas' acknowledgement, once done
 	late  func(*redis.Cmd) // the reply of a call its caller left, if not nil
 	state atomic.Int32
 	done  chan struct{} // closed once state is done
@@ -91,8 +93,16 @@ type pending struct {
 // if not nil, then gets the command when its reply arrives, on a goroutine
 // of its own.
 func (b *Batcher) Run(ctx context.Context, sc Script, keys []string, args []any, late func(*redis.Cmd)) *redis.Cmd {
+	cmd, _ := b.RunAck(ctx, sc, keys, args, Ack{}, late)
+	return cmd
+}
+
+// RunAck is Run for a call whose writes must reach ack.Replicas replicas:
+// the round trip that carries it ends with their WAIT, whose answer is
+// acked (see Ack).
+func (b *Batcher) RunAck(ctx context.Context, sc Script, keys []string, args []any, ack Ack, late func(*redis.Cmd)) (*redis.Cmd, Acked) {
 	if err := ctx.Err(); err != nil {
-		return errCmd(ctx, fmt.Errorf("not sent: %w", ctxError(ctx, err)))
+		return errCmd(ctx, fmt.Errorf("not sent: %w", ctxError(ctx, err))), Acked{}
 	}
 	inline := !b.caller.detach || ctx.Done() == nil
 	b.mu.Lock()
@@ -103,11 +113,11 @@ func (b *Batcher) Run(ctx context.Context, sc Script, keys []string, args []any,
 		// fills while all flights are taken.
 		b.flying++
 		b.mu.Unlock()
-		cmd := sc.Run(ctx, b.client, keys, args...)
+		cmd, acked := sc.RunAck(ctx, b.client, keys, args, ack)
 		b.handOn()
-		return cmd
+		return cmd, acked
 	}
-	p := &pending{ctx: ctx, sc: sc, keys: keys, args: args, late: late, done: make(chan struct{})}
+	p := &pending{ctx: ctx, sc: sc, keys: keys, args: args, ack: ack, late: late, done: make(chan struct{})}
 	b.queue = append(b.queue, p)
 	if b.flying >= b.flights {
 		b.mu.Unlock()
@@ -219,14 +229,18 @@ func (b *Batcher) send(batch []*pending) {
 	}
 	if len(batch) == 1 {
 		p := batch[0]
-		p.cmd = p.sc.Run(ctx, b.client, p.keys, p.args...)
+		p.cmd, p.acked = p.sc.RunAck(ctx, b.client, p.keys, p.args, p.ack)
 	} else {
 		calls := make([]scriptCall, len(batch))
 		for i, p := range batch {
-			calls[i] = scriptCall{sc: p.sc, keys: p.keys, args: p.args}
+			calls[i] = scriptCall{sc: p.sc, keys: p.keys, args: p.args, ack: p.ack}
 		}
-		for i, cmd := range runPipelined(ctx, b.client, calls) {
+		cmds, acks := runPipelined(ctx, b.client, calls)
+		for i, cmd := range cmds {
 			batch[i].cmd = cmd
+			if acks != nil {
+				batch[i].acked = acks[i]
+			}
 		}
 	}
 	for _, p := range batch {
@@ -257,22 +271,22 @@ func latestDeadline(batch []*pending) (time.Time, bool) {
 	return latest, true
 }
 
-// wait returns p's command once its reply is in, or an error at the end of
-// p's context.
-func (b *Batcher) wait(p *pending) *redis.Cmd {
+// wait returns p's command and acknowledgement once its reply is in, or an
+// error at the end of p's context.
+func (b *Batcher) wait(p *pending) (*redis.Cmd, Acked) {
 	select {
 	case <-p.done:
-		return p.cmd
+		return p.cmd, p.acked
 	case <-p.ctx.Done():
 	}
 	if p.state.CompareAndSwap(stQueued, stLeft) {
-		return errCmd(p.ctx, fmt.Errorf("not sent: %w", ctxError(p.ctx, p.ctx.Err())))
+		return errCmd(p.ctx, fmt.Errorf("not sent: %w", ctxError(p.ctx, p.ctx.Err()))), Acked{}
 	}
 	if p.state.CompareAndSwap(stSent, stLeft) {
-		return errCmd(p.ctx, fmt.Errorf("no reply before the context ended; it may still be applied: %w", ctxError(p.ctx, p.ctx.Err())))
+		return errCmd(p.ctx, fmt.Errorf("no reply before the context ended; it may still be applied: %w", ctxError(p.ctx, p.ctx.Err()))), Acked{}
 	}
 	<-p.done // done at the same instant: a known outcome wins
-	return p.cmd
+	return p.cmd, p.acked
 }
 
 func errCmd(ctx context.Context, err error) *redis.Cmd {

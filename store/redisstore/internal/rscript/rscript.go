@@ -6,6 +6,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -78,7 +79,8 @@ func (sc Script) RunBatch(ctx context.Context, c redis.UniversalClient, calls []
 	for i, call := range calls {
 		sc2[i] = scriptCall{sc: sc, keys: call.Keys, args: call.Args}
 	}
-	return runPipelined(ctx, c, sc2)
+	cmds, _ = runPipelined(ctx, c, sc2)
+	return cmds
 }
 
 // scriptCall is one call of a pipeline that may mix scripts.
@@ -86,20 +88,22 @@ type scriptCall struct {
 	sc   Script
 	keys []string
 	args []any
+	ack  Ack
 }
 
 // runPipelined runs calls in one pipeline, then those the server answered
 // NOSCRIPT (not run) as EVAL in a second one. A call of a script made with
-// Once makes go-redis send neither pipeline twice.
-func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCall) []*redis.Cmd {
+// Once makes go-redis send neither pipeline twice. A pipeline holding a call
+// with an Ack ends with its WAIT; acks, nil when no call has one, holds
+// what the WAIT of the pipeline each call last ran in answered.
+func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCall) ([]*redis.Cmd, []Acked) {
 	cmds := make([]*redis.Cmd, len(calls))
-	pipe := c.Pipeline()
-	for i, call := range calls {
-		cmds[i] = newCmd(ctx, "evalsha", call.sc.Hash(), call.keys, call.args)
-		_ = pipe.Process(ctx, call.sc.wrap(cmds[i]))
+	var acks []Acked
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
 	}
-	_, err := pipe.Exec(ctx) // each command carries its own error
-	stampUnanswered(cmds, err)
+	acks = sendPipeline(ctx, c, calls, all, "evalsha", cmds, acks)
 	var missing []int
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -107,16 +111,62 @@ func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 		}
 	}
 	if len(missing) == 0 {
-		return cmds
+		return cmds, acks
 	}
-	pipe = c.Pipeline()
-	for _, i := range missing {
-		cmds[i] = newCmd(ctx, "eval", calls[i].sc.src, calls[i].keys, calls[i].args)
+	acks = sendPipeline(ctx, c, calls, missing, "eval", cmds, acks)
+	return cmds, acks
+}
+
+// sendPipeline sends the calls idx of calls as verb (evalsha or eval) in
+// one pipeline, with the WAIT and the INFO replication they ask for at its
+// end, and puts their commands in cmds and what the WAIT and INFO
+// answered in acks (made when first needed).
+func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCall, idx []int, verb string, cmds []*redis.Cmd, acks []Acked) []Acked {
+	pipe := c.Pipeline()
+	sent := make([]*redis.Cmd, 0, len(idx)+2)
+	for _, i := range idx {
+		body := calls[i].sc.Hash()
+		if verb == "eval" {
+			body = calls[i].sc.src
+		}
+		cmds[i] = newCmd(ctx, verb, body, calls[i].keys, calls[i].args)
+		sent = append(sent, cmds[i])
 		_ = pipe.Process(ctx, calls[i].sc.wrap(cmds[i]))
 	}
-	_, err = pipe.Exec(ctx)
-	stampUnanswered(cmds, err)
-	return cmds
+	ack := pipelineAck(calls, idx)
+	var wait, info *redis.Cmd
+	var timeout time.Duration
+	if ack.Replicas > 0 {
+		wait, timeout = waitCmd(ctx, ack, readTimeout(c))
+		sent = append(sent, wait)
+		_ = pipe.Process(ctx, wait)
+	}
+	if ack.Info {
+		info = redis.NewCmd(ctx, "info", "replication")
+		sent = append(sent, info)
+		_ = pipe.Process(ctx, info)
+	}
+	_, err := pipe.Exec(ctx) // each command carries its own error
+	stampUnanswered(sent, err)
+	if wait == nil && info == nil {
+		return acks
+	}
+	if acks == nil {
+		acks = make([]Acked, len(calls))
+	}
+	var a Acked
+	if wait != nil {
+		a = acked(wait, ack, timeout)
+	}
+	if info != nil {
+		a.Info, a.InfoErr = info.Text()
+	}
+	for _, i := range idx {
+		if calls[i].ack.Replicas > 0 || calls[i].ack.Info {
+			acks[i] = a
+		}
+	}
+	return acks
 }
 
 // stampUnanswered gives the pipeline's error to the commands it left with

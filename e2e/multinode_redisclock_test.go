@@ -1,0 +1,312 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/drill"
+	"github.com/leasehold/leasehold/drill/check"
+	"github.com/leasehold/leasehold/drill/faults"
+	"github.com/leasehold/leasehold/e2e/internal/netns"
+	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest/testserver"
+)
+
+const (
+	// clockCut is how long the primary takes writes its replicas never
+	// get before it is killed: half the drill's TTL (600 ms), time for
+	// several acquires.
+	clockCut = 300 * time.Millisecond
+	// clockDetect is the wait from the kill to the promotion: Sentinel's
+	// down-after of the Sentinel drill (1 s), so that the gap from the last
+	// acquire on the old primary to the first on the new one (the clock
+	// condition's D) is at least that.
+	clockDetect = time.Second
+	// clockWait bounds the wait for the set to be whole again.
+	clockWait = 20 * time.Second
+)
+
+// clockSet is a primary and 2 replicas, each in its own namespace, whose
+// failovers the test itself makes, as Sentinel would (kill, detect,
+// promote the replica, repoint the other and the clients), without
+// Sentinel: with replicas' clocks seconds behind and failovers seconds
+// apart, Sentinels were seen to keep two configurations of one epoch, and
+// the set never became whole again. Node 0's clock is the real one; nodes
+// 1 and 2 run under libfaketime, behind it. Failovers alternate between
+// node 0 and a node behind.
+type clockSet struct {
+	nodes []*redisNode
+
+	mu        sync.Mutex
+	primary   *redisNode
+	busy      bool
+	failovers []time.Duration
+	promoted  []*redisNode
+	turn      int
+	wg        sync.WaitGroup
+}
+
+func startClockSet(t *testing.T, behind time.Duration) *clockSet {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server not on PATH: install Debian's redis-server (make deps does)")
+	}
+	env, err := testserver.ClockOffsetEnv(-behind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt := netns.New(t, 3)
+	c := &clockSet{}
+	for i, nd := range nt.Nodes() {
+		r := &redisNode{node: nd, dir: filepath.Join(t.TempDir(), fmt.Sprint(i)), bin: bin}
+		if err := os.MkdirAll(r.dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		r.args = []string{"--bind", nd.Addr.String(), "--port", "6379", "--protected-mode", "no",
+			"--save", "", "--appendonly", "no", "--dir", r.dir}
+		if i > 0 {
+			r.env = env
+			r.args = append(r.args, "--replicaof", nt.Node(0).Addr.String(), "6379")
+		}
+		if err := r.start(); err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, r)
+	}
+	c.primary = c.nodes[0]
+	t.Cleanup(func() {
+		c.wg.Wait()
+		if t.Failed() {
+			for _, r := range c.nodes {
+				if b, err := os.ReadFile(filepath.Join(r.dir, "redis.log")); err == nil {
+					t.Logf("%s redis.log tail:\n%s", r.node.Addr, tail(string(b), 8))
+				}
+			}
+		}
+	})
+	if err := pollUntil(clockWait, func() error { _, err := c.whole(); return err }); err != nil {
+		t.Fatalf("replicas not online: %v", err)
+	}
+	return c
+}
+
+// whole returns the primary once it lists both replicas online.
+func (c *clockSet) whole() (*redisNode, error) {
+	p := c.primary
+	info, err := ask(p.addr(), "INFO", "replication")
+	if err != nil {
+		return nil, err
+	}
+	if n := strings.Count(fmt.Sprint(info), "state=online"); n != 2 {
+		return nil, fmt.Errorf("primary %s has %d replicas online", p.addr(), n)
+	}
+	return p, nil
+}
+
+// dial dials the current primary, whatever addr the client asks for: the
+// clients' view of the failovers, as a failover client gets it from
+// Sentinel.
+func (c *clockSet) dial(ctx context.Context, network, _ string) (net.Conn, error) {
+	c.mu.Lock()
+	addr := c.primary.addr()
+	c.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+func (c *clockSet) failoverCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.failovers)
+}
+
+func (c *clockSet) settle() { c.wg.Wait() }
+
+// behindFailovers counts the failovers to a node behind: the ones that
+// measure.
+func (c *clockSet) behindFailovers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.promoted {
+		if r != c.nodes[0] {
+			n++
+		}
+	}
+	return n
+}
+
+// clockFault cuts the primary off from its replicas for clockCut while the
+// clients write there, SIGKILLs it, and, clockDetect later, promotes a
+// replica that lacks those writes: node 0 after a node behind, a node
+// behind after node 0 (the two take turns). The old primary comes back as
+// a replica of the new one.
+type clockFault struct{ c *clockSet }
+
+const faultClockFailover = "redis-cut-kill-9-primary-promote-replica"
+
+func (f *clockFault) Name() string                           { return faultClockFailover }
+func (f *clockFault) Available(faults.Env) bool              { return true }
+func (f *clockFault) Heal(context.Context, faults.Env) error { return nil }
+
+func (f *clockFault) Inject(context.Context, faults.Env) error {
+	c := f.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy {
+		return errClusterBusy
+	}
+	p, err := c.whole()
+	if err != nil {
+		return errClusterBusy
+	}
+	var next *redisNode
+	if p == c.nodes[0] {
+		next = c.nodes[1+c.turn%2]
+		c.turn++
+	} else {
+		next = c.nodes[0]
+	}
+	if err := p.node.IsolateFromPeers(); err != nil {
+		_ = p.node.Heal()
+		return err
+	}
+	c.busy = true
+	start := time.Now()
+	c.wg.Go(func() { c.failOver(p, next, start) })
+	return nil
+}
+
+// failOver kills p after the cut, waits for the detection and promotes
+// next.
+func (c *clockSet) failOver(p, next *redisNode, start time.Time) {
+	time.Sleep(clockCut) // the fault's own timing: the clients write on
+	err := p.proc().Kill()
+	_ = p.node.Heal()
+	time.Sleep(clockDetect) // as Sentinel's down-after
+	if err == nil {
+		_, err = ask(next.addr(), "REPLICAOF", "NO", "ONE")
+	}
+	host, port, _ := net.SplitHostPort(next.addr())
+	for _, r := range c.nodes {
+		if r != p && r != next && err == nil {
+			_, err = ask(r.addr(), "REPLICAOF", host, port)
+		}
+	}
+	c.mu.Lock()
+	if err == nil {
+		c.primary = next
+	}
+	c.mu.Unlock()
+	if err == nil {
+		err = p.restartAsReplicaOf(next.addr())
+	}
+	took := time.Since(start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		c.failovers = append(c.failovers, took)
+		c.promoted = append(c.promoted, next)
+		c.busy = false
+	} // else: stays busy, no more faults; the test sees too few failovers
+}
+
+// clockDrill: locks in redisstore, made with opts, through a client that
+// follows the test's failovers, while they take turns with the worker
+// faults.
+func clockDrill(t *testing.T, c *clockSet, opts ...redisstore.Option) drill.Config {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: "clockset:6379", Dialer: c.dial, ContextTimeoutEnabled: true})
+	store, err := redisstore.New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close(); _ = client.Close() })
+	return drill.Config{
+		Store: store, StoreName: "redis, primary + 2 replicas (clocks behind) in network namespaces, failed over by the test",
+		Storage: newJobs(t), StorageName: "postgres", Timeout: 3 * time.Minute,
+		Faults: interleave(faults.Default(), &clockFault{c: c}),
+		// TTL 600 ms at the drill's default time scale, 1/100.
+		TakeoverSLO: check.DefaultTakeoverSLO(600*time.Millisecond) + clockCut + clockDetect,
+	}
+}
+
+// The clock condition of redisstore's package doc, measured: after a
+// failover that lost acquires, the promoted replica's first fence for a key
+// is its clock, which is Δ behind the old primary's; the fences the old
+// primary gave out in its last Δ − D are then issued again, D being the gap
+// from the last acquire there to the first on the new primary. The drill
+// runs on a primary and 2 replicas whose clocks are Δ behind its own, the
+// primary cut off from its replicas for clockCut while the clients write
+// there and then SIGKILLed, and a replica promoted clockDetect later (so D
+// is over 1 s), failovers alternating between the real clock and one
+// behind. Inside the bound (Δ = 250 ms) no fence is issued again; well
+// beyond it (Δ = 10 s), without replica acknowledgement, the checker
+// reports the fences issued again (the history is not linearizable: the
+// negative control); with acknowledgement, never, at either Δ, since every
+// fence returned reached the replica promoted. Stale writes are refused by
+// the fence throughout; none is accepted.
+func TestMultiNodeRedisClock(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		behind time.Duration
+	}{{"inside the bound", 250 * time.Millisecond}, {"well beyond it", 10 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startClockSet(t, tc.behind)
+			mk := func(opts ...redisstore.Option) drill.Config { return clockDrill(t, c, opts...) }
+			measured := func(want int) func(drillSums) bool {
+				from := c.behindFailovers()
+				return func(drillSums) bool { return c.behindFailovers()-from >= want }
+			}
+			beyond := tc.behind > clockDetect
+			done := measured(2)
+			if beyond {
+				// The negative control: until the fences issued again are seen.
+				d := done
+				done = func(r drillSums) bool { return d(r) && r.reissued > 0 }
+			}
+			from := c.behindFailovers()
+			off := redisDrills(t, c, mk, 100, 4, done, redisstore.WithoutReplicaAcks())
+			offBehind := c.behindFailovers() - from
+			from = c.behindFailovers()
+			on := redisDrills(t, c, mk, 100, 4, measured(2))
+			onBehind := c.behindFailovers() - from
+			t.Logf("replicas %v behind, without acknowledgement: %v; %d of them to a clock behind", tc.behind, off, offBehind)
+			t.Logf("replicas %v behind, with acknowledgement: %v; %d of them to a clock behind", tc.behind, on, onBehind)
+			for _, text := range append(off.unsafe, on.unsafe...) {
+				t.Errorf("safety violations:\n%s", text)
+			}
+			// A release or renewal of a lease after a newer fence's acquire:
+			// how the checker also sees fences issued again.
+			t.Logf("releases or renewals after a newer fence: %d without acknowledgement, %d with", off.wrongOwner, on.wrongOwner)
+			if on.wrongOwner != 0 || !beyond && off.wrongOwner != 0 {
+				t.Errorf("releases or renewals after a newer fence: %d without acknowledgement, %d with; want none but from fences issued again", off.wrongOwner, on.wrongOwner)
+			}
+			if offBehind < 2 || onBehind < 2 {
+				t.Errorf("the drills measured %d and %d failovers to a clock behind, want at least 2 each", offBehind, onBehind)
+			}
+			if on.reissued+on.notLinearizable != 0 {
+				t.Errorf("with acknowledgement, a replica %v behind issued %d fences again (%d histories not linearizable)", tc.behind, on.reissued, on.notLinearizable)
+			}
+			switch {
+			case beyond && (off.reissued == 0 || off.notLinearizable == 0):
+				t.Errorf("without acknowledgement, a replica %v behind issued %d fences again, %d histories not linearizable: the negative control saw nothing",
+					tc.behind, off.reissued, off.notLinearizable)
+			case !beyond && off.reissued+off.notLinearizable != 0:
+				t.Errorf("without acknowledgement, a replica %v behind (inside the bound) issued %d fences again (%d histories not linearizable)",
+					tc.behind, off.reissued, off.notLinearizable)
+			}
+		})
+	}
+}
