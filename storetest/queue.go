@@ -122,6 +122,12 @@ func testQueueExpiredHead(t *testing.T, s driver.Store) {
 
 // testQueueWakesTheHead: a release wakes the head's WatchTurn.
 func testQueueWakesHead(t *testing.T, s driver.Store) {
+	headIsWoken(t, s, "release", func(key string) error { return s.Release(t.Context(), key, "holder") })
+}
+
+// headIsWoken checks that end, ending the holder's lease, wakes the head of
+// the key's queue, which then takes the key.
+func headIsWoken(t *testing.T, s driver.Store, what string, end func(key string) error) {
 	q := queuer(t, s)
 	ctx := t.Context()
 	key := Key(t)
@@ -133,13 +139,13 @@ func testQueueWakesHead(t *testing.T, s driver.Store) {
 		t.Fatal(err)
 	}
 	defer stop()
-	if err := s.Release(ctx, key, "holder"); err != nil {
+	if err := end(key); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-turn:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the head was not woken by the release")
+		t.Fatalf("the head was not woken by the %s", what)
 	}
 	if _, err := q.AcquireQueued(ctx, key, "head", longTTL, longTTL); err != nil {
 		t.Fatal(err)
@@ -186,31 +192,11 @@ func testQueueStayBounded(t *testing.T, s driver.Store) {
 // testForceReleaseWakesHead: an operator's forced release wakes the head of
 // the key's queue, as a release does.
 func testForceReleaseWakesHead(t *testing.T, s driver.Store) {
-	q, f := queuer(t, s), forceReleaser(t, s)
-	ctx := t.Context()
-	key := Key(t)
-	acquire(t, s, key, "holder", longTTL)
-	_, err := q.AcquireQueued(ctx, key, "head", longTTL, longTTL)
-	refused(t, "the head's attempt on a held key", err, true)
-	turn, stop, err := q.WatchTurn(ctx, key, "head")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if _, err := f.ForceRelease(ctx, key, "storetest: stuck holder", "storetest"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-turn:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the head was not woken by the forced release")
-	}
-	if _, err := q.AcquireQueued(ctx, key, "head", longTTL, longTTL); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(ctx, key, "head"); err != nil {
-		t.Fatal(err)
-	}
+	f := forceReleaser(t, s)
+	headIsWoken(t, s, "forced release", func(key string) error {
+		_, err := f.ForceRelease(t.Context(), key, "storetest: stuck holder", "storetest")
+		return err
+	})
 }
 
 // testHandOff: HandOff gives the key to the waiter it names only when that
