@@ -3,6 +3,7 @@ package testserver
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // A replica gets the primary's writes, and says it is a replica.
@@ -13,11 +14,20 @@ func TestStartRedisReplica(t *testing.T) {
 	if _, err := p.Do("SET", "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Do("WAIT", "1", "5000"); err != nil {
-		t.Fatal(err)
+	// Do opens a connection per command, so a WAIT here would wait for
+	// nothing (its connection wrote nothing): watch the replica instead,
+	// bounded by replicaReadyTimeout.
+	var v string
+	var err error
+	deadline := time.Now().Add(replicaReadyTimeout)
+	for poll := 0; poll < int(replicaReadyTimeout/clusterPollInterval)+1 && time.Now().Before(deadline); poll++ {
+		if v, err = r.Do("GET", "k"); err == nil && v == "v" {
+			break
+		}
+		time.Sleep(clusterPollInterval)
 	}
-	if v, err := r.Do("GET", "k"); err != nil || v != "v" {
-		t.Fatalf("GET k on the replica = %q, %v", v, err)
+	if err != nil || v != "v" {
+		t.Fatalf("GET k on the replica = %q, %v after %v", v, err, replicaReadyTimeout)
 	}
 	if info, err := r.Do("INFO", "replication"); err != nil || infoField(info, "role") != "slave" {
 		t.Fatalf("the replica's role: %q, %v", infoField(info, "role"), err)
