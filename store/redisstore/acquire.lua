@@ -15,16 +15,16 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   now = lh_now()
   head, empty = lh_head(KEYS[3], KEYS[4], now)
 end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 and (empty or head == tok) then
+-- SET NX, not PTTL then SET: one call fewer on the path of every grant.
+if (empty or head == tok) and redis.call('SET', KEYS[1], tok, 'NX', 'PX', ARGV[2]) then
   local fence = lh_fence(last)
-  redis.call('SET', KEYS[1], tok, 'PX', ARGV[2])
   redis.call('SET', KEYS[2], fence)
   if head == tok then
     lh_remove(KEYS[3], KEYS[4], tok)
   end
   return {1, fence}
 end
+local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and head then
   -- Free, yet refused: the head may have missed its wake-up.
   redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')

@@ -6,7 +6,7 @@
 // token with a PX expiry, so redis-cli GET and PTTL show it as it is. Its
 // fence counter lives in FenceKey(key), which never expires and is in the
 // same cluster slot as the key for every key, with or without {hash tags}.
-// Releases are announced on ReleaseChannel(key).
+// Releases of a key with queued waiters are announced on ReleaseChannel(key).
 //
 // Waiters queue (driver.Queuer) in QueueKey(key), a sorted set of their
 // tokens by arrival, and QueueDeadlinesKey(key), a hash of each entry's
@@ -15,9 +15,10 @@
 // script refuses a free key to anyone but the live head of a non-empty
 // queue, and a queued waiter's refused attempt joins or refreshes its entry
 // in the same call. Every script that reads the queue removes up to 16
-// expired heads first. A release publishes on ReleaseChannel(key) and on
-// TurnChannel(key, head's token), to which only the head's Store is
-// subscribed (WatchTurn).
+// expired heads first. A release of a key with queued waiters publishes on
+// ReleaseChannel(key) and on TurnChannel(key, head's token), to which only
+// the head's Store is subscribed (WatchTurn); a key nobody queues for is
+// released without a PUBLISH.
 //
 // Each operation is one Lua script, so one round trip once the script is
 // cached on the server (EVALSHA, with EVAL as the fallback). Acquire and

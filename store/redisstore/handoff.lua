@@ -3,7 +3,8 @@
 -- free key: the queue (KEYS[3], KEYS[4]; queue.lua) is empty or ARGV[2] is
 -- its live head, whose entry is then removed. Otherwise (or when ARGV[2]
 -- is '') release as
--- release.lua does: wake channel ARGV[4] and the head on its own channel.
+-- release.lua does: when the queue has entries, wake channel ARGV[4] and the
+-- head on its own channel.
 -- KEYS[2] is the fence counter.
 -- Returns {0} when KEYS[1] does not hold ARGV[1] (nothing changed), {1,
 -- fence as a decimal string} when handed over, {2, head or ''} when
@@ -26,6 +27,9 @@ if ARGV[2] ~= '' and (empty or head == ARGV[2]) then
   return {1, fence}
 end
 redis.call('DEL', KEYS[1])
+if empty then
+  return {2, ''} -- nobody queued: no PUBLISH, as release.lua
+end
 redis.pcall('PUBLISH', ARGV[4], '')
 if head then
   redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')

@@ -20,10 +20,11 @@ import (
 
 // Fences past 2^53, where a Lua double stops being exact, up to MaxInt64:
 // each is exact and one above the last, and the last one cannot be passed.
+// 9e15-2 crosses where fence.lua stops comparing the counter as a number.
 func TestFencesAreExactInt64(t *testing.T) {
 	s := newStore(t, singleClient(shared.Addr()))
 	ctx := t.Context()
-	for _, start := range []int64{1<<53 - 2, 1<<53 + 1, 1<<62 + 12345, math.MaxInt64 - 3} {
+	for _, start := range []int64{9e15 - 2, 1<<53 - 2, 1<<53 + 1, 1<<62 + 12345, math.MaxInt64 - 3} {
 		key := storetest.Key(t)
 		setRaw(t, redisstore.FenceKey(key), strconv.FormatInt(start, 10))
 		want := start
@@ -52,6 +53,37 @@ func TestFencesAreExactInt64(t *testing.T) {
 			t.Fatalf("Acquire with the counter at MaxInt64: %v, want an exhausted-counter error", err)
 		}
 		wantUntouched(t, key, strconv.FormatInt(math.MaxInt64, 10))
+	}
+}
+
+// A counter behind the server clock gives way to it (the clock floor); one
+// ahead of it rises by one: the fence is max(counter + 1, clock in µs).
+func TestFenceIsTheCounterOrTheClock(t *testing.T) {
+	s := newStore(t, singleClient(shared.Addr())) // on loopback: the server's clock is this one
+	ctx := t.Context()
+	for _, c := range []struct {
+		name    string
+		counter int64
+		clock   bool // the fence is the clock, not counter + 1
+	}{
+		{"a second behind", time.Now().Add(-time.Second).UnixMicro(), true},
+		{"an hour ahead", time.Now().Add(time.Hour).UnixMicro(), false},
+		{"one digit shorter", 999_999_999_999_999, true},
+	} {
+		key := storetest.Key(t)
+		setRaw(t, redisstore.FenceKey(key), strconv.FormatInt(c.counter, 10))
+		before := time.Now().UnixMicro()
+		f, err := s.Acquire(ctx, key, leasehold.NewToken(), time.Minute)
+		after := time.Now().UnixMicro()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.clock && (f <= c.counter || f < before-time.Minute.Microseconds() || f > after+time.Minute.Microseconds()) {
+			t.Errorf("%s: counter %d gave fence %d, want the clock (about %d)", c.name, c.counter, f, before)
+		}
+		if !c.clock && f != c.counter+1 {
+			t.Errorf("%s: counter %d gave fence %d, want %d", c.name, c.counter, f, c.counter+1)
+		}
 	}
 }
 

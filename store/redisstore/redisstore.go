@@ -623,7 +623,9 @@ func inspectReply(key string, res []any) (info driver.Info, pttl int64, err erro
 	return info, pttl, nil
 }
 
-// WatchReleases implements driver.ReleaseNotifier over Redis pub/sub. All
+// WatchReleases implements driver.ReleaseNotifier over Redis pub/sub, for the
+// releases of key while a waiter is queued for it (a Client's waiters are:
+// a release of a key nobody queues for publishes nothing). All
 // watches of a Store share one pub/sub connection. It returns once the server
 // has confirmed the subscription, so a release after that is not missed
 // unless the connection drops.

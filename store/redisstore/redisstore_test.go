@@ -322,11 +322,15 @@ func TestWakeupsResumeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Until the connection is back a release goes unheard, so release again
-	// until one is heard; the attempts are bounded.
+	// until one is heard; the attempts are bounded. A waiter is queued
+	// first: a release of a key nobody queues for publishes nothing.
+	waiter := leasehold.NewToken()
 	for attempt := range 100 {
 		tok := leasehold.NewToken()
 		if _, err := s.Acquire(ctx, "job:1", tok, time.Minute); err == nil {
+			_, _ = s.AcquireQueued(ctx, "job:1", waiter, time.Minute, time.Minute)
 			_ = s.Release(ctx, "job:1", tok)
+			_ = s.LeaveQueue(ctx, "job:1", waiter) // the next attempt's acquire is not refused for it
 		}
 		select {
 		case <-released:
