@@ -383,8 +383,11 @@ func (s *Store) releaseLate(key, token string) {
 // parseFence reads a fence as the scripts write it: a canonical decimal in
 // 1..math.MaxInt64.
 func parseFence(s string) (int64, bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' { // no sign, no leading zero
+		return 0, false
+	}
 	f, err := strconv.ParseInt(s, 10, 64)
-	return f, err == nil && f > 0 && strconv.FormatInt(f, 10) == s
+	return f, err == nil
 }
 
 // acquireError explains the acquire script's refusals of a bad counter.

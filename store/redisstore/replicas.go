@@ -513,8 +513,11 @@ func (a *acker) moved(ctx context.Context, err error, redirects int) bool {
 // answer), as go-redis's own routing does on MOVED: the next calls then go
 // to the new primary instead of the old one until it answers MOVED.
 func (a *acker) lost(ctx context.Context, err error) {
-	var srvErr redis.Error
-	if a.cluster == nil || err == nil || ctx.Err() != nil || errors.As(err, &srvErr) && !redis.HasErrorPrefix(err, "CLUSTERDOWN") {
+	if a.cluster == nil || err == nil || ctx.Err() != nil {
+		return
+	}
+	var srvErr redis.Error // after the common return: it escapes to the heap
+	if errors.As(err, &srvErr) && !redis.HasErrorPrefix(err, "CLUSTERDOWN") {
 		return
 	}
 	a.cluster.ReloadState(ctx)

@@ -26,15 +26,23 @@ type Script struct {
 	// command again after a network error, and a script that already ran
 	// would answer differently the second time (a release: "not owned").
 	once bool
+	// hash and body are Hash() and src as command arguments, converted
+	// once: a string put in an interface at each call is an allocation.
+	hash, body any
 }
 
 // New returns a script that go-redis may retry after a network error: it
 // must give the same answer when run twice.
-func New(src string) Script { return Script{Script: redis.NewScript(src), src: src} }
+func New(src string) Script { return newScript(src, false) }
 
 // Once returns a script that go-redis never sends twice once written; a lost
 // reply comes back as an error instead.
-func Once(src string) Script { return Script{Script: redis.NewScript(src), src: src, once: true} }
+func Once(src string) Script { return newScript(src, true) }
+
+func newScript(src string, once bool) Script {
+	s := redis.NewScript(src)
+	return Script{Script: s, src: src, once: once, hash: s.Hash(), body: src}
+}
 
 // Source returns the script's Lua source.
 func (sc Script) Source() string { return sc.src }
@@ -46,9 +54,9 @@ func (noRetry) NoRetry() bool { return true }
 
 // Run runs the script in one round trip when the server has it cached.
 func (sc Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmd := sc.process(ctx, c, "evalsha", sc.Hash(), keys, args)
+	cmd := sc.process(ctx, c, "evalsha", sc.hash, keys, args)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = sc.process(ctx, c, "eval", sc.src, keys, args)
+		cmd = sc.process(ctx, c, "eval", sc.body, keys, args)
 	}
 	return cmd
 }
@@ -125,9 +133,9 @@ func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 	pipe := c.Pipeline()
 	sent := make([]*redis.Cmd, 0, len(idx)+2)
 	for _, i := range idx {
-		body := calls[i].sc.Hash()
+		body := calls[i].sc.hash
 		if verb == "eval" {
-			body = calls[i].sc.src
+			body = calls[i].sc.body
 		}
 		cmds[i] = newCmd(ctx, verb, body, calls[i].keys, calls[i].args)
 		sent = append(sent, cmds[i])
@@ -192,9 +200,14 @@ func (sc Script) wrap(cmd *redis.Cmd) redis.Cmder {
 	return cmd
 }
 
-func newCmd(ctx context.Context, verb, body string, keys []string, args []any) *redis.Cmd {
+func newCmd(ctx context.Context, verb string, body any, keys []string, args []any) *redis.Cmd {
 	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, verb, body, len(keys))
+	// The verb as a constant in an interface: no allocation, unlike verb.
+	var v any = "evalsha"
+	if verb == "eval" {
+		v = "eval"
+	}
+	argv = append(argv, v, body, len(keys))
 	for _, k := range keys {
 		argv = append(argv, k)
 	}
@@ -202,7 +215,7 @@ func newCmd(ctx context.Context, verb, body string, keys []string, args []any) *
 	return redis.NewCmd(ctx, argv...)
 }
 
-func (sc Script) process(ctx context.Context, c redis.UniversalClient, verb, body string, keys []string, args []any) *redis.Cmd {
+func (sc Script) process(ctx context.Context, c redis.UniversalClient, verb string, body any, keys []string, args []any) *redis.Cmd {
 	cmd := newCmd(ctx, verb, body, keys, args)
 	_ = c.Process(ctx, sc.wrap(cmd))
 	return cmd
