@@ -491,12 +491,21 @@ func TestMultiNodeEtcdCanFail(t *testing.T) {
 }
 
 // overlappingOwners counts acquires that succeeded while the store had
-// told another worker that it held the key. That owner's lease lasted at
-// least until its last successful acquire or renewal's call plus the TTL
-// (the store set the expiry after the call), unless it called release
-// before: a release that failed may still have taken effect. History ops
-// are in return order, so releases are gathered first.
+// told another worker that it held the key (overlapping).
 func overlappingOwners(h history.History, ttl time.Duration) int {
+	return len(overlapping(h, ttl))
+}
+
+// overlapping returns the indices in h.Ops of the acquires that succeeded
+// while the store had told another worker that it held the key. That
+// owner's lease lasted at least until its last successful acquire or
+// renewal's call plus the TTL (the store set the expiry after the call),
+// unless it called release before: a release that failed may still have
+// taken effect. History ops are in return order, so releases are gathered
+// first, sorted, and each owner's end is found by a binary search: one pass,
+// so a history of thousands of ops takes milliseconds, not the hours of a
+// scan of every release for every pair.
+func overlapping(h history.History, ttl time.Duration) []int {
 	type keyWorker struct {
 		key    string
 		worker int
@@ -508,23 +517,25 @@ func overlappingOwners(h history.History, ttl time.Duration) int {
 			releases[kw] = append(releases[kw], o.Call)
 		}
 	}
+	for _, rs := range releases {
+		slices.SortFunc(rs, time.Time.Compare)
+	}
 	type owner struct {
 		worker            int
 		start, validUntil time.Time
 	}
 	// until is a's validity, ended by its first release called after its acquire.
 	until := func(key string, a *owner) time.Time {
-		end := a.validUntil
-		for _, r := range releases[keyWorker{key, a.worker}] {
-			if !r.Before(a.start) && r.Before(end) {
-				end = r
-			}
+		rs := releases[keyWorker{key, a.worker}]
+		i, _ := slices.BinarySearchFunc(rs, a.start, time.Time.Compare) // the first release called at or after a.start
+		if i < len(rs) && rs[i].Before(a.validUntil) {
+			return rs[i]
 		}
-		return end
+		return a.validUntil
 	}
 	holders := map[string][]*owner{}
-	n := 0
-	for _, o := range h.Ops {
+	var idx []int
+	for i, o := range h.Ops {
 		if !o.OK {
 			continue
 		}
@@ -532,7 +543,7 @@ func overlappingOwners(h history.History, ttl time.Duration) int {
 		case history.OpAcquire:
 			for _, a := range holders[o.Key] {
 				if a.worker != o.Worker && o.Return.Before(until(o.Key, a)) {
-					n++
+					idx = append(idx, i)
 					break
 				}
 			}
@@ -545,7 +556,7 @@ func overlappingOwners(h history.History, ttl time.Duration) int {
 			}
 		}
 	}
-	return n
+	return idx
 }
 
 // sinceLeaderChange measures each counted takeover from the later of its

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -91,8 +90,7 @@ func redisDrills(t *testing.T, topo failoverTopology, mk func(...redisstore.Opti
 // overlapsExplained describes each acquire that overlappingOwners counts:
 // its key and time, the other owner's last acquire or renewal the store
 // answered, and the store faults in force around it, all in time from the
-// drill's first operation. It runs overlappingOwners on each prefix of the
-// history (with every release, which only shortens an owner's validity).
+// drill's first operation.
 func overlapsExplained(rep *report.Report) []string {
 	ops := rep.History.Ops
 	if len(ops) == 0 {
@@ -101,22 +99,8 @@ func overlapsExplained(rep *report.Report) []string {
 	start := ops[0].Call
 	at := func(t time.Time) string { return t.Sub(start).Round(time.Millisecond).String() }
 	var out []string
-	prev := 0
-	for i, o := range ops {
-		if o.Kind != history.OpAcquire || !o.OK {
-			continue
-		}
-		h := history.History{Ops: slices.Clone(ops[:i+1])}
-		for _, r := range ops[i+1:] {
-			if r.Kind == history.OpRelease {
-				h.Ops = append(h.Ops, r)
-			}
-		}
-		n := overlappingOwners(h, rep.TTL)
-		if n == prev {
-			continue
-		}
-		prev = n
+	for _, i := range overlapping(rep.History, rep.TTL) {
+		o := ops[i]
 		var other history.Op
 		for _, p := range ops[:i] {
 			if p.Key == o.Key && p.Worker != o.Worker && p.OK && (p.Kind == history.OpAcquire || p.Kind == history.OpRenew) {
@@ -129,7 +113,7 @@ func overlapsExplained(rep *report.Report) []string {
 				faults = append(faults, fmt.Sprintf("%s %s..%s", f.Name, at(f.From), at(f.To)))
 			}
 		}
-		out = append(out, fmt.Sprintf("[abs %d %d] ", o.Call.UnixMicro(), other.Call.UnixMicro())+fmt.Sprintf("%s: worker %d acquired (fence %d) %s..%s while worker %d's %s (fence %d) at %s..%s held it for a TTL; store faults: %v",
+		out = append(out, fmt.Sprintf("%s: worker %d acquired (fence %d) %s..%s while worker %d's %s (fence %d) at %s..%s held it for a TTL; store faults: %v",
 			o.Key, o.Worker, o.Fence, at(o.Call), at(o.Return), other.Worker, other.Kind, other.Fence, at(other.Call), at(other.Return), faults))
 	}
 	return out
