@@ -373,25 +373,21 @@ func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 	return nil
 }
 
-// failOver waits until the other Sentinels name a new primary, records the
-// time, and heals.
+// failOver waits until a majority of Sentinels name a new primary, records
+// the time, and heals. A majority, not every other Sentinel: one that missed
+// the failover can name the old primary for long (bringBackAstray resets
+// it before the next fault), and waiting for it left a killed server down
+// for good, the set never whole again and every later fault refused. A
+// killed server comes back as a replica of the primary the majority names,
+// or, if there is none other than itself, as it was started.
 func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
-	var others []*redisNode
-	for _, r := range s.nodes {
-		if r != p {
-			others = append(others, r)
-		}
-	}
-	var promoted string
+	var promoted *redisNode
 	err := pollUntil(sentinelWait, func() error {
-		for _, r := range others {
-			if a, err := s.primaryOf(r); err != nil || a == p.addr() {
-				return errors.New("no failover yet")
-			} else {
-				promoted = a
-			}
+		if q := s.primary(); q != nil && q != p {
+			promoted = q
+			return nil
 		}
-		return nil
+		return errors.New("no failover yet")
 	})
 	took := time.Since(start)
 	_ = p.node.Heal()
@@ -400,7 +396,11 @@ func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
 		// supervisor with Sentinel's config) brings it back: started
 		// empty as a primary, it would take writes from any client that
 		// its own Sentinel, still behind, sent there.
-		_ = p.restartAsReplicaOf(promoted)
+		if promoted != nil {
+			_ = p.restartAsReplicaOf(promoted.addr())
+		} else {
+			_ = p.start()
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
