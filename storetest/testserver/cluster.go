@@ -82,24 +82,16 @@ func (c *RedisCluster) create() error {
 // waitReady polls every node until all of them are healthy, or fails after
 // clusterReadyTimeout with the last problem seen.
 func (c *RedisCluster) waitReady() error {
-	deadline := time.Now().Add(clusterReadyTimeout)
-	maxPolls := int(clusterReadyTimeout/clusterPollInterval) + 1
-	var problem error
-	for poll := 0; poll < maxPolls && time.Now().Before(deadline); poll++ {
-		problem = nil
+	problem := pollUntil(clusterReadyTimeout, func() error {
 		for _, node := range c.nodes {
 			if err := c.checkNode(node); err != nil {
-				problem = err
-				break
+				return err
 			}
 		}
-		if problem == nil {
-			return nil
-		}
-		time.Sleep(clusterPollInterval)
-	}
+		return nil
+	})
 	if problem == nil {
-		problem = errors.New("no check was made")
+		return nil
 	}
 	return fmt.Errorf("testserver: cluster not ready within %v: %w", clusterReadyTimeout, problem)
 }

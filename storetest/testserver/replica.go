@@ -41,17 +41,17 @@ func StartRedisReplica(tb testing.TB, primary *RedisServer, opts ...RedisOption)
 // online, for at most replicaReadyTimeout.
 func waitReplica(primary, replica *RedisServer) error {
 	want := "port=" + strconv.Itoa(replica.port) + ","
-	deadline := time.Now().Add(replicaReadyTimeout)
-	var last string
-	for poll := 0; poll < int(replicaReadyTimeout/clusterPollInterval)+1 && time.Now().Before(deadline); poll++ {
+	err := pollUntil(replicaReadyTimeout, func() error {
 		info, err := primary.Do("INFO", "replication")
 		if err == nil && onlineReplica(info, want) {
 			return nil
 		}
-		last = fmt.Sprint(info, err)
-		time.Sleep(clusterPollInterval)
+		return errors.New(fmt.Sprint(info, err))
+	})
+	if err == nil {
+		return nil
 	}
-	return fmt.Errorf("testserver: %s is not an online replica of %s after %v: %s", replica.Addr(), primary.Addr(), replicaReadyTimeout, last)
+	return fmt.Errorf("testserver: %s is not an online replica of %s after %v: %v", replica.Addr(), primary.Addr(), replicaReadyTimeout, err)
 }
 
 // onlineReplica reports whether an INFO replication reply lists the replica
@@ -111,13 +111,10 @@ func joinAsReplica(r, master *RedisServer, id string) error {
 	if _, err := r.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(master.port), strconv.Itoa(master.busPort)); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(clusterReadyTimeout)
-	var err error
-	for poll := 0; poll < int(clusterReadyTimeout/clusterPollInterval)+1 && time.Now().Before(deadline); poll++ {
-		if _, err = r.Do("CLUSTER", "REPLICATE", id); err == nil {
-			return nil
-		}
-		time.Sleep(clusterPollInterval) // r does not know id until the handshake ends
+	// r does not know id until the handshake ends.
+	err := pollUntil(clusterReadyTimeout, func() error { _, err := r.Do("CLUSTER", "REPLICATE", id); return err })
+	if err == nil {
+		return nil
 	}
 	return fmt.Errorf("testserver: %s cannot replicate %s: %w", r.Addr(), master.Addr(), err)
 }
@@ -127,26 +124,21 @@ func joinAsReplica(r, master *RedisServer, id string) error {
 func (c *RedisCluster) waitKnown() error {
 	all := append(append([]*RedisServer(nil), c.nodes...), c.replicas...)
 	want := strconv.Itoa(len(all))
-	deadline := time.Now().Add(clusterReadyTimeout)
-	var problem error
-	for poll := 0; poll < int(clusterReadyTimeout/clusterPollInterval)+1 && time.Now().Before(deadline); poll++ {
-		problem = nil
+	problem := pollUntil(clusterReadyTimeout, func() error {
 		for _, n := range all {
 			info, err := n.Do("CLUSTER", "INFO")
 			if err != nil {
-				problem = err
-				break
+				return err
 			}
 			if infoField(info, "cluster_state") != "ok" || infoField(info, "cluster_known_nodes") != want {
-				problem = fmt.Errorf("node %s: cluster_state %s, %s known nodes, want ok and %s", n.Addr(),
+				return fmt.Errorf("node %s: cluster_state %s, %s known nodes, want ok and %s", n.Addr(),
 					infoField(info, "cluster_state"), infoField(info, "cluster_known_nodes"), want)
-				break
 			}
 		}
-		if problem == nil {
-			return nil
-		}
-		time.Sleep(clusterPollInterval)
+		return nil
+	})
+	if problem == nil {
+		return nil
 	}
 	return errors.Join(fmt.Errorf("testserver: cluster with replicas not ready within %v: %w", clusterReadyTimeout, problem), c.Close())
 }

@@ -1,9 +1,9 @@
 package testserver
 
 import (
+	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
 
 // A replica gets the primary's writes, and says it is a replica.
@@ -15,19 +15,14 @@ func TestStartRedisReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Do opens a connection per command, so a WAIT here would wait for
-	// nothing (its connection wrote nothing): watch the replica instead,
-	// bounded by replicaReadyTimeout.
-	var v string
-	var err error
-	deadline := time.Now().Add(replicaReadyTimeout)
-	for poll := 0; poll < int(replicaReadyTimeout/clusterPollInterval)+1 && time.Now().Before(deadline); poll++ {
-		if v, err = r.Do("GET", "k"); err == nil && v == "v" {
-			break
+	// nothing (its connection wrote nothing): watch the replica instead.
+	if err := pollUntil(replicaReadyTimeout, func() error {
+		if v, err := r.Do("GET", "k"); err != nil || v != "v" {
+			return fmt.Errorf("GET k on the replica = %q, %v", v, err)
 		}
-		time.Sleep(clusterPollInterval)
-	}
-	if err != nil || v != "v" {
-		t.Fatalf("GET k on the replica = %q, %v after %v", v, err, replicaReadyTimeout)
+		return nil
+	}); err != nil {
+		t.Fatalf("%v after %v", err, replicaReadyTimeout)
 	}
 	if info, err := r.Do("INFO", "replication"); err != nil || infoField(info, "role") != "slave" {
 		t.Fatalf("the replica's role: %q, %v", infoField(info, "role"), err)
