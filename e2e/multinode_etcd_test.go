@@ -23,7 +23,6 @@ import (
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/drill/check"
 	"github.com/leasehold/leasehold/drill/faults"
-	"github.com/leasehold/leasehold/drill/history"
 	"github.com/leasehold/leasehold/drill/report"
 	"github.com/leasehold/leasehold/e2e/internal/netns"
 	"github.com/leasehold/leasehold/store/etcdstore"
@@ -488,75 +487,6 @@ func TestMultiNodeEtcdCanFail(t *testing.T) {
 	cfg.Jobs, cfg.NoFencing = 36, true // about 25 s; 4 to 8 stale writes seen
 	rep, _ := runMultiNode(t, cfg, c.wg.Wait)
 	checkStaleWritesReported(t, rep)
-}
-
-// overlappingOwners counts acquires that succeeded while the store had
-// told another worker that it held the key (overlapping).
-func overlappingOwners(h history.History, ttl time.Duration) int {
-	return len(overlapping(h, ttl))
-}
-
-// overlapping returns the indices in h.Ops of the acquires that succeeded
-// while the store had told another worker that it held the key. That
-// owner's lease lasted at least until its last successful acquire or
-// renewal's call plus the TTL (the store set the expiry after the call),
-// unless it called release before: a release that failed may still have
-// taken effect. History ops are in return order, so releases are gathered
-// first, sorted, and each owner's end is found by a binary search: one pass,
-// so a history of thousands of ops takes milliseconds, not the hours of a
-// scan of every release for every pair.
-func overlapping(h history.History, ttl time.Duration) []int {
-	type keyWorker struct {
-		key    string
-		worker int
-	}
-	releases := map[keyWorker][]time.Time{}
-	for _, o := range h.Ops {
-		if o.Kind == history.OpRelease {
-			kw := keyWorker{o.Key, o.Worker}
-			releases[kw] = append(releases[kw], o.Call)
-		}
-	}
-	for _, rs := range releases {
-		slices.SortFunc(rs, time.Time.Compare)
-	}
-	type owner struct {
-		worker            int
-		start, validUntil time.Time
-	}
-	// until is a's validity, ended by its first release called after its acquire.
-	until := func(key string, a *owner) time.Time {
-		rs := releases[keyWorker{key, a.worker}]
-		i, _ := slices.BinarySearchFunc(rs, a.start, time.Time.Compare) // the first release called at or after a.start
-		if i < len(rs) && rs[i].Before(a.validUntil) {
-			return rs[i]
-		}
-		return a.validUntil
-	}
-	holders := map[string][]*owner{}
-	var idx []int
-	for i, o := range h.Ops {
-		if !o.OK {
-			continue
-		}
-		switch o.Kind {
-		case history.OpAcquire:
-			for _, a := range holders[o.Key] {
-				if a.worker != o.Worker && o.Return.Before(until(o.Key, a)) {
-					idx = append(idx, i)
-					break
-				}
-			}
-			holders[o.Key] = append(holders[o.Key], &owner{o.Worker, o.Call, o.Call.Add(ttl)})
-		case history.OpRenew:
-			for _, a := range holders[o.Key] {
-				if a.worker == o.Worker && o.Call.Add(ttl).After(a.validUntil) {
-					a.validUntil = o.Call.Add(ttl)
-				}
-			}
-		}
-	}
-	return idx
 }
 
 // sinceLeaderChange measures each counted takeover from the later of its
