@@ -373,21 +373,26 @@ func (f *sentinelFault) Inject(context.Context, faults.Env) error {
 	return nil
 }
 
-// failOver waits until a majority of Sentinels name a new primary, records
-// the time, and heals. A majority, not every other Sentinel: one that missed
-// the failover can name the old primary for long (bringBackAstray resets
-// it before the next fault), and waiting for it left a killed server down
-// for good, the set never whole again and every later fault refused. A
-// killed server comes back as a replica of the primary the majority names,
-// or, if there is none other than itself, as it was started.
+// failOver waits until the other Sentinels name a new primary, records the
+// time, and heals. A killed server always comes back: as a replica of the
+// primary a majority of Sentinels names, or, if there is none other than
+// itself, as it was started. (When one of the others missed the failover,
+// the wait ends without a primary of its own to name; leaving the server
+// down then left the set never whole again and every later fault refused.)
 func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
-	var promoted *redisNode
-	err := pollUntil(sentinelWait, func() error {
-		if q := s.primary(); q != nil && q != p {
-			promoted = q
-			return nil
+	var others []*redisNode
+	for _, r := range s.nodes {
+		if r != p {
+			others = append(others, r)
 		}
-		return errors.New("no failover yet")
+	}
+	err := pollUntil(sentinelWait, func() error {
+		for _, r := range others {
+			if a, err := s.primaryOf(r); err != nil || a == p.addr() {
+				return errors.New("no failover yet")
+			}
+		}
+		return nil
 	})
 	took := time.Since(start)
 	_ = p.node.Heal()
@@ -396,8 +401,8 @@ func (s *sentinelSet) failOver(p *redisNode, kind string, start time.Time) {
 		// supervisor with Sentinel's config) brings it back: started
 		// empty as a primary, it would take writes from any client that
 		// its own Sentinel, still behind, sent there.
-		if promoted != nil {
-			_ = p.restartAsReplicaOf(promoted.addr())
+		if q := s.primary(); q != nil && q != p {
+			_ = p.restartAsReplicaOf(q.addr())
 		} else {
 			_ = p.start()
 		}
