@@ -55,6 +55,14 @@ const DefaultLinearizeTimeout = 30 * time.Second
 //     frees it.
 //   - release or renew by lease L → not owned: legal iff L does not hold it.
 //
+// A key may be held when the drill starts, by a lease from before it (an
+// earlier drill's holder that was killed, whose lease has not run out yet:
+// on a store promoted with a clock behind, for as much longer as its clock
+// is behind). The model therefore starts every key held by such a lease,
+// the "lease from before", which may expire whenever the history needs it
+// to, like any other: until the drill's first successful acquire of the
+// key, a busy answer is legal.
+//
 // A lease may expire, and a store restarted without persistence loses every
 // lease, at any moment. Rather than branch on that before every step, the
 // model folds it into the steps that need it: a step that needs the key free
@@ -110,10 +118,16 @@ const (
 // negative number for an unknown-fence lease; 0 is no lease.
 type lease int64
 
+// leaseFromBefore is the lease that may hold a key when the drill starts;
+// no operation of the drill acts as it.
+const leaseFromBefore lease = math.MinInt64
+
 func (l lease) String() string {
 	switch {
 	case l > 0:
 		return fmt.Sprintf("lease %d", l)
+	case l == leaseFromBefore:
+		return "a lease from before the drill"
 	case l < 0:
 		return fmt.Sprintf("unknown-fence lease #%d", -l)
 	}
@@ -223,7 +237,10 @@ var linearizeModel = (&porcupine.NondeterministicModel{
 		in, out := input.(linInput), output.(linOutput)
 		switch in.kind {
 		case history.OpAcquire, history.OpRenew, history.OpRelease:
-			s, _ := state.(lockState) // nil: free, no fence issued
+			s, ok := state.(lockState)
+			if !ok { // the first step: no fence issued yet
+				s = lockState{holder: leaseFromBefore}
+			}
 			return stepLock(s, in, out)
 		default:
 			s, ok := state.(jobState)

@@ -112,6 +112,18 @@ func TestLinearizeHandMadeHistories(t *testing.T) {
 			lockOp(history.OpRelease, 0, 1, 2, 3, ""),
 			busy(1, 4, 5),
 		}, LinearizableIllegal},
+		{"busy at the start: a lease from before the drill, which then expires", []history.Op{
+			busy(0, 0, 1),
+			busy(1, 2, 3),
+			acquired(1, 1, 4, 5),
+			lockOp(history.OpRelease, 1, 1, 6, 7, ""),
+		}, LinearizableOK},
+		{"busy again once the lease from before has given way to the drill's", []history.Op{
+			busy(0, 0, 1),
+			acquired(1, 1, 4, 5),
+			lockOp(history.OpRelease, 1, 1, 6, 7, ""),
+			busy(0, 8, 9),
+		}, LinearizableIllegal},
 		{"a stale storage write accepted", []history.Op{
 			claimed(1, 2, jobs.Queued, 0, 1),
 			wrote(0, 1, jobs.Done, 2, 3),
