@@ -97,7 +97,7 @@ type run struct {
 	cfg     Config
 	ttl     time.Duration
 	work    time.Duration // the longest critical section's work; each draws from [work/18, work]
-	poll    time.Duration // a worker's pause when no job is free
+	poll    time.Duration // a worker's pause when no job is free; doubled after each store error in a row, up to the TTL (failPause)
 	jobKeys []string
 	jobs    jobs.Storage
 	refused atomic.Int64 // stale claims and writes refused

@@ -70,6 +70,7 @@ func (w *worker) request(f faultKind) {
 // done, ctx ends, or the worker is killed.
 func (w *worker) loop(ctx context.Context) {
 	r := w.run
+	failed := 0 // store errors in a row
 	for ctx.Err() == nil && r.remaining(ctx) > 0 {
 		// Recovery first: an in-flight job whose lease is no longer held
 		// (its owner paused, killed or fenced) is taken over. New work only
@@ -93,6 +94,9 @@ func (w *worker) loop(ctx context.Context) {
 			default:
 			}
 		}
+		if result != sectionFailed {
+			failed = 0
+		}
 		switch result {
 		case sectionKilled:
 			w.dead.Store(true)
@@ -100,15 +104,33 @@ func (w *worker) loop(ctx context.Context) {
 			return
 		case sectionBusy:
 			sleepFor(ctx, r.poll)
+		case sectionFailed:
+			failed++
+			sleepFor(ctx, failPause(r.poll, r.ttl, failed))
 		}
 	}
+}
+
+// failPause is a worker's pause after its n-th store error in a row: poll
+// doubled each time, up to ttl. A worker backs off from a store that is down,
+// as a real one would, and still tries again within a TTL of its coming
+// back. (Without it, a store down for a minute gave a history of thousands
+// of attempts of unknown outcome, more than the linearizability check can
+// decide in its time: every one may take effect at any later moment.)
+func failPause(poll, ttl time.Duration, n int) time.Duration {
+	d := poll
+	for i := 1; i < n && d < ttl; i++ {
+		d *= 2
+	}
+	return min(d, ttl)
 }
 
 type sectionResult int
 
 const (
-	sectionRan sectionResult = iota
-	sectionBusy
+	sectionRan    sectionResult = iota
+	sectionBusy                 // the key was held, or no job was free
+	sectionFailed               // the acquire failed with a store error
 	sectionKilled
 )
 
@@ -118,8 +140,11 @@ const (
 func (w *worker) section(ctx context.Context, key string) sectionResult {
 	r := w.run
 	l, err := w.client.TryAcquire(ctx, key, r.ttl)
-	if err != nil {
+	switch {
+	case errors.Is(err, leasehold.ErrNotAcquired):
 		return sectionBusy
+	case err != nil:
+		return sectionFailed
 	}
 	r.sections.Add(1)
 	r.status(line{T: lineSection})
