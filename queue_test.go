@@ -29,6 +29,10 @@ type queueStore struct {
 	handOffs  atomic.Int64             // HandOff calls
 	panicking atomic.Bool              // HandOff panics
 	stayArg   atomic.Int64             // the last stay, in ns
+	// watchTrips: a turn watch takes a round trip, so WatchTurn with a
+	// done context fails (driver.Queuer), as on a Redis Store before its
+	// turn channel is up.
+	watchTrips bool
 }
 
 type queueEntry struct {
@@ -150,6 +154,9 @@ func (s *queueStore) HandOff(ctx context.Context, key, token, next string, ttl t
 }
 
 func (s *queueStore) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil && s.watchTrips {
+		return nil, nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ch := make(chan struct{}, 1)
@@ -333,11 +340,20 @@ func TestStoreQueueUncontended(t *testing.T) {
 // A waiter behind the head of a store's queue, once its turn watch is in
 // place, polls only once per backoff cap (to keep its entry alive): its turn
 // comes with a wake-up, so the short backoff steps of a head would only cost
-// the store round trips. Fake clock: 400 ms in which a head's backoff from
-// 10 ms would have polled five more times.
+// the store round trips. When the store can watch its turn without a round
+// trip, the waiter sets the watch up before its first attempt and needs
+// nothing more; else it looks once more after setting it up. Fake clock:
+// 400 ms in which a head's backoff from 10 ms would have polled five more
+// times.
 func TestStoreQueueWaiterBehindTheHeadPollsAtTheCap(t *testing.T) {
+	t.Run("watch without a round trip", func(t *testing.T) { testBehindPolls(t, false, 2) })
+	t.Run("watch with a round trip", func(t *testing.T) { testBehindPolls(t, true, 3) })
+}
+
+func testBehindPolls(t *testing.T, watchTrips bool, want int64) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newQueueStore()
+		s.watchTrips = watchTrips
 		ctx := t.Context()
 		holder, err := leasehold.New(s).TryAcquire(ctx, "queue:behind", time.Minute)
 		if err != nil {
@@ -361,10 +377,10 @@ func TestStoreQueueWaiterBehindTheHeadPollsAtTheCap(t *testing.T) {
 		}
 		time.Sleep(400 * time.Millisecond)
 		synctest.Wait()
-		// head: its joining attempt; behind: its joining attempt and one
-		// after its watch was in place.
-		if got := s.queued.Load(); got != 3 {
-			t.Errorf("%d queued attempts in 400 ms, want 3", got)
+		// head: its joining attempt; behind: its joining attempt and, if
+		// its watch took a round trip, one after the watch was in place.
+		if got := s.queued.Load(); got != want {
+			t.Errorf("%d queued attempts in 400 ms, want %d", got, want)
 		}
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)

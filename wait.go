@@ -405,6 +405,31 @@ func (w *waiter) watch(ctx context.Context) bool {
 	return mine
 }
 
+// doneCtx is a context that is already done: WatchTurn called with it
+// returns a watch only if it takes no round trip (driver.Queuer).
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// prewatch puts w's turn watch in place before an attempt, when the store
+// can without a round trip (its turn watches are up already): a refusal
+// behind another Client's head is then followed by the wake-up of w's turn,
+// with no second look to cover a turn that came before the watch. Without
+// it the first refused attempt sets the watch up (watch), and looks once
+// more.
+func (w *waiter) prewatch() {
+	if w.stay == 0 || w.turnTried {
+		return
+	}
+	ch, stop, err := w.c.queuer.WatchTurn(doneCtx, w.key, w.token)
+	if err != nil {
+		return
+	}
+	w.turn, w.stopTurn, w.turnTried = ch, stop, true
+}
+
 // startTry marks an attempt in flight, unless a hand-off to w is under way
 // or answered (then w takes that instead).
 func (w *waiter) startTry() bool {
@@ -534,6 +559,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		if !w.startTry() {
 			continue // a hand-off is under way: wait for it
 		}
+		w.prewatch()
 		l, err := c.try(ctx, key, w.token, ttl, w.stay)
 		w.endTry()
 		if w.answered(err) {

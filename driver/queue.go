@@ -57,6 +57,13 @@ type Queuer interface {
 	// free with token at the head of its queue (a release, or a head that
 	// left), and a function that stops the watch and must be called exactly
 	// once. Wake-ups may be lost or spurious.
+	//
+	// Called with a ctx that is already done, WatchTurn returns a watch
+	// only if it can without a round trip to the store (the store's watch
+	// is in place already), and otherwise fails at once, having started
+	// nothing per key: a Client asks so before a waiter's first attempt,
+	// so that a refusal is followed by its turn's wake-up without a
+	// second look.
 	WatchTurn(ctx context.Context, key, token string) (turn <-chan struct{}, stop func(), err error)
 
 	// LeaveQueue takes token's entry out of key's queue, if it is there,

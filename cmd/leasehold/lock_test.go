@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/store/etcdstore"
+	"github.com/leasehold/leasehold/store/redisstore"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
@@ -343,11 +344,12 @@ func TestLockRedis(t *testing.T) {
 
 		// A holder that releases during --wait: lock acquires and runs CMD.
 		b := startBg(t, lockArgs(storeArgs, []string{"--wait", "30s", "-o", "json"}, l.Key(), "sh", "-c", "exit 5")...)
-		eventually(t, 10*time.Second, "lock waiting (queued and subscribed to its turn channel)", func() bool {
-			// A waiter queues in Redis and watches a channel of its own,
-			// redisstore.TurnChannel(key, its token).
-			chans, err := rc.PubSubChannels(ctx, "leasehold:turn:*").Result()
-			return err == nil && slices.ContainsFunc(chans, func(ch string) bool { return strings.HasSuffix(ch, ":"+l.Key()) })
+		eventually(t, 10*time.Second, "lock waiting (queued and subscribed to its Store's turn channel)", func() bool {
+			// A waiter queues in Redis, its entry naming the turn channel
+			// its Store subscribes ("leasehold:turns:…").
+			chans, err := rc.PubSubChannels(ctx, "leasehold:turns:*").Result()
+			queued, qerr := rc.ZCard(ctx, redisstore.QueueKey(l.Key())).Result()
+			return err == nil && qerr == nil && len(chans) > 0 && queued > 0
 		})
 		released := time.Now()
 		if err := l.Release(ctx); err != nil {

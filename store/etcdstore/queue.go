@@ -189,11 +189,15 @@ func (s *Store) readTurn(ctx context.Context, lk, qp string, rev int64) (turnSta
 //
 // It returns after one read, from whose revision on the watches start, so
 // no deletion after it is missed; it fails when ctx ends first, or when the
-// Store is closed. A watch that breaks, or whose revision was compacted, is
-// made again after a fresh read.
+// Store is closed, and at once, reading nothing, when ctx is already done
+// (every turn watch takes a read). A watch that breaks, or whose revision
+// was compacted, is made again after a fresh read.
 func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("etcdstore: watch the turn of %q: %w", key, context.Cause(ctx))
 	}
 	lk, qp := s.LockKey(key), s.QueuePrefix(key)
 	ek := qp + token

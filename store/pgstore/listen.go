@@ -98,6 +98,10 @@ func (l *listener) watch(ctx context.Context, id, key string) (<-chan struct{}, 
 		return nil, nil, ErrClosed
 	}
 	if !l.started {
+		if ctx.Err() != nil { // a caller that is gone starts no connection
+			l.mu.Unlock()
+			return nil, nil, fmt.Errorf("pgstore: watch %q: not listening yet: %w", key, context.Cause(ctx))
+		}
 		l.started = true
 		var rctx context.Context
 		rctx, l.cancel = context.WithCancel(context.Background())

@@ -3,7 +3,8 @@
 -- in the same atomic step.
 -- KEYS[2] is the fence counter: it never expires and shares KEYS[1]'s slot.
 -- KEYS[3] and KEYS[4] are the queue (queue.lua). ARGV[3] is 0, or the ms a
--- waiter's queue entry lives (it joins or refreshes it when refused).
+-- waiter's queue entry lives (it joins or refreshes it when refused), and
+-- ARGV[4] then '' or how to wake it (lh_join).
 -- Returns {1, fence as a decimal string} when acquired, {0, remaining ms of
 -- the holder} when not (-2: not held, or the caller is behind the head), and
 -- an error reply, having written nothing, when the counter is not a decimal
@@ -27,10 +28,10 @@ end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and head then
   -- Free, yet refused: the head may have missed its wake-up.
-  redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
+  lh_wake(KEYS[4], head)
 end
 if stay > 0 then
-  lh_join(KEYS[3], KEYS[4], tok, now or lh_now(), stay)
+  lh_join(KEYS[3], KEYS[4], tok, now or lh_now(), stay, ARGV[4])
   if not empty and head ~= tok then
     return {0, -2} -- behind the head: no reason to try at the holder's expiry
   end

@@ -16,9 +16,10 @@
 // queue, and a queued waiter's refused attempt joins or refreshes its entry
 // in the same call. Every script that reads the queue removes up to 16
 // expired heads first. A release of a key with queued waiters publishes on
-// ReleaseChannel(key) and on TurnChannel(key, head's token), to which only
-// the head's Store is subscribed (WatchTurn); a key nobody queues for is
-// released without a PUBLISH.
+// ReleaseChannel(key) and, to wake the head alone, on the turn channel of
+// the head's Store ("leasehold:turns:" and a random name, which its entry in
+// QueueDeadlinesKey(key) names, with a hash of key and token as the message:
+// WatchTurn); a key nobody queues for is released without a PUBLISH.
 //
 // Each operation is one Lua script, so one round trip once the script is
 // cached on the server (EVALSHA, with EVAL as the fallback). Acquire and

@@ -1,7 +1,7 @@
 -- ForceRelease: delete the lock KEYS[1] whoever holds it and, in the same
 -- step, append a record to its audit stream KEYS[3] (capped at ARGV[4]
 -- entries), then wake waiters on channel ARGV[5] and the head of the key's
--- queue (KEYS[4], KEYS[5]; queue.lua) on its own channel. KEYS[2] is the
+-- queue (KEYS[4], KEYS[5]; queue.lua; lh_wake). KEYS[2] is the
 -- fence counter. ARGV: key, reason, by, cap, channel.
 -- Returns false when KEYS[1] is not held, the error LEASEHOLD_NOTALOCK when
 -- it is not a leasehold lock, else {token prefix, encoded
@@ -32,7 +32,7 @@ redis.pcall('PUBLISH', ARGV[5], '')
 if redis.call('EXISTS', KEYS[4]) == 1 then
   local head = lh_head(KEYS[4], KEYS[5], lh_now())
   if head then
-    redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
+    lh_wake(KEYS[5], head)
   end
 end
 return {prefix, holder, fence, us}

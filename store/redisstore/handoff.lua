@@ -4,7 +4,7 @@
 -- its live head, whose entry is then removed. Otherwise (or when ARGV[2]
 -- is '') release as
 -- release.lua does: when the queue has entries, wake channel ARGV[4] and the
--- head on its own channel.
+-- head (lh_wake).
 -- KEYS[2] is the fence counter.
 -- Returns {0} when KEYS[1] does not hold ARGV[1] (nothing changed), {1,
 -- fence as a decimal string} when handed over, {2, head or ''} when
@@ -32,7 +32,7 @@ if empty then
 end
 redis.pcall('PUBLISH', ARGV[4], '')
 if head then
-  redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
+  lh_wake(KEYS[4], head)
   return {2, head}
 end
 return {2, ''}

@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,14 +18,28 @@ import (
 var errClosed = errors.New("redisstore: store closed")
 
 // subscriptions multiplexes the Store's watches (WatchReleases, WatchTurn)
-// onto one pub/sub connection, subscribed to a channel while at least one
-// watcher wants it (a driver.Fanout keyed by channel). Watchers never wait
-// on pub/sub I/O: the control loop sends the subscription changes, in order,
-// so a server that stops answering holds only the Store's own goroutines,
-// and a watch still ends with its context.
+// onto one pub/sub connection. A release watch subscribes its key's channel
+// while at least one watcher wants it (a driver.Fanout keyed by channel).
+// Turn watches share one channel of the Store's own, subscribed from the
+// first turn watch until Close: each queued waiter's entry names that
+// channel and the message that wakes it there (queue.lua), so once the
+// channel is confirmed a turn watch costs no round trip, a turn comes as one
+// message to one Store, and no SUBSCRIBE or UNSUBSCRIBE is sent per waiter.
+// Watchers never wait on pub/sub I/O: the control loop sends the
+// subscription changes, in order, so a server that stops answering holds
+// only the Store's own goroutines, and a watch still ends with its context.
 type subscriptions struct {
 	client redis.UniversalClient
 	fan    *driver.Fanout // by channel
+
+	turns     string       // the Store's turn channel
+	turnSeed  maphash.Seed // for turnMessage
+	turnsOnce sync.Once    // subscribes turns
+	turnsOn   bool         // turns was posted for subscription; guarded by mu
+	turnReady chan struct{}
+	turnMu    sync.Mutex
+	turnSeen  bool                                  // turns was confirmed once: a later confirmation follows a reconnect
+	turnWait  map[string]map[chan struct{}]struct{} // turn watchers by message
 
 	mu      sync.Mutex
 	ps      *redis.PubSub // nil until the first watch
@@ -43,6 +60,144 @@ type change struct {
 func (s *subscriptions) init(client redis.UniversalClient) {
 	s.client = client
 	s.fan = driver.NewFanout(s.start, errClosed)
+	s.turns = "leasehold:turns:" + rand.Text()
+	s.turnSeed = maphash.MakeSeed()
+	s.turnReady = make(chan struct{})
+	s.turnWait = make(map[string]map[chan struct{}]struct{})
+}
+
+// turnMessage is the message that wakes the turn watch of token on key: a
+// hash of both, never the token, which is the lease's credential once
+// granted (a collision only wakes a waiter that then finds it is not its
+// turn).
+func (s *subscriptions) turnMessage(key, token string) string {
+	var h maphash.Hash
+	h.SetSeed(s.turnSeed)
+	h.WriteString(key)
+	h.WriteByte(0)
+	h.WriteString(token)
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// turnWake is what a waiter's queue entry keeps so that the scripts can wake
+// it (lh_join): the Store's channel, a space, and its message.
+func (s *subscriptions) turnWake(key, token string) string {
+	return s.turns + " " + s.turnMessage(key, token)
+}
+
+// watchTurn returns a watch of token's turn on key. The first call whose
+// ctx is not done yet subscribes the Store's turn channel (for as long as
+// the Store lives); each call returns once the server has confirmed it, at
+// once after that (also when ctx is already done: without a round trip to
+// make, a watch is returned whatever ctx says).
+func (s *subscriptions) watchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	select {
+	case <-s.turnReady:
+	default:
+		if ctx.Err() != nil { // not in place: start nothing for a caller that is gone
+			return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", s.turns, context.Cause(ctx))
+		}
+	}
+	s.turnsOnce.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.closed {
+			s.startLoops()
+			s.turnsOn = true
+			s.post(change{subscribe: true, channels: []string{s.turns}})
+		}
+	})
+	if s.isClosed() {
+		return nil, nil, errClosed
+	}
+	select {
+	case <-s.turnReady:
+	default:
+		select {
+		case <-s.turnReady:
+		case <-s.stopped():
+		case <-ctx.Done():
+			s.mu.Lock()
+			last := s.lastErr
+			s.mu.Unlock()
+			if last != nil {
+				return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed (the last subscribe failed: %v): %w", s.turns, last, context.Cause(ctx))
+			}
+			return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", s.turns, context.Cause(ctx))
+		}
+	}
+	msg := s.turnMessage(key, token)
+	ch := make(chan struct{}, 1)
+	s.turnMu.Lock()
+	if s.isClosed() {
+		s.turnMu.Unlock()
+		return nil, nil, errClosed
+	}
+	w := s.turnWait[msg]
+	if w == nil {
+		w = make(map[chan struct{}]struct{}, 1)
+		s.turnWait[msg] = w
+	}
+	w[ch] = struct{}{}
+	s.turnMu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			s.turnMu.Lock()
+			defer s.turnMu.Unlock()
+			if w := s.turnWait[msg]; w != nil {
+				delete(w, ch)
+				if len(w) == 0 {
+					delete(s.turnWait, msg)
+				}
+			}
+		})
+	}, nil
+}
+
+// wakeTurns wakes the turn watchers of msg, or of every message when msg is
+// "" (the channel was subscribed again: turns may have gone unseen).
+func (s *subscriptions) wakeTurns(msg string) {
+	s.turnMu.Lock()
+	defer s.turnMu.Unlock()
+	for m, w := range s.turnWait {
+		if msg != "" && m != msg {
+			continue
+		}
+		for ch := range w {
+			select {
+			case ch <- struct{}{}:
+			default: // a wake-up is pending already
+			}
+		}
+	}
+}
+
+// turnConfirmed is the server's confirmation of the turn channel: the first
+// readies the turn watches; a later one follows a reconnect.
+func (s *subscriptions) turnConfirmed() {
+	s.turnMu.Lock()
+	again := s.turnSeen
+	s.turnSeen = true
+	s.turnMu.Unlock()
+	if again {
+		s.wakeTurns("")
+		return
+	}
+	close(s.turnReady)
+}
+
+func (s *subscriptions) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// stopped returns a channel closed by close once the loops run, else nil.
+func (s *subscriptions) stopped() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stop
 }
 
 // watch returns a watch of channel: once the server confirmed the
@@ -70,14 +225,7 @@ func (s *subscriptions) start(channel string) func() {
 	if s.closed {
 		return nil
 	}
-	if s.ps == nil {
-		// Made without channels, it does no I/O; the loops dial.
-		s.ps = s.client.Subscribe(context.Background())
-		s.stop, s.kick = make(chan struct{}), make(chan struct{}, 1)
-		s.loops.Add(2)
-		go s.receive(s.ps)
-		go s.control()
-	}
+	s.startLoops()
 	s.post(change{subscribe: true, channels: []string{channel}})
 	return func() {
 		s.mu.Lock()
@@ -86,6 +234,20 @@ func (s *subscriptions) start(channel string) func() {
 			s.post(change{channels: []string{channel}})
 		}
 	}
+}
+
+// startLoops makes the pub/sub connection and starts the loops, once; s.mu
+// is held.
+func (s *subscriptions) startLoops() {
+	if s.ps != nil {
+		return
+	}
+	// Made without channels, it does no I/O; the loops dial.
+	s.ps = s.client.Subscribe(context.Background())
+	s.stop, s.kick = make(chan struct{}), make(chan struct{}, 1)
+	s.loops.Add(2)
+	go s.receive(s.ps)
+	go s.control()
 }
 
 // post queues c for the control loop; s.mu is held.
@@ -184,11 +346,19 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 		errWait, pinged = 0, false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch {
+			case m.Kind != "subscribe":
+			case m.Channel == s.turns:
+				s.turnConfirmed()
+			default:
 				s.fan.Ready(m.Channel)
 			}
 		case *redis.Message:
-			s.fan.Wake(m.Channel)
+			if m.Channel == s.turns {
+				s.wakeTurns(m.Payload)
+			} else {
+				s.fan.Wake(m.Channel)
+			}
 		}
 	}
 }
@@ -218,7 +388,13 @@ func (s *subscriptions) replace() *redis.PubSub {
 	s.mu.Unlock()
 	// The Fanout's lock is taken before s.mu (start runs under it), never
 	// after: read its channels with s.mu released.
-	if channels := s.fan.Keys(); len(channels) > 0 {
+	channels := s.fan.Keys()
+	s.mu.Lock()
+	if s.turnsOn {
+		channels = append(channels, s.turns)
+	}
+	s.mu.Unlock()
+	if len(channels) > 0 {
 		s.mu.Lock()
 		s.post(change{subscribe: true, channels: channels})
 		s.mu.Unlock()

@@ -1,8 +1,12 @@
 -- The FIFO queue of a key's waiters (driver.Queuer), put before the scripts
 -- that use it. q is a ZSET of waiter tokens scored by arrival number; h is a
--- HASH of token -> deadline in server milliseconds, plus the field '' (never
--- a token) holding the last arrival number. Both share the lock key's slot,
--- are deleted when the queue empties, and expire with their latest entry.
+-- HASH of token -> deadline in server milliseconds, plus, for a waiter whose
+-- Store watches turns, ' ' .. token -> that Store's channel, a space and the
+-- message that wakes this waiter there, and the field '' holding the last
+-- arrival number. (Tokens are printable ASCII without spaces: neither '' nor
+-- a field starting with a space is one.) Both keys share the lock key's
+-- slot, are deleted when the queue empties, and expire with their latest
+-- entry.
 
 -- LH_TRIM bounds the expired heads one call removes, so a call stays short
 -- however many waiters died at once: K dead entries at the front take
@@ -10,10 +14,16 @@
 -- such a call.
 local LH_TRIM = 16
 
--- lh_turn is the channel of tok's turn in key's queue, as TurnChannel
--- spells it.
-local function lh_turn(key, tok)
-  return 'leasehold:turn:' .. #tok .. ':' .. tok .. ':' .. key
+-- lh_wake tells the waiter tok that its turn may have come, on its Store's
+-- channel (lh_join), if it gave one. pcall: the caller's write is done; a
+-- notification the server refuses (an ACL without this channel) must not
+-- turn it into an error. Waiters fall back to their backoff.
+local function lh_wake(h, tok)
+  local v = redis.call('HGET', h, ' ' .. tok)
+  if v then
+    local sp = string.find(v, ' ', 1, true)
+    redis.pcall('PUBLISH', string.sub(v, 1, sp - 1), string.sub(v, sp + 1))
+  end
 end
 
 local function lh_now()
@@ -37,7 +47,7 @@ local function lh_head(q, h, now)
       return tok, false
     end
     redis.call('ZREM', q, tok)
-    redis.call('HDEL', h, tok)
+    redis.call('HDEL', h, tok, ' ' .. tok)
   end
   if redis.call('ZCARD', q) == 0 then
     redis.call('DEL', h)
@@ -49,19 +59,25 @@ end
 -- lh_remove takes tok out of the queue, deleting both keys when it empties.
 local function lh_remove(q, h, tok)
   redis.call('ZREM', q, tok)
-  redis.call('HDEL', h, tok)
+  redis.call('HDEL', h, tok, ' ' .. tok)
   if redis.call('ZCARD', q) == 0 then
     redis.call('DEL', h)
   end
 end
 
 -- lh_join puts tok at the back of the queue, or keeps its place, valid until
--- now + stay ms; the keys live as long as their latest entry.
-local function lh_join(q, h, tok, now, stay)
+-- now + stay ms; wake is '' or its Store's channel, a space and the message
+-- that wakes tok there (lh_wake). The keys live as long as their latest
+-- entry.
+local function lh_join(q, h, tok, now, stay, wake)
   if not redis.call('ZSCORE', q, tok) then
     redis.call('ZADD', q, redis.call('HINCRBY', h, '', 1), tok)
   end
-  redis.call('HSET', h, tok, now + stay)
+  if wake ~= '' then
+    redis.call('HSET', h, tok, now + stay, ' ' .. tok, wake)
+  else
+    redis.call('HSET', h, tok, now + stay)
+  end
   if redis.call('PTTL', q) < stay then
     redis.call('PEXPIRE', q, stay)
   end

@@ -42,15 +42,6 @@ func ReleaseChannel(key string) string { return "leasehold:released:" + key }
 // and exist only while someone waits.
 func QueueKey(key string) string { return redisslot.Companion(queuePrefix, key) }
 
-// TurnChannel returns the pub/sub channel on which the waiter with token is
-// told that it is the head of key's queue and key may be free (a release,
-// or the leave of the waiter before it). One channel per waiter, so a
-// wake-up reaches the head's process alone, not every process subscribed
-// to the key.
-func TurnChannel(key, token string) string {
-	return "leasehold:turn:" + strconv.Itoa(len(token)) + ":" + token + ":" + key
-}
-
 // QueueDeadlinesKey: see QueueKey.
 func QueueDeadlinesKey(key string) string { return redisslot.Companion(queuedPrefix, key) }
 
@@ -326,8 +317,12 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		}
 	}
 	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
+	args := []any{token, millis(ttl), stayMS, ""}[:3]
+	if stayMS > 0 {
+		args = append(args, s.subs.turnWake(key, token))
+	}
 	res, err := s.runAcked(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
-		[]any{token, millis(ttl), stayMS}, func(cmd *redis.Cmd) {
+		args, func(cmd *redis.Cmd) {
 			res, err := cmd.Slice()
 			if _, granted, _ := acquireReply(res); err == nil && granted {
 				s.releaseLate(key, token)
@@ -506,15 +501,21 @@ func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// WatchTurn implements driver.Queuer with a subscription to
-// TurnChannel(key, token), on the Store's one pub/sub connection. Release,
-// ForceRelease, LeaveQueue, and an attempt refused on a free key publish
-// there.
+// WatchTurn implements driver.Queuer on the Store's turn channel
+// ("leasehold:turns:" and a random name), on the Store's one pub/sub
+// connection: the first turn watch subscribes it, and it stays subscribed
+// until Close. A waiter's queue entry names that channel and the message
+// that wakes it there (a hash of key and token, never the token); Release,
+// HandOff, ForceRelease, LeaveQueue, and an attempt refused on a free key
+// publish it to the queue's head. WatchTurn returns once the server has
+// confirmed the channel, so a turn after that is not missed unless the
+// connection drops (the watches are then woken once it is back); after
+// that it takes no round trip and returns at once, whatever ctx says.
 func (s *Store) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return nil, nil, err
 	}
-	return s.subs.watch(ctx, TurnChannel(key, token))
+	return s.subs.watchTurn(ctx, key, token)
 }
 
 // Renew implements driver.Store in one round trip.

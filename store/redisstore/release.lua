@@ -1,7 +1,7 @@
 -- Release: delete KEYS[1] only if it holds ARGV[1] (compare-and-delete), then,
 -- when its queue (KEYS[2], KEYS[3]; queue.lua) has entries, wake the waiters
--- subscribed to channel ARGV[2] and the queue's head on its own channel, so no
--- other queued waiter receives anything. A key nobody queues for is released
+-- subscribed to channel ARGV[2] and the queue's head (lh_wake), so no other
+-- queued waiter receives anything. A key nobody queues for is released
 -- without a PUBLISH (driver.ReleaseNotifier allows it: a Client waits in the
 -- queue). Returns 1, or 0 if not owned.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -17,6 +17,6 @@ local head = lh_head(KEYS[2], KEYS[3], lh_now())
 -- to their backoff.
 redis.pcall('PUBLISH', ARGV[2], '')
 if head then
-  redis.pcall('PUBLISH', lh_turn(KEYS[1], head), '')
+  lh_wake(KEYS[3], head)
 end
 return 1
