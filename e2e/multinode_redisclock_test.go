@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +44,10 @@ const (
 // apart, Sentinels were seen to keep two configurations of one epoch, and
 // the set never became whole again. Node 0's clock is the real one; nodes
 // 1 and 2 run under libfaketime, behind it. Failovers alternate between
-// node 0 and a node behind.
+// node 0 and a node behind, unless the other replica has more of the
+// primary's writes: then it is promoted, as Sentinel would (it promotes the
+// replica with the greatest replication offset), which is what makes an
+// acquire acknowledged by one replica survive the failover.
 type clockSet struct {
 	nodes []*redisNode
 
@@ -195,6 +199,11 @@ func (c *clockSet) failOver(p, next *redisNode, start time.Time) {
 	err := p.proc().Kill()
 	_ = p.node.Heal()
 	time.Sleep(clockDetect) // as Sentinel's down-after
+	for _, r := range c.nodes {
+		if r != p && r != next && replOffset(r.addr()) > replOffset(next.addr()) {
+			next = r // the replica with the most data, as Sentinel picks
+		}
+	}
 	if err == nil {
 		_, err = ask(next.addr(), "REPLICAOF", "NO", "ONE")
 	}
@@ -220,6 +229,24 @@ func (c *clockSet) failOver(p, next *redisNode, start time.Time) {
 		c.promoted = append(c.promoted, next)
 		c.busy = false
 	} // else: stays busy, no more faults; the test sees too few failovers
+}
+
+// replOffset is the replication offset a replica has processed, or -1 when
+// it cannot be read.
+func replOffset(addr string) int64 {
+	info, err := ask(addr, "INFO", "replication")
+	if err != nil {
+		return -1
+	}
+	s, _ := info.(string)
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "slave_repl_offset:"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // clockDrill: locks in redisstore, made with opts, through a client that
