@@ -238,15 +238,11 @@ func replOffset(addr string) int64 {
 	if err != nil {
 		return -1
 	}
-	s, _ := info.(string)
-	for _, line := range strings.Split(s, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "slave_repl_offset:"); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				return n
-			}
-		}
+	n, err := strconv.ParseInt(testserver.InfoField(fmt.Sprint(info), "slave_repl_offset"), 10, 64)
+	if err != nil {
+		return -1
 	}
-	return -1
+	return n
 }
 
 // clockDrill: locks in redisstore, made with opts, through a client that

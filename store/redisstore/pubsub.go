@@ -94,36 +94,8 @@ func (s *subscriptions) watchTurn(ctx context.Context, key, token string) (<-cha
 	select {
 	case <-s.turnReady:
 	default:
-		if ctx.Err() != nil { // not in place: start nothing for a caller that is gone
-			return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", s.turns, context.Cause(ctx))
-		}
-	}
-	s.turnsOnce.Do(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !s.closed {
-			s.startLoops()
-			s.turnsOn = true
-			s.post(change{subscribe: true, channels: []string{s.turns}})
-		}
-	})
-	if s.isClosed() {
-		return nil, nil, errClosed
-	}
-	select {
-	case <-s.turnReady:
-	default:
-		select {
-		case <-s.turnReady:
-		case <-s.stopped():
-		case <-ctx.Done():
-			s.mu.Lock()
-			last := s.lastErr
-			s.mu.Unlock()
-			if last != nil {
-				return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed (the last subscribe failed: %v): %w", s.turns, last, context.Cause(ctx))
-			}
-			return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", s.turns, context.Cause(ctx))
+		if err := s.awaitTurns(ctx); err != nil {
+			return nil, nil, err
 		}
 	}
 	msg := s.turnMessage(key, token)
@@ -155,20 +127,73 @@ func (s *subscriptions) watchTurn(ctx context.Context, key, token string) (<-cha
 	}, nil
 }
 
-// wakeTurns wakes the turn watchers of msg, or of every message when msg is
-// "" (the channel was subscribed again: turns may have gone unseen).
-func (s *subscriptions) wakeTurns(msg string) {
+// awaitTurns subscribes the turn channel, once, and waits for the server's
+// confirmation; a ctx already done starts nothing.
+func (s *subscriptions) awaitTurns(ctx context.Context) error {
+	if err := ctx.Err(); err != nil { // a caller that is gone starts nothing
+		return s.notConfirmed(s.turns, context.Cause(ctx))
+	}
+	s.turnsOnce.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.closed {
+			s.startLoops()
+			s.turnsOn = true
+			s.post(change{subscribe: true, channels: []string{s.turns}})
+		}
+	})
+	if s.isClosed() {
+		return errClosed
+	}
+	select {
+	case <-s.turnReady:
+		return nil
+	case <-s.stopped():
+		return errClosed
+	case <-ctx.Done():
+		select {
+		case <-s.turnReady: // confirmed at the same moment: no wait left
+			return nil
+		default:
+			return s.notConfirmed(s.turns, context.Cause(ctx))
+		}
+	}
+}
+
+// notConfirmed is the error of a watch of channel whose subscription the
+// server did not confirm in time, with why the last subscribe failed.
+func (s *subscriptions) notConfirmed(channel string, err error) error {
+	s.mu.Lock()
+	last := s.lastErr
+	s.mu.Unlock()
+	if last != nil {
+		return fmt.Errorf("redisstore: subscribe %q: not confirmed (the last subscribe failed: %v): %w", channel, last, err)
+	}
+	return fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", channel, err)
+}
+
+// wakeTurn wakes the turn watchers of msg.
+func (s *subscriptions) wakeTurn(msg string) {
 	s.turnMu.Lock()
 	defer s.turnMu.Unlock()
-	for m, w := range s.turnWait {
-		if msg != "" && m != msg {
-			continue
-		}
-		for ch := range w {
-			select {
-			case ch <- struct{}{}:
-			default: // a wake-up is pending already
-			}
+	wakeEach(s.turnWait[msg])
+}
+
+// wakeAllTurns wakes every turn watcher: the channel was subscribed again
+// after a reconnect, and turns may have gone unseen meanwhile.
+func (s *subscriptions) wakeAllTurns() {
+	s.turnMu.Lock()
+	defer s.turnMu.Unlock()
+	for _, w := range s.turnWait {
+		wakeEach(w)
+	}
+}
+
+func wakeEach(w map[chan struct{}]struct{}) {
+	for ch := range w {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is pending already
 		}
 	}
 }
@@ -181,7 +206,7 @@ func (s *subscriptions) turnConfirmed() {
 	s.turnSeen = true
 	s.turnMu.Unlock()
 	if again {
-		s.wakeTurns("")
+		s.wakeAllTurns()
 		return
 	}
 	close(s.turnReady)
@@ -208,13 +233,7 @@ func (s *subscriptions) watch(ctx context.Context, channel string) (<-chan struc
 	if err == nil || err == errClosed {
 		return ch, stop, err
 	}
-	s.mu.Lock()
-	last := s.lastErr
-	s.mu.Unlock()
-	if last != nil {
-		return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed (the last subscribe failed: %v): %w", channel, last, err)
-	}
-	return nil, nil, fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", channel, err)
+	return nil, nil, s.notConfirmed(channel, err)
 }
 
 // start subscribes channel, for the Fanout (under its lock); the func it
@@ -355,7 +374,7 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 			}
 		case *redis.Message:
 			if m.Channel == s.turns {
-				s.wakeTurns(m.Payload)
+				s.wakeTurn(m.Payload)
 			} else {
 				s.fan.Wake(m.Channel)
 			}

@@ -20,8 +20,8 @@ local LH_TRIM = 16
 -- turn it into an error. Waiters fall back to their backoff.
 local function lh_wake(h, tok)
   local v = redis.call('HGET', h, ' ' .. tok)
-  if v then
-    local sp = string.find(v, ' ', 1, true)
+  local sp = v and string.find(v, ' ', 1, true)
+  if sp then -- not a field of lh_join's (no space): nobody to wake, and no error after the caller's writes
     redis.pcall('PUBLISH', string.sub(v, 1, sp - 1), string.sub(v, sp + 1))
   end
 end

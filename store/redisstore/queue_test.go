@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,23 +57,28 @@ func TestTurnWakesTheHeadAlone(t *testing.T) {
 	ctx := t.Context()
 	s := newStore(t, singleClient(shared.Addr()))
 	waiters := newStore(t, singleClient(shared.Addr())) // another process's
+	release := func(key string) error { return s.Release(ctx, key, "holder") }
 	for _, tc := range []struct {
 		name string
 		wake func(key string) error // with "holder" holding key, "head" and "next" queued
+		// again, if set, wakes the head once more, the key free by then,
+		// with a "newcomer" queued behind it
+		again func(key string) error
 	}{
-		{"release", func(key string) error { return s.Release(ctx, key, "holder") }},
-		{"hand-off to nobody", func(key string) error {
+		{name: "release", wake: release},
+		{name: "hand-off to nobody", wake: func(key string) error {
 			_, _, err := s.HandOff(ctx, key, "holder", "", time.Minute)
 			return err
 		}},
-		{"forced release", func(key string) error {
+		{name: "forced release", wake: func(key string) error {
 			_, err := s.ForceRelease(ctx, key, "test", "ops")
 			return err
 		}},
-		{"refused on a free key", func(key string) error {
-			// The release wakes the head; then a newcomer's refusal on
-			// the free key wakes it again (below).
-			return s.Release(ctx, key, "holder")
+		{name: "refused on a free key", wake: release, again: func(key string) error {
+			if _, err := s.AcquireQueued(ctx, key, "newcomer", time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
+				return fmt.Errorf("a newcomer's attempt: %v, want refused", err)
+			}
+			return nil
 		}},
 	} {
 		for _, key := range []string{storetest.Key(t), "x}{y: a space " + storetest.Key(t), "lock:ü:{日本}:" + storetest.Key(t)} {
@@ -105,11 +111,11 @@ func TestTurnWakesTheHeadAlone(t *testing.T) {
 				}
 			}
 			waitTurn("")
-			if tc.name == "refused on a free key" {
-				if _, err := s.AcquireQueued(ctx, key, "newcomer", time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
+			if tc.again != nil {
+				if err := tc.again(key); err != nil {
 					t.Fatal(err)
 				}
-				waitTurn("after a newcomer's refusal")
+				waitTurn("a second time")
 				if err := s.LeaveQueue(ctx, key, "newcomer"); err != nil {
 					t.Fatal(err)
 				}

@@ -317,8 +317,8 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		}
 	}
 	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
-	args := []any{token, millis(ttl), stayMS, ""}[:3]
-	if stayMS > 0 {
+	args := append(make([]any, 0, 4), token, millis(ttl), stayMS)
+	if stayMS > 0 { // a waiter: how its Store is woken to its turn (queue.lua)
 		args = append(args, s.subs.turnWake(key, token))
 	}
 	res, err := s.runAcked(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},

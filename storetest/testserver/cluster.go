@@ -114,7 +114,7 @@ func (c *RedisCluster) checkNode(node *RedisServer) error {
 		{"cluster_size", n},
 	}
 	for _, w := range want {
-		if got := infoField(info, w.field); got != w.value {
+		if got := InfoField(info, w.field); got != w.value {
 			return fmt.Errorf("node %s: CLUSTER INFO has %s:%s, want %s", node.Addr(), w.field, got, w.value)
 		}
 	}

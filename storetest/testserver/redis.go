@@ -199,7 +199,7 @@ func askOwn(addr string, pid int) (ask func(args ...string) (any, error), done f
 	}
 	reply, err := ask("INFO", "server")
 	info, _ := reply.(string)
-	if got := infoField(info, "process_id"); err != nil || got != strconv.Itoa(pid) {
+	if got := InfoField(info, "process_id"); err != nil || got != strconv.Itoa(pid) {
 		conn.Close()
 		return nil, nil, fmt.Errorf("INFO server: process_id %q, want %d (%v)", got, pid, err)
 	}
@@ -302,9 +302,9 @@ func (s *RedisServer) logPath() string { return filepath.Join(s.dir, "redis.log"
 // outPath is where the process's stdout and stderr go.
 func (s *RedisServer) outPath() string { return filepath.Join(s.dir, "redis.out") }
 
-// infoField returns the value of "name:value" in the text of an INFO or
+// InfoField returns the value of "name:value" in the text of an INFO or
 // CLUSTER INFO reply, or "" if it is not there.
-func infoField(info, name string) string {
+func InfoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
 		value, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), name+":")
 		if ok {

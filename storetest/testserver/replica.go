@@ -130,9 +130,9 @@ func (c *RedisCluster) waitKnown() error {
 			if err != nil {
 				return err
 			}
-			if infoField(info, "cluster_state") != "ok" || infoField(info, "cluster_known_nodes") != want {
+			if InfoField(info, "cluster_state") != "ok" || InfoField(info, "cluster_known_nodes") != want {
 				return fmt.Errorf("node %s: cluster_state %s, %s known nodes, want ok and %s", n.Addr(),
-					infoField(info, "cluster_state"), infoField(info, "cluster_known_nodes"), want)
+					InfoField(info, "cluster_state"), InfoField(info, "cluster_known_nodes"), want)
 			}
 		}
 		return nil

@@ -24,8 +24,8 @@ func TestStartRedisReplica(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v after %v", err, replicaReadyTimeout)
 	}
-	if info, err := r.Do("INFO", "replication"); err != nil || infoField(info, "role") != "slave" {
-		t.Fatalf("the replica's role: %q, %v", infoField(info, "role"), err)
+	if info, err := r.Do("INFO", "replication"); err != nil || InfoField(info, "role") != "slave" {
+		t.Fatalf("the replica's role: %q, %v", InfoField(info, "role"), err)
 	}
 }
 
@@ -39,7 +39,7 @@ func TestStartRedisClusterWithReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if infoField(info, "connected_slaves") != "1" || !strings.Contains(info, "port="+strings.Split(c.Replica(i, 0).Addr(), ":")[1]+",") {
+		if InfoField(info, "connected_slaves") != "1" || !strings.Contains(info, "port="+strings.Split(c.Replica(i, 0).Addr(), ":")[1]+",") {
 			t.Fatalf("master %d: %s", i, info)
 		}
 	}
