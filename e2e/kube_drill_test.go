@@ -31,9 +31,15 @@ func TestDrillOnKube(t *testing.T) {
 	cfg := &rest.Config{
 		Host: srv.Host(), BearerToken: srv.BearerToken(),
 		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()},
-		QPS:             1000, Burst: 2000, // client-go's default 5/s would throttle the workers
+		QPS:             1000, Burst: 2000, // client-go's default 5/s would throttle the clientset
 	}
 	c, err := kubernetes.NewForConfig(cfg) // makes each subtest's namespace
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Stores run on client-go's HTTP client, as a program that has
+	// client-go configures them (the CLI's tests cover LoadKubeconfig).
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +49,7 @@ func TestDrillOnKube(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := kubestore.New(cfg, ns.Name)
+		s, err := kubestore.New(kubestore.Config{Server: cfg.Host, Client: hc}, ns.Name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/kubestore"
 	"github.com/leasehold/leasehold/storetest/testserver"
@@ -24,10 +22,11 @@ func startKube(t *testing.T) ([]string, *kubestore.Store) {
 	if err := srv.WriteKubeconfig(path, "default"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := kubestore.New(&rest.Config{
-		Host: srv.Host(), BearerToken: srv.BearerToken(),
-		TLSClientConfig: rest.TLSClientConfig{CAData: srv.CAData()}, QPS: 100, Burst: 200,
-	}, "default")
+	cfg, _, err := kubestore.LoadKubeconfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kubestore.New(cfg, "default")
 	if err != nil {
 		t.Fatal(err)
 	}

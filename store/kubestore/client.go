@@ -1,91 +1,249 @@
 package kubestore
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"sync"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
 )
 
-// leaseScheme is the scheme of the Store's client: coordination.k8s.io/v1
-// alone (Lease, LeaseList and the meta types of their requests and
-// watches), not the types of every API group that client-go's clientset
-// links. Built once, on the first New.
-var leaseScheme = sync.OnceValues(func() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	return s, coordinationv1.AddToScheme(s)
-})
-
-// newLeaseClient returns a client of the Leases in namespace on cfg's
-// server (not nil), with cfg's credentials, TLS, timeout and rate limit.
-// cfg is not modified.
-func newLeaseClient(cfg *rest.Config, namespace string) (leaseClient, error) {
-	scheme, err := leaseScheme()
-	if err != nil {
-		return leaseClient{}, fmt.Errorf("kubestore: %w", err)
-	}
-	c := rest.CopyConfig(cfg)
-	gv := coordinationv1.SchemeGroupVersion
-	c.GroupVersion = &gv
-	c.APIPath = "/apis"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		// client-go's messages name the host and the fields at fault, never
-		// the credentials.
-		return leaseClient{}, fmt.Errorf("kubestore: %w", err)
-	}
-	return leaseClient{rc: rc, namespace: namespace, params: runtime.NewParameterCodec(scheme)}, nil
+// Config says how the Store reaches the API server.
+type Config struct {
+	// Server is the API server's URL, as a kubeconfig's cluster.server or
+	// client-go's rest.Config.Host gives it: "https://host:port", possibly
+	// with a path prefix (a proxy's). Required.
+	Server string
+	// Client sends the Store's requests: it carries the TLS configuration
+	// and the credentials. Required. From client-go, rest.HTTPClientFor(cfg)
+	// gives it for a *rest.Config; LoadKubeconfig and InCluster make it
+	// without client-go. Its Timeout, if any, also ends every watch after
+	// that long (the Store then makes the watch again): leave it 0 and
+	// bound requests with contexts, as the Store's callers do.
+	Client *http.Client
 }
 
-// leaseClient makes the requests the Store sends on the Leases of one
-// namespace, with the methods (and wire format: protobuf unless the
-// rest.Config names a content type) of client-go's typed Lease client.
+// leaseClient makes the Store's requests on the Leases of one namespace:
+// JSON over HTTP, the coordination.k8s.io/v1 REST API.
 type leaseClient struct {
-	rc        rest.Interface
-	namespace string
-	params    runtime.ParameterCodec
+	hc   *http.Client
+	base string // .../apis/coordination.k8s.io/v1/namespaces/<ns>/leases
 }
 
-// request starts a request on the namespace's leases.
-func (c leaseClient) request(verb string) *rest.Request {
-	return c.rc.Verb(verb).UseProtobufAsDefault().Namespace(c.namespace).Resource("leases")
+// newLeaseClient checks cfg and returns a client of the Leases in
+// namespace. Messages name the server by its scheme and host only: a URL's
+// user info (a password) never reaches them.
+func newLeaseClient(cfg Config, namespace string) (leaseClient, error) {
+	if cfg.Client == nil {
+		return leaseClient{}, errors.New("kubestore: Config.Client is nil")
+	}
+	u, err := url.Parse(cfg.Server)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return leaseClient{}, fmt.Errorf("kubestore: Config.Server %q is not an http(s)://host[:port] URL", redactURL(cfg.Server))
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return leaseClient{}, fmt.Errorf("kubestore: Config.Server %q: a server URL has no user info, query or fragment", redactURL(cfg.Server))
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/apis/coordination.k8s.io/v1/namespaces/" + namespace + "/leases"
+	u.RawPath = ""
+	return leaseClient{hc: cfg.Client, base: u.String()}, nil
 }
 
-func (c leaseClient) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
-	out := &coordinationv1.Lease{}
-	err := c.request("GET").Name(name).VersionedParams(&opts, c.params).Do(ctx).Into(out)
-	return out, err
+// redactURL is s without its user info, for messages.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if i := strings.LastIndexByte(s, '@'); i >= 0 {
+			return "…" + s[i:]
+		}
+		return s
+	}
+	return u.Redacted()
 }
 
-func (c leaseClient) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
-	out := &coordinationv1.Lease{}
-	err := c.request("POST").VersionedParams(&opts, c.params).Body(lease).Do(ctx).Into(out)
-	return out, err
+// apiError is the API server's answer to a request it refused: its HTTP
+// status and, from the Status object it sends, its reason and message.
+type apiError struct {
+	code    int
+	reason  string // NotFound, AlreadyExists, Conflict, Forbidden…; "" when the body was not a Status
+	message string
 }
 
-func (c leaseClient) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	out := &coordinationv1.Lease{}
-	err := c.request("PUT").Name(lease.Name).VersionedParams(&opts, c.params).Body(lease).Do(ctx).Into(out)
-	return out, err
+func (e *apiError) Error() string {
+	if e.message == "" {
+		return fmt.Sprintf("the API server answered %d %s", e.code, http.StatusText(e.code))
+	}
+	return fmt.Sprintf("the API server answered %d: %s", e.code, e.message)
 }
 
-func (c leaseClient) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	out := &coordinationv1.LeaseList{}
-	err := c.request("GET").VersionedParams(&opts, c.params).Do(ctx).Into(out)
-	return out, err
+// is reports whether err is the server's refusal for reason (or, when the
+// server sent no reason, its HTTP status code).
+func is(err error, reason string, code int) bool {
+	var e *apiError
+	if !errors.As(err, &e) {
+		return false
+	}
+	if e.reason != "" {
+		return e.reason == reason
+	}
+	return e.code == code
 }
 
-func (c leaseClient) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	opts.Watch = true
-	return c.request("GET").VersionedParams(&opts, c.params).Watch(ctx)
+func isNotFound(err error) bool      { return is(err, "NotFound", http.StatusNotFound) }
+func isAlreadyExists(err error) bool { return is(err, "AlreadyExists", http.StatusConflict) }
+func isConflict(err error) bool      { return is(err, "Conflict", http.StatusConflict) }
+
+// maxErrorBody bounds the part of a refusal's body that is read.
+const maxErrorBody = 64 << 10
+
+// refusal reads a response that is not a success into an *apiError.
+func refusal(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	e := &apiError{code: resp.StatusCode}
+	var st struct {
+		Kind    string `json:"kind"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
+		e.reason, e.message = st.Reason, st.Message
+	}
+	return e
+}
+
+// do sends a request and decodes a 2xx answer's JSON into out.
+func (c leaseClient) do(ctx context.Context, method, url string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("User-Agent", userAgent)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return refusal(resp)
+	}
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("decoding the API server's answer: %w", err)
+	}
+	return nil
+}
+
+// userAgent names the Store in the API server's audit log.
+const userAgent = "leasehold-kubestore"
+
+func (c leaseClient) named(name string) string { return c.base + "/" + url.PathEscape(name) }
+
+func (c leaseClient) Get(ctx context.Context, name string) (*lease, error) {
+	l := &lease{}
+	if err := c.do(ctx, http.MethodGet, c.named(name), nil, &l.obj); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (c leaseClient) Create(ctx context.Context, l *lease) (*lease, error) {
+	out := &lease{}
+	if err := c.do(ctx, http.MethodPost, c.base, l.obj, &out.obj); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Update replaces the Lease with l, guarded by l's resourceVersion: the
+// server refuses it with a conflict if the Lease changed since. l carries
+// every field the server sent, known to this package or not, so that no
+// one's data is lost by the replace.
+func (c leaseClient) Update(ctx context.Context, l *lease) (*lease, error) {
+	out := &lease{}
+	if err := c.do(ctx, http.MethodPut, c.named(l.name()), l.obj, &out.obj); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// leaseList is one page of a listing.
+type leaseList struct {
+	Items    []map[string]any `json:"items"`
+	Metadata struct {
+		Continue string `json:"continue"`
+	} `json:"metadata"`
+}
+
+// List returns one page of the Leases with the label selector, from the
+// continue token cont ("" for the first).
+func (c leaseClient) List(ctx context.Context, selector string, limit int, cont string) ([]*lease, string, error) {
+	q := url.Values{}
+	q.Set("labelSelector", selector)
+	q.Set("limit", fmt.Sprint(limit))
+	if cont != "" {
+		q.Set("continue", cont)
+	}
+	var page leaseList
+	if err := c.do(ctx, http.MethodGet, c.base+"?"+q.Encode(), nil, &page); err != nil {
+		return nil, "", err
+	}
+	out := make([]*lease, len(page.Items))
+	for i, obj := range page.Items {
+		out[i] = &lease{obj: obj}
+	}
+	return out, page.Metadata.Continue, nil
+}
+
+// watchEvent is one event of a watch, as the server streams it.
+type watchEvent struct {
+	Type   string         `json:"type"` // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+	Object map[string]any `json:"object"`
+}
+
+// Watch starts a watch of the Lease name and returns once the server has
+// accepted it; next returns its events in order until the watch ends (an
+// error, the server's close, or ctx), and stop ends it.
+func (c leaseClient) Watch(ctx context.Context, name string) (next func() (watchEvent, error), stop func(), err error) {
+	q := url.Values{}
+	q.Set("watch", "true")
+	q.Set("fieldSelector", "metadata.name="+name)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, nil, refusal(resp)
+	}
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber()
+	next = func() (watchEvent, error) {
+		var ev watchEvent
+		err := dec.Decode(&ev)
+		return ev, err
+	}
+	return next, func() { resp.Body.Close() }, nil
 }

@@ -1,9 +1,16 @@
 // Package kubestore is the Kubernetes backend of leasehold: each lock is a
-// coordination.k8s.io/v1 Lease, written through client-go's REST client.
-// New takes a *rest.Config and makes a client that knows coordination/v1
-// alone, so a program links the Lease types, not the clientset of every API
-// group. It lives in a Go module of its own, so that users of the other
-// backends never download client-go. It suits control planes that already run on Kubernetes and
+// coordination.k8s.io/v1 Lease, read and written through the API server's
+// REST interface (JSON over HTTP) by the Store itself. New takes a Config:
+// the server's URL and an *http.Client that carries TLS and credentials.
+// InCluster makes it in a pod, LoadKubeconfig from a kubeconfig (tokens,
+// token files, client certificates, exec credential plugins); a program
+// that has client-go passes rest.HTTPClientFor(cfg). The Store links no
+// Kubernetes library: client-go's REST client alone is about a hundred
+// packages, which every user of the leasehold CLI would compile for the
+// dozen requests the Store makes. An Update sends back every field of the
+// Lease as the server sent it, those this package does not know included,
+// so it never drops another writer's fields. It lives in a Go module of its
+// own. It suits control planes that already run on Kubernetes and
 // coordinate through Leases (kube-scheduler's leader election among them):
 // they get the fence, the renewal policy, the drill and the operator
 // tooling on the store they already run. client-go's leaderelection does not
@@ -130,11 +137,11 @@
 //     data is written protects against that.
 //   - An API server that cannot be reached, or whose etcd has no quorum,
 //     gives an error, never a false "acquired" and never ErrNotAcquired.
-//     Every request is bounded by the caller's context, and by
-//     rest.Config.Timeout when it is set.
-//   - client-go's rate limiter (rest.Config.QPS, 5 by default) delays every
-//     request beyond its budget; give the Store's rest.Config a budget for
-//     its locks' operations (two requests per acquire, renew or release).
+//     Every request is bounded by the caller's context (and by
+//     Config.Client's Timeout, which should be 0: see Config).
+//   - The Store has no client-side rate limit (client-go's QPS 5 would stall
+//     a lock service); the API server's priority and fairness is the only
+//     one, and an overloaded server's 429 is an error of the operation.
 //   - Leases of keys no longer used stay in the namespace (a few hundred
 //     bytes each), like etcdstore's fence keys. Delete them when the keys
 //     are retired for good; their fences then restart from the clock.

@@ -5,22 +5,21 @@ import (
 	"log"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/kubestore"
 )
 
-// A Client on the Leases of the namespace the pod runs in. (Compiled, not
-// run: it needs a cluster.)
+// A Client on the Leases of the namespace the pod runs in, with the pod's
+// service account. (Compiled, not run: it needs a cluster.) Outside a pod,
+// LoadKubeconfig reads a kubeconfig; with client-go, pass
+// kubestore.Config{Server: cfg.Host, Client: hc}, hc from
+// rest.HTTPClientFor(cfg).
 func Example() {
-	cfg, err := rest.InClusterConfig()
+	cfg, namespace, err := kubestore.InCluster()
 	if err != nil {
 		log.Fatal(err)
 	}
-	// client-go's default budget (5 requests/s) suits a controller, not locks.
-	cfg.QPS, cfg.Burst = 100, 200
-	store, err := kubestore.New(cfg, "my-namespace")
+	store, err := kubestore.New(cfg, namespace)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,10 +8,6 @@ import (
 	"slices"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -33,14 +29,14 @@ type auditJSON struct {
 }
 
 // readAudit decodes a Lease's records, oldest first.
-func readAudit(lease *coordinationv1.Lease) ([]auditJSON, error) {
-	v, ok := lease.Annotations[AnnotationAudit]
+func readAudit(lease *lease) ([]auditJSON, error) {
+	v, ok := lease.annotation(AnnotationAudit)
 	if !ok {
 		return nil, nil
 	}
 	var recs []auditJSON
 	if err := json.Unmarshal([]byte(v), &recs); err != nil {
-		return nil, fmt.Errorf("the Lease %s/%s: annotation %s: %w", lease.Namespace, lease.Name, AnnotationAudit, err)
+		return nil, fmt.Errorf("the Lease %s/%s: annotation %s: %w", lease.namespace(), lease.name(), AnnotationAudit, err)
 	}
 	return recs, nil
 }
@@ -59,8 +55,8 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 		return driver.AuditRecord{}, fmt.Errorf("kubestore: force release %q: %w", key, err)
 	}
 	for range writeAttempts {
-		lease, err := s.leases.Get(ctx, s.Name(key), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		lease, err := s.leases.Get(ctx, s.Name(key))
+		if isNotFound(err) {
 			return driver.AuditRecord{}, driver.ErrNotOwned
 		}
 		if err != nil {
@@ -88,11 +84,11 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 		if err := enc.Encode(recs); err != nil {
 			return fail(err)
 		}
-		next := lease.DeepCopy()
-		clearHolder(next)
-		next.Annotations[AnnotationAudit] = string(bytes.TrimSpace(buf.Bytes()))
-		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		next := lease.clone()
+		next.clearHolder()
+		next.setAnnotation(AnnotationAudit, string(bytes.TrimSpace(buf.Bytes())))
+		updated, err := s.leases.Update(ctx, next)
+		if isConflict(err) || isNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -112,7 +108,7 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 		return nil, err
 	}
 	out := []driver.AuditRecord{}
-	add := func(key string, lease *coordinationv1.Lease) error {
+	add := func(key string, lease *lease) error {
 		recs, err := readAudit(lease)
 		if err != nil {
 			return err
@@ -123,8 +119,8 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 		return nil
 	}
 	if key != "" {
-		lease, err := s.leases.Get(ctx, s.Name(key), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		lease, err := s.leases.Get(ctx, s.Name(key))
+		if isNotFound(err) {
 			return out, nil
 		}
 		if err == nil {
@@ -138,7 +134,7 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 		return out[:min(limit, len(out))], nil
 	}
 	var bad error
-	err := s.eachLease(ctx, func(key string, lease *coordinationv1.Lease) {
+	err := s.eachLease(ctx, func(key string, lease *lease) {
 		if err := add(key, lease); err != nil && bad == nil {
 			bad = err
 		}

@@ -11,12 +11,6 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/rest"
-
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -111,22 +105,18 @@ type observation struct {
 	at time.Time // carries a monotonic reading: never compared with another host's time
 	// mine is that version as the Store's own write returned it, or nil:
 	// Renew and Release write from it without reading first. Never modified.
-	mine *coordinationv1.Lease
+	mine *lease
 }
 
 // New returns a Store that keeps its locks as Leases in namespace, on the
-// API server of cfg (rest.InClusterConfig in a pod; clientcmd's
-// BuildConfigFromFlags for a kubeconfig). The Store makes its own client of
-// coordination.k8s.io/v1 from a copy of cfg, so cfg may be reused, and
-// Close need not close it. cfg's rate limit applies to the Store's requests:
-// client-go's default (QPS 5, Burst 10) suits a controller, not a lock
-// service; give the Store a higher QPS (the tests use 1000).
-func New(cfg *rest.Config, namespace string, opts ...Option) (*Store, error) {
-	if cfg == nil {
-		return nil, errors.New("kubestore: nil rest.Config")
-	}
-	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return nil, fmt.Errorf("kubestore: invalid namespace %q: %s", namespace, strings.Join(errs, "; "))
+// API server of cfg: InCluster in a pod, LoadKubeconfig outside, or, from a
+// client-go *rest.Config, Config{Server: rc.Host, Client: hc} with hc from
+// rest.HTTPClientFor(rc). The Store sends only its own requests (two per
+// acquire at most, one or two per renew or release), with no rate limit of
+// its own: the API server's priority and fairness governs them.
+func New(cfg Config, namespace string, opts ...Option) (*Store, error) {
+	if err := checkNamespace(namespace); err != nil {
+		return nil, err
 	}
 	s := &Store{
 		namespace: namespace,
@@ -146,6 +136,26 @@ func New(cfg *rest.Config, namespace string, opts ...Option) (*Store, error) {
 	}
 	s.leases = leases
 	return s, nil
+}
+
+// checkNamespace checks New's namespace: a DNS label (RFC 1123), as
+// Kubernetes requires of a namespace's name.
+func checkNamespace(ns string) error {
+	bad := func(why string) error { return fmt.Errorf("kubestore: invalid namespace %q: %s", ns, why) }
+	switch {
+	case ns == "":
+		return bad("empty")
+	case len(ns) > 63:
+		return bad(fmt.Sprintf("%d bytes, longer than 63", len(ns)))
+	case ns[0] == '-' || ns[len(ns)-1] == '-':
+		return bad("starts or ends with '-'")
+	}
+	for i := 0; i < len(ns); i++ {
+		if c := ns[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return bad(fmt.Sprintf("byte %q at %d is not a lowercase letter, digit or '-'", c, i))
+		}
+	}
+	return nil
 }
 
 // checkNamePrefix checks a WithNamePrefix value.
@@ -224,26 +234,28 @@ type lockState struct {
 // key annotation names another key (a hash collision, or a Lease that
 // leasehold did not write) or whose fence is not a positive integer is an
 // error, and nothing is written to it.
-func decode(key string, lease *coordinationv1.Lease) (lockState, error) {
+func decode(key string, lease *lease) (lockState, error) {
 	var st lockState
-	got, ok := lease.Annotations[AnnotationKey]
+	got, ok := lease.annotation(AnnotationKey)
 	if !ok {
-		return st, fmt.Errorf("the Lease %s/%s has no %s annotation: not a leasehold lock", lease.Namespace, lease.Name, AnnotationKey)
+		return st, fmt.Errorf("the Lease %s/%s has no %s annotation: not a leasehold lock", lease.namespace(), lease.name(), AnnotationKey)
 	}
 	if got != key {
 		return st, fmt.Errorf("the Lease %s/%s is the lock of key %q, not of %q (a name collision): nothing was written",
-			lease.Namespace, lease.Name, got, key)
+			lease.namespace(), lease.name(), got, key)
 	}
-	f, err := strconv.ParseInt(lease.Annotations[AnnotationFence], 10, 64)
+	fs, _ := lease.annotation(AnnotationFence)
+	f, err := strconv.ParseInt(fs, 10, 64)
 	if err != nil || f <= 0 {
 		return st, fmt.Errorf("the Lease %s/%s: annotation %s = %q is not a positive fence: nothing was written",
-			lease.Namespace, lease.Name, AnnotationFence, lease.Annotations[AnnotationFence])
+			lease.namespace(), lease.name(), AnnotationFence, fs)
 	}
 	st.fence = f
-	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
-		st.token = *h
-		if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
-			st.duration = time.Duration(*d) * time.Second
+	if h := lease.holder(); h != "" {
+		st.token = h
+		// leaseDurationSeconds is an int32 on the server.
+		if d := lease.durationSeconds(); d > 0 && d <= 1<<31-1 {
+			st.duration = time.Duration(d) * time.Second
 		}
 	}
 	return st, nil
@@ -252,13 +264,14 @@ func decode(key string, lease *coordinationv1.Lease) (lockState, error) {
 // observe returns how long the Store has seen lease unchanged (the same
 // resourceVersion), on its own monotonic clock: 0 on the first look at this
 // version. Only equality of resourceVersions is used, never their order.
-func (s *Store) observe(lease *coordinationv1.Lease) time.Duration {
+func (s *Store) observe(lease *lease) time.Duration {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o, ok := s.seen[lease.Name]
-	if !ok || o.rv != lease.ResourceVersion {
-		s.remember(lease.Name, observation{rv: lease.ResourceVersion, at: now})
+	name, rv := lease.name(), lease.resourceVersion()
+	o, ok := s.seen[name]
+	if !ok || o.rv != rv {
+		s.remember(name, observation{rv: rv, at: now})
 		return 0
 	}
 	return now.Sub(o.at)
@@ -277,14 +290,14 @@ func (s *Store) remember(name string, o observation) {
 
 // wrote records the Store's own successful write: the Lease as the server
 // returned it, first seen now, or forgotten when it is free.
-func (s *Store) wrote(lease *coordinationv1.Lease, held bool) {
+func (s *Store) wrote(lease *lease, held bool) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if held {
-		s.remember(lease.Name, observation{rv: lease.ResourceVersion, at: now, mine: lease})
+		s.remember(lease.name(), observation{rv: lease.resourceVersion(), at: now, mine: lease})
 	} else {
-		delete(s.seen, lease.Name)
+		delete(s.seen, lease.name())
 	}
 }
 
@@ -292,16 +305,14 @@ func (s *Store) wrote(lease *coordinationv1.Lease, held bool) {
 // the latest version it knows of, held by token, and not expired by its
 // count; else nil. Renew and Release try their write from it, saving the
 // read: a conflict means it was not the latest, and they read then.
-func (s *Store) cached(name, token string) *coordinationv1.Lease {
+func (s *Store) cached(name, token string) *lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.seen[name]
 	if !ok || o.mine == nil {
 		return nil
 	}
-	st := o.mine.Spec
-	if st.HolderIdentity == nil || *st.HolderIdentity != token || st.LeaseDurationSeconds == nil ||
-		time.Since(o.at) >= time.Duration(*st.LeaseDurationSeconds)*time.Second {
+	if o.mine.holder() != token || time.Since(o.at) >= time.Duration(o.mine.durationSeconds())*time.Second {
 		return nil
 	}
 	return o.mine
@@ -317,9 +328,9 @@ func (s *Store) forget(name string) {
 // held reports whether st is a lock held now, by this Store's observation,
 // and its remaining time: a holder's lock ends when the Store has seen its
 // Lease unchanged for the Lease's whole duration.
-func (s *Store) held(lease *coordinationv1.Lease, st lockState) (bool, time.Duration) {
+func (s *Store) held(lease *lease, st lockState) (bool, time.Duration) {
 	if st.token == "" {
-		s.forget(lease.Name)
+		s.forget(lease.name())
 		return false, 0
 	}
 	elapsed := s.observe(lease)
@@ -336,29 +347,6 @@ func (s *Store) held(lease *coordinationv1.Lease, st lockState) (bool, time.Dura
 // behind the clock of the host that created it by more than the time since
 // (less one microsecond per acquire of the Lease in between).
 func fenceFloor() int64 { return time.Now().UnixMicro() }
-
-// microNow is the current time as a Lease timestamp.
-func microNow() *metav1.MicroTime {
-	t := metav1.NewMicroTime(time.Now())
-	return &t
-}
-
-// setHolder makes lease held by token for secs seconds, acquired now.
-func setHolder(lease *coordinationv1.Lease, token string, secs int32) {
-	now := microNow()
-	lease.Spec.HolderIdentity = &token
-	lease.Spec.LeaseDurationSeconds = &secs
-	lease.Spec.AcquireTime = now
-	lease.Spec.RenewTime = now
-}
-
-// clearHolder makes lease free, keeping its annotations (the fence).
-func clearHolder(lease *coordinationv1.Lease) {
-	lease.Spec.HolderIdentity = nil
-	lease.Spec.LeaseDurationSeconds = nil
-	lease.Spec.AcquireTime = nil
-	lease.Spec.RenewTime = nil
-}
 
 // Acquire implements driver.Store: it reads key's Lease and, if it is
 // missing, creates it held by token with the fence fenceFloor(); if it is
@@ -377,11 +365,11 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 	name, secs := s.Name(key), seconds(ttl)
 	fail := func(err error) (int64, error) { return 0, fmt.Errorf("kubestore: acquire %q: %w", key, err) }
 	for range writeAttempts {
-		lease, err := s.leases.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		lease, err := s.leases.Get(ctx, name)
+		if isNotFound(err) {
 			fence := fenceFloor()
-			created, err := s.leases.Create(ctx, s.newLease(name, key, token, secs, fence), metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
+			created, err := s.leases.Create(ctx, s.newLease(name, key, token, secs, fence))
+			if isAlreadyExists(err) {
 				continue // created by someone else since the read: read it
 			}
 			if err != nil {
@@ -403,16 +391,16 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		if st.fence == 1<<63-1 {
 			return fail(errors.New("the fence is at its maximum"))
 		}
-		next := lease.DeepCopy()
-		setHolder(next, token, secs)
-		next.Annotations[AnnotationFence] = strconv.FormatInt(st.fence+1, 10)
-		transitions := int32(0)
-		if t := lease.Spec.LeaseTransitions; t != nil && *t < 1<<31-1 {
-			transitions = *t + 1
+		next := lease.clone()
+		next.setHolder(token, secs)
+		next.setAnnotation(AnnotationFence, strconv.FormatInt(st.fence+1, 10))
+		transitions := int64(0)
+		if t := lease.transitions(); t >= 0 && t < 1<<31-1 { // an int32 on the server
+			transitions = t + 1
 		}
-		next.Spec.LeaseTransitions = &transitions
-		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		next.setTransitions(transitions)
+		updated, err := s.leases.Update(ctx, next)
+		if isConflict(err) || isNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -425,24 +413,25 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // newLease is a new Lease for key, held by token for secs seconds.
-func (s *Store) newLease(name, key, token string, secs int32, fence int64) *coordinationv1.Lease {
-	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Namespace:   s.namespace,
-			Labels:      map[string]string{LabelManagedBy: ManagedBy},
-			Annotations: map[string]string{AnnotationKey: key, AnnotationFence: strconv.FormatInt(fence, 10)},
+func (s *Store) newLease(name, key, token string, secs int32, fence int64) *lease {
+	l := &lease{obj: map[string]any{
+		"apiVersion": "coordination.k8s.io/v1",
+		"kind":       "Lease",
+		"metadata": map[string]any{
+			"name":        name,
+			"namespace":   s.namespace,
+			"labels":      map[string]any{LabelManagedBy: ManagedBy},
+			"annotations": map[string]any{AnnotationKey: key, AnnotationFence: strconv.FormatInt(fence, 10)},
 		},
-	}
-	setHolder(lease, token, secs)
-	zero := int32(0)
-	lease.Spec.LeaseTransitions = &zero
-	return lease
+	}}
+	l.setHolder(token, secs)
+	l.setTransitions(0)
+	return l
 }
 
 // cachedFirst is cached on an operation's first attempt, nil on the others
 // (which follow a conflict, so they read).
-func (s *Store) cachedFirst(attempt int, name, token string) *coordinationv1.Lease {
+func (s *Store) cachedFirst(attempt int, name, token string) *lease {
 	if attempt > 0 {
 		return nil
 	}
@@ -451,9 +440,9 @@ func (s *Store) cachedFirst(attempt int, name, token string) *coordinationv1.Lea
 
 // owned reads key's Lease and checks that token holds it now, by this
 // Store's observation; it returns driver.ErrNotOwned when it does not.
-func (s *Store) owned(ctx context.Context, key, token string) (*coordinationv1.Lease, lockState, error) {
-	lease, err := s.leases.Get(ctx, s.Name(key), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+func (s *Store) owned(ctx context.Context, key, token string) (*lease, lockState, error) {
+	lease, err := s.leases.Get(ctx, s.Name(key))
+	if isNotFound(err) {
 		return nil, lockState{}, driver.ErrNotOwned
 	}
 	if err != nil {
@@ -480,7 +469,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
-	return s.writeOwned(ctx, "release", key, token, false, clearHolder)
+	return s.writeOwned(ctx, "release", key, token, false, (*lease).clearHolder)
 }
 
 // Renew implements driver.Store: it reads key's Lease and, if token holds
@@ -495,17 +484,16 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return err
 	}
 	secs := seconds(ttl)
-	return s.writeOwned(ctx, "renew", key, token, true, func(next *coordinationv1.Lease) {
-		next.Spec.LeaseDurationSeconds = &secs
-		now := microNow()
+	return s.writeOwned(ctx, "renew", key, token, true, func(next *lease) {
+		next.setDuration(secs)
 		// The write must change the Lease, or its resourceVersion stays and
 		// waiters keep counting from their first look: never the same
-		// renewTime twice.
-		if old := next.Spec.RenewTime; old != nil && !now.After(old.Time) {
-			t := metav1.NewMicroTime(old.Add(time.Microsecond))
-			now = &t
+		// renewTime twice (the wire keeps microseconds).
+		now := time.Now().Truncate(time.Microsecond)
+		if old := next.renewTime(); !now.After(old) {
+			now = old.Add(time.Microsecond)
 		}
-		next.Spec.RenewTime = now
+		next.setRenewTime(now)
 	})
 }
 
@@ -515,7 +503,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 // changed by change, guarded by the resourceVersion. A conflict or a
 // deleted Lease (a renewal of ours, or a takeover) makes it read and decide
 // again, at most writeAttempts times. held: the written Lease is held.
-func (s *Store) writeOwned(ctx context.Context, op, key, token string, held bool, change func(*coordinationv1.Lease)) error {
+func (s *Store) writeOwned(ctx context.Context, op, key, token string, held bool, change func(*lease)) error {
 	name := s.Name(key)
 	for attempt := range writeAttempts {
 		lease := s.cachedFirst(attempt, name, token)
@@ -529,10 +517,10 @@ func (s *Store) writeOwned(ctx context.Context, op, key, token string, held bool
 				return fmt.Errorf("kubestore: %s %q: %w", op, key, err)
 			}
 		}
-		next := lease.DeepCopy()
+		next := lease.clone()
 		change(next)
-		updated, err := s.leases.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		updated, err := s.leases.Update(ctx, next)
+		if isConflict(err) || isNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -553,8 +541,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 		return driver.Info{}, err
 	}
 	info := driver.Info{Key: key}
-	lease, err := s.leases.Get(ctx, s.Name(key), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	lease, err := s.leases.Get(ctx, s.Name(key))
+	if isNotFound(err) {
 		return info, nil
 	}
 	if err != nil {

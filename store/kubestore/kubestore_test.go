@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,22 +79,48 @@ func restConfig(srv *testserver.KubeAPIServer) *rest.Config {
 }
 
 // cluster is a test's access to the server: cfg for the Stores, and a
-// clientset of its own to look at (or change) Leases and namespaces behind
-// the Stores' backs.
+// client-go clientset of its own to look at (or change) Leases and
+// namespaces behind the Stores' backs.
 type cluster struct {
 	*kubernetes.Clientset
-	cfg *rest.Config
+	cfg kubestore.Config
 }
 
-func newClient(t testing.TB) *cluster { return clientFor(t, restConfig(server(t))) }
-
-func clientFor(t testing.TB, cfg *rest.Config) *cluster {
+// newClient is a cluster whose Stores are configured as the CLI's: from
+// the kubeconfig the server writes, through LoadKubeconfig.
+func newClient(t testing.TB) *cluster {
 	t.Helper()
-	c, err := kubernetes.NewForConfig(cfg)
+	srv := server(t)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := srv.WriteKubeconfig(path, ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := kubestore.LoadKubeconfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{Clientset: c, cfg: cfg}
+	return &cluster{Clientset: clientset(t, restConfig(srv)), cfg: cfg}
+}
+
+// clientFor is a cluster whose Stores are configured from a client-go
+// rest.Config, as doc.go tells client-go's users to: its HTTP client from
+// rest.HTTPClientFor.
+func clientFor(t testing.TB, rc *rest.Config) *cluster {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{Clientset: clientset(t, restConfig(server(t))), cfg: kubestore.Config{Server: rc.Host, Client: hc}}
+}
+
+func clientset(t testing.TB, rc *rest.Config) *kubernetes.Clientset {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // namespace creates a namespace of its own for the test.
@@ -134,13 +161,16 @@ func TestClient(t *testing.T) {
 }
 
 func TestNewRefusesBadArguments(t *testing.T) {
-	if _, err := kubestore.New(nil, "default"); err == nil || !strings.Contains(err.Error(), "rest.Config") {
-		t.Fatalf("New(nil): %v, want an error naming the rest.Config", err)
+	c := kubestore.Config{Server: "https://127.0.0.1:1", Client: http.DefaultClient}
+	if _, err := kubestore.New(kubestore.Config{Server: c.Server}, "default"); err == nil || !strings.Contains(err.Error(), "Config.Client") {
+		t.Errorf("New without a Client: %v, want an error naming Config.Client", err)
 	}
-	if _, err := kubestore.New(&rest.Config{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("not PEM")}}, "default"); err == nil {
-		t.Error("New with a CA that is not PEM succeeded")
+	for _, server := range []string{"", "127.0.0.1:6443", "ftp://h", "https://", "https://u:hunter2@h:1", "https://h:1/?q=1", "https://h:1/#f", "://h"} {
+		_, err := kubestore.New(kubestore.Config{Server: server, Client: http.DefaultClient}, "default")
+		if err == nil || !strings.Contains(err.Error(), "Config.Server") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("New with Server %q: %v, want an error naming Config.Server, without the password", server, err)
+		}
 	}
-	c := &rest.Config{Host: "https://127.0.0.1:1"}
 	for _, ns := range []string{"", "Default", "a_b", strings.Repeat("n", 64)} {
 		if _, err := kubestore.New(c, ns); err == nil || !strings.Contains(err.Error(), "namespace") {
 			t.Errorf("New with namespace %q: %v, want an error naming the namespace", ns, err)
@@ -156,7 +186,7 @@ func TestNewRefusesBadArguments(t *testing.T) {
 // Names are valid Lease names for any valid key, readable, and apart for
 // keys that differ only in what the readable part drops.
 func TestNames(t *testing.T) {
-	s, err := kubestore.New(&rest.Config{Host: "https://127.0.0.1:1"}, "default")
+	s, err := kubestore.New(kubestore.Config{Server: "https://127.0.0.1:1", Client: http.DefaultClient}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +428,7 @@ func TestUnreachableServerIsAnError(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	if _, err := s.Acquire(ctx, "k", "tok", time.Second); err == nil || strings.Contains(err.Error(), cfg.BearerToken) {
+	if _, err := s.Acquire(ctx, "k", "tok", time.Second); err == nil || strings.Contains(err.Error(), server(t).BearerToken()) {
 		t.Fatalf("Acquire on no server: %v; want an error without the bearer token", err)
 	}
 }
@@ -417,9 +447,9 @@ func (c *countRequests) RoundTrip(r *http.Request) (*http.Response, error) {
 // The round trips documented in doc.go, counted as requests on the wire.
 func TestRequestsPerOperation(t *testing.T) {
 	counter := &countRequests{}
-	cfg := restConfig(server(t))
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter }
-	c := clientFor(t, cfg)
+	c := newClient(t)
+	counter.next = c.cfg.Client.Transport
+	c.cfg.Client = &http.Client{Transport: counter}
 	s := newStore(t, c, namespace(t, c))
 	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
 	count := func(what string, want int64, op func() error) {

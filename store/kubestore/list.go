@@ -6,9 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -36,7 +33,7 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 		}
 	}
 	infos := []driver.Info{}
-	err = s.eachLease(ctx, func(key string, lease *coordinationv1.Lease) {
+	err = s.eachLease(ctx, func(key string, lease *lease) {
 		if key <= after && after != "" || !g.Match(key) {
 			return
 		}
@@ -62,27 +59,26 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 // eachLease calls f with every Lease of the Store in its namespace and its
 // key, page by page. Leases that are not the Store's (no valid key
 // annotation, or a name that is not the Name of that key) are skipped.
-func (s *Store) eachLease(ctx context.Context, f func(key string, lease *coordinationv1.Lease)) error {
-	opts := metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy, Limit: listPage}
+func (s *Store) eachLease(ctx context.Context, f func(key string, lease *lease)) error {
+	cont := ""
 	// The continue token ends the listing; the bound only guards against a
 	// server that keeps returning one.
 	for range 1 << 20 {
-		list, err := s.leases.List(ctx, opts)
+		items, next, err := s.leases.List(ctx, LabelManagedBy+"="+ManagedBy, listPage, cont)
 		if err != nil {
 			return err
 		}
-		for i := range list.Items {
-			lease := &list.Items[i]
-			key, ok := lease.Annotations[AnnotationKey]
-			if !ok || !strings.HasPrefix(lease.Name, s.prefix) || driver.ValidateKey(key) != nil || s.Name(key) != lease.Name {
+		for _, lease := range items {
+			key, ok := lease.annotation(AnnotationKey)
+			if !ok || !strings.HasPrefix(lease.name(), s.prefix) || driver.ValidateKey(key) != nil || s.Name(key) != lease.name() {
 				continue
 			}
 			f(key, lease)
 		}
-		if list.Continue == "" {
+		if next == "" {
 			return nil
 		}
-		opts.Continue = list.Continue
+		cont = next
 	}
 	return fmt.Errorf("the listing did not end")
 }

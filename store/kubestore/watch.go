@@ -6,19 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
-
 	"github.com/leasehold/leasehold/driver"
 )
 
 var errClosed = errors.New("kubestore: store closed")
 
 // Close stops the watches that carry release notifications and waits for
-// their goroutines. It does not close the client (client-go clients need no
-// closing). Waiters still blocked on the Store fall back to their backoff;
+// their goroutines. It does not close Config.Client, which is the caller's. Waiters still blocked on the Store fall back to their backoff;
 // lock operations keep working. Calling Close again does nothing. It always
 // returns nil.
 func (s *Store) Close() error {
@@ -75,9 +69,8 @@ func (s *Store) watch(ctx context.Context, name string) {
 	defer s.wg.Done()
 	established := false
 	pause := time.Duration(0)
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
 	for {
-		wi, err := s.leases.Watch(ctx, opts)
+		next, stop, err := s.leases.Watch(ctx, name)
 		if err == nil {
 			pause = 0
 			if !established {
@@ -86,7 +79,7 @@ func (s *Store) watch(ctx context.Context, name string) {
 			} else {
 				s.watches.Wake(name) // a release may have gone unseen while it was down
 			}
-			s.readEvents(name, wi)
+			s.readEvents(name, next, stop)
 		}
 		if ctx.Err() != nil {
 			return
@@ -104,19 +97,24 @@ func (s *Store) watch(ctx context.Context, name string) {
 // deleted, until the watch ends. A watch started without a resourceVersion
 // first sends the Lease as it is: a free one wakes the waiters at once,
 // which only makes them look.
-func (s *Store) readEvents(name string, wi watch.Interface) {
-	defer wi.Stop()
-	for ev := range wi.ResultChan() {
+func (s *Store) readEvents(name string, next func() (watchEvent, error), stop func()) {
+	defer stop()
+	// The bound only guards against a server that never ends a watch: each
+	// event is a change of one Lease, and the server ends every watch after
+	// its --min-request-timeout.
+	for range 1 << 30 {
+		ev, err := next()
+		if err != nil {
+			return // the watch ended: the server closed it, or ctx did
+		}
 		switch ev.Type {
-		case watch.Deleted:
+		case "DELETED":
 			s.watches.Wake(name)
-		case watch.Added, watch.Modified:
-			if lease, ok := ev.Object.(*coordinationv1.Lease); ok {
-				if h := lease.Spec.HolderIdentity; h == nil || *h == "" {
-					s.watches.Wake(name)
-				}
+		case "ADDED", "MODIFIED":
+			if l := (&lease{obj: ev.Object}); l.holder() == "" {
+				s.watches.Wake(name)
 			}
-		case watch.Error:
+		case "ERROR":
 			return // the server ended the watch (its history was compacted, say)
 		}
 	}

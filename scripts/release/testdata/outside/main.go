@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/drill"
@@ -76,7 +75,7 @@ func main() {
 	lock("etcdstore", es, nil)
 	check("etcdstore: Close", es.Close())
 
-	kcfg, err := clientcmd.BuildConfigFromFlags("", env("LEASEHOLD_KUBECONFIG"))
+	kcfg, _, err := kubestore.LoadKubeconfig(env("LEASEHOLD_KUBECONFIG"))
 	check("kubeconfig", err)
 	ks, err := kubestore.New(kcfg, "default")
 	check("kubestore.New", err)
