@@ -138,7 +138,12 @@ func (c leaseClient) do(ctx context.Context, method, url string, in, out any) er
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() {
+		// What is left unread (a decoder stops at the value's end) is
+		// drained, a little, so that an HTTP/1.1 connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+	}()
 	if resp.StatusCode/100 != 2 {
 		return refusal(resp)
 	}

@@ -35,11 +35,15 @@ var execAPIVersions = map[string]bool{
 	"client.authentication.k8s.io/v1beta1": true,
 }
 
-// execTimeout bounds one run of a plugin when the request that needs its
-// credential has no deadline of its own (a TLS handshake): long enough for
-// a cloud provider's token service, short enough that a hung plugin is an
-// error, not a stuck Store.
+// execTimeout bounds one run of a plugin within the deadline of the request
+// that needs its credential, if any: long enough for a cloud provider's
+// token service, short enough that a hung plugin is an error, not a stuck
+// Store.
 const execTimeout = time.Minute
+
+// execWaitDelay is how long a plugin's output is waited for after the
+// plugin is killed at its deadline.
+const execWaitDelay = time.Second
 
 // execPlugin runs a credential plugin when its last credential is missing,
 // expired or refused, and keeps that credential until then.
@@ -91,8 +95,8 @@ func newExecPlugin(cfg *execConfig, dir string, c *kcCluster) (*execPlugin, erro
 
 // token implements authTransport.token: the plugin's token, "" when it
 // gives a client certificate instead.
-func (p *execPlugin) token(stale bool) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
+func (p *execPlugin) token(ctx context.Context, stale bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, execTimeout)
 	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -103,8 +107,8 @@ func (p *execPlugin) token(stale bool) (string, error) {
 }
 
 // certificate implements tls.Config.GetClientCertificate.
-func (p *execPlugin) certificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), execTimeout)
+func (p *execPlugin) certificate(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	ctx, cancel := context.WithTimeout(cri.Context(), execTimeout)
 	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -132,6 +136,9 @@ func (p *execPlugin) refresh(ctx context.Context, stale bool) error {
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr // a plugin's own messages are for the user, as under kubectl
+	// A plugin killed at the deadline may leave children holding its
+	// output open: stop waiting for them soon after.
+	cmd.WaitDelay = execWaitDelay
 	if err := cmd.Run(); err != nil {
 		hint := ""
 		if p.cfg.InstallHint != "" && errors.Is(err, exec.ErrNotFound) {

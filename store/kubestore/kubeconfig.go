@@ -1,6 +1,7 @@
 package kubestore
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -270,10 +271,10 @@ func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
 	auth := &authTransport{next: base, impersonate: u.Impersonate, impersonateUID: u.ImpersonateUID, impersonateGroups: u.ImpersonateGroups}
 	switch {
 	case u.Token != "":
-		auth.token = func(bool) (string, error) { return u.Token, nil }
+		auth.token = func(context.Context, bool) (string, error) { return u.Token, nil }
 	case u.TokenFile != "":
 		f := &tokenFile{path: abs(u.TokenFile)}
-		if _, err := f.get(true); err != nil {
+		if _, err := f.get(context.Background(), true); err != nil {
 			return Config{}, err
 		}
 		auth.token = f.get
@@ -314,7 +315,7 @@ type authTransport struct {
 	next http.RoundTripper
 	// token returns the bearer token, read again when stale (a 401 said
 	// the last one was refused); nil for none.
-	token              func(stale bool) (string, error)
+	token              func(ctx context.Context, stale bool) (string, error)
 	username, password string
 	impersonate        string
 	impersonateUID     string
@@ -330,7 +331,7 @@ func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		stale := t.refused
 		t.refused = false
 		t.stale.Unlock()
-		tok, err := t.token(stale)
+		tok, err := t.token(req.Context(), stale)
 		if err != nil {
 			return nil, err
 		}
@@ -372,7 +373,7 @@ type tokenFile struct {
 	read time.Time
 }
 
-func (f *tokenFile) get(stale bool) (string, error) {
+func (f *tokenFile) get(_ context.Context, stale bool) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tok != "" && !stale && time.Since(f.read) < tokenFileRefresh {

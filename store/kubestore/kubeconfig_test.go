@@ -1,6 +1,7 @@
 package kubestore_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -340,6 +341,27 @@ func TestExecPluginFailures(t *testing.T) {
 			}
 		})
 	}
+	t.Run("hangs", func(t *testing.T) {
+		plugin := writeFile(t, dir, "p.sh", "#!/bin/sh\nexec sleep 30\n", 0o700)
+		path := writeFile(t, dir, "kc.yaml", kubeconfigFor(cluster, "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: "+plugin, ""), 0o600)
+		cfg, _, err := kubestore.LoadKubeconfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := kubestore.New(cfg, "default")
+		defer s.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if _, err := s.Inspect(ctx, "k"); err == nil {
+			t.Fatal("Inspect with a hung plugin succeeded")
+		}
+		// Bounded by the caller's deadline and the wait for the plugin's
+		// output (1 s), not by the plugin's 30 s; generous for a loaded machine.
+		if took := time.Since(start); took > 10*time.Second {
+			t.Fatalf("Inspect with a hung plugin took %v", took)
+		}
+	})
 	t.Run("not installed", func(t *testing.T) {
 		path := writeFile(t, dir, "kc.yaml", kubeconfigFor(cluster, "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: no-such-plugin-xyz\n  installHint: install it with apt", ""), 0o600)
 		cfg, _, err := kubestore.LoadKubeconfig(path)
@@ -352,6 +374,34 @@ func TestExecPluginFailures(t *testing.T) {
 			t.Fatalf("Inspect: %v; want the install hint", err)
 		}
 	})
+}
+
+// A held Lease whose duration is not an integer (no API server writes one;
+// a proxy or a broken server might) is an error, never an expired lock.
+func TestMalformedDurationIsAnError(t *testing.T) {
+	s0, _ := kubestore.New(kubestore.Config{Server: "http://127.0.0.1:1", Client: http.DefaultClient}, "default")
+	name := s0.Name("k")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			t.Errorf("the Store sent %s %s", r.Method, r.URL.Path)
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		fmt.Fprintf(w, `{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":%q,"namespace":"default","resourceVersion":"1",
+"annotations":{"leasehold.dev/key":"k","leasehold.dev/fence":"9"}},"spec":{"holderIdentity":"someone","leaseDurationSeconds":2.5}}`, name)
+	}))
+	defer srv.Close()
+	s, err := kubestore.New(kubestore.Config{Server: srv.URL, Client: srv.Client()}, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Acquire(t.Context(), "k", "me", time.Second); err == nil || !strings.Contains(err.Error(), "leaseDurationSeconds") {
+		t.Fatalf("Acquire of a Lease with a duration of 2.5: %v, want an error naming leaseDurationSeconds", err)
+	}
+	if _, err := s.Inspect(t.Context(), "k"); err == nil {
+		t.Fatal("Inspect of a Lease with a duration of 2.5 succeeded")
+	}
 }
 
 // Outside a pod InCluster says so, naming the variables it looked for.

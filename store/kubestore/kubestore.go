@@ -253,8 +253,13 @@ func decode(key string, lease *lease) (lockState, error) {
 	st.fence = f
 	if h := lease.holder(); h != "" {
 		st.token = h
-		// leaseDurationSeconds is an int32 on the server.
-		if d := lease.durationSeconds(); d > 0 && d <= 1<<31-1 {
+		// leaseDurationSeconds is an int32 on the server. One that is not
+		// an integer is an error, never an expired lock.
+		d, ok := lease.durationSeconds()
+		if !ok || d > 1<<31-1 {
+			return st, fmt.Errorf("the Lease %s/%s: spec.leaseDurationSeconds is not an int32: nothing was written", lease.namespace(), lease.name())
+		}
+		if d > 0 {
 			st.duration = time.Duration(d) * time.Second
 		}
 	}
@@ -312,7 +317,8 @@ func (s *Store) cached(name, token string) *lease {
 	if !ok || o.mine == nil {
 		return nil
 	}
-	if o.mine.holder() != token || time.Since(o.at) >= time.Duration(o.mine.durationSeconds())*time.Second {
+	d, _ := o.mine.durationSeconds()
+	if o.mine.holder() != token || time.Since(o.at) >= time.Duration(d)*time.Second {
 		return nil
 	}
 	return o.mine

@@ -69,10 +69,14 @@ func (l *lease) annotation(name string) (string, bool) {
 // holder is spec.holderIdentity, "" when unset.
 func (l *lease) holder() string { return str(l.spec(), "holderIdentity") }
 
-// durationSeconds is spec.leaseDurationSeconds, 0 when unset.
-func (l *lease) durationSeconds() int64 {
-	d, _ := integer(l.spec(), "leaseDurationSeconds")
-	return d
+// durationSeconds is spec.leaseDurationSeconds, 0 when unset; ok is false
+// when it is set to something that is not an integer.
+func (l *lease) durationSeconds() (d int64, ok bool) {
+	sp := l.spec()
+	if v, set := sp["leaseDurationSeconds"]; !set || v == nil {
+		return 0, true
+	}
+	return integer(sp, "leaseDurationSeconds")
 }
 
 // renewTime is spec.renewTime, the zero time when unset or unreadable.
