@@ -41,16 +41,26 @@ func newLeaseClient(cfg Config, namespace string) (leaseClient, error) {
 	if cfg.Client == nil {
 		return leaseClient{}, errors.New("kubestore: Config.Client is nil")
 	}
-	u, err := url.Parse(cfg.Server)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return leaseClient{}, fmt.Errorf("kubestore: Config.Server %q is not an http(s)://host[:port] URL", redactURL(cfg.Server))
-	}
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return leaseClient{}, fmt.Errorf("kubestore: Config.Server %q: a server URL has no user info, query or fragment", redactURL(cfg.Server))
+	u, err := parseServer(cfg.Server)
+	if err != nil {
+		return leaseClient{}, fmt.Errorf("kubestore: Config.Server %w", err)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/apis/coordination.k8s.io/v1/namespaces/" + namespace + "/leases"
 	u.RawPath = ""
 	return leaseClient{hc: cfg.Client, base: u.String()}, nil
+}
+
+// parseServer parses an API server's URL: http(s), a host, perhaps a path,
+// nothing else. Its errors start with the URL, redacted.
+func parseServer(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("%q is not an http(s)://host[:port] URL", redactURL(s))
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%q: a server URL has no user info, query or fragment", redactURL(s))
+	}
+	return u, nil
 }
 
 // redactURL is s without its user info, for messages.

@@ -197,12 +197,8 @@ func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
 	if c.Server == "" {
 		return Config{}, errors.New("the cluster has no server")
 	}
-	su, err := url.Parse(c.Server)
-	if err != nil || su.Host == "" || (su.Scheme != "https" && su.Scheme != "http") {
-		return Config{}, fmt.Errorf("cluster server %q is not an http(s)://host[:port] URL", redactURL(c.Server))
-	}
-	if su.User != nil || su.RawQuery != "" || su.Fragment != "" {
-		return Config{}, fmt.Errorf("cluster server %q: a server URL has no user info, query or fragment", redactURL(c.Server))
+	if _, err := parseServer(c.Server); err != nil {
+		return Config{}, fmt.Errorf("cluster server %w", err)
 	}
 	tc := &tls.Config{ServerName: c.TLSServerName, MinVersion: tls.VersionTLS12}
 	switch {

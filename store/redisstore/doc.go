@@ -30,13 +30,13 @@
 // # Batching
 //
 // Concurrent Acquire, Release and Renew calls of one Store share round
-// trips. A call made while no flush is in flight is sent at once, alone, on
-// the caller's goroutine under its own context, so a lone caller waits for
-// nothing more than before. Calls made while a flush is in flight queue,
-// and go out together as one go-redis Pipeline on the application's client
-// (the pipeline pool of go-redis) when it returns: up to 64 calls per flush
-// (the server runs them back to back, in well under a millisecond), one
-// flush in flight per Store. A cluster client splits
+// trips. A call made while fewer than three flushes are in flight is sent
+// at once, alone, on the caller's goroutine under its own context, so a
+// lone caller waits for nothing more than before. Calls made while three
+// are in flight queue, and go out together as one go-redis Pipeline on the
+// application's client (the pipeline pool of go-redis) when one returns: up
+// to 64 calls per flush (the server runs them back to back, in well under a
+// millisecond), at most three flushes in flight per Store. A cluster client splits
 // a flush by node and sends the parts concurrently, following MOVED and ASK
 // per call; a failover client sends it to the current primary. Calls the
 // server answers NOSCRIPT (not run: a restart or SCRIPT FLUSH) are sent

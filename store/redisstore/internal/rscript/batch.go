@@ -19,11 +19,20 @@ import (
 const DefaultBatchSize = 64
 
 // batchFlights is how many flushes of one Batcher may be in flight at once:
-// one, so that every call made meanwhile waits for the next flush and the
-// flushes are as large as the concurrency makes them (fewest syscalls per
-// call). Two or three, measured in interleaved rounds on 2 shared cores
-// (BenchmarkBatcherFlights), gave no steady gain at 1, 16 or 64 goroutines.
-const batchFlights = 1
+// three, so that while one pipeline is on the server the next is being
+// written and a third read, and neither the client nor redis-server waits
+// for the other; the calls made while all three fly wait for the next
+// flush, so flushes still grow with the concurrency. One flight left a
+// core idle: at 16 goroutines client and server kept 1.24 of 2 cores busy
+// (docs/benchmarks.md of 2026-11-26 14:27) against 1.6 for the others.
+// Measured on 2 shared cores, 3 runs of BenchmarkBatcherFlights (medians of
+// 7 interleaved rounds): 16 goroutines 26.7k / 24.3k / 27.7k cycles/s with
+// one flight, 31.5k / 27.0k / 34.4k with three; 64 goroutines 52.1k / 43.3k
+// / 49.6k against 56.8k / 55.6k / 59.9k; 1 goroutine the same (it never
+// queues). Through the Client, leasehold ÷ rueidislock at 16 goroutines
+// went from 0.56 / 0.59 / 0.58 to 0.68 / 0.64 / 0.68 (3 alternating runs of
+// the bench's locks section, 6 rounds each), and was unchanged at 64.
+const batchFlights = 3
 
 // Batcher sends the script calls of concurrent callers on one client
 // together: a call made while no flush is in flight goes out at once, alone
