@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -89,10 +90,23 @@ func LoadKubeconfig(path string) (Config, string, error) {
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, "", fmt.Errorf("kubestore: kubeconfig: %w", err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fail("%w", pe.Err) // the path is said once, first
+		}
+		return fail("%w", err)
 	}
 	var kc kubeconfig
 	if err := yaml.Unmarshal(raw, &kc); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			// Its messages quote the values (a token, say): name the lines.
+			lines := make([]string, len(te.Errors))
+			for i, e := range te.Errors {
+				lines[i], _, _ = strings.Cut(e, ":")
+			}
+			return fail("not a kubeconfig: a value of the wrong type at %s", strings.Join(lines, ", "))
+		}
 		return fail("not a kubeconfig: %v", err)
 	}
 	if kc.CurrentContext == "" {

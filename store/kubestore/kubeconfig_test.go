@@ -270,6 +270,7 @@ func TestLoadKubeconfigRefusals(t *testing.T) {
 		name, content, want string
 	}{
 		{"not YAML", "{{{", "not a kubeconfig"},
+		{"wrong type", kubeconfigFor("server: https://h:1\ninsecure-skip-tls-verify: "+secret, "token: x", ""), "wrong type at line 8"},
 		{"no current context", "apiVersion: v1\nkind: Config\n", "current-context"},
 		{"missing context", "current-context: nope\n", `"nope"`},
 		{"missing cluster", strings.Replace(kubeconfigFor(good, "token: "+secret, ""), "cluster: k\n", "cluster: gone\n", 1), `cluster "gone"`},

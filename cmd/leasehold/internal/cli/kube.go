@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/store/kubestore"
@@ -19,7 +20,9 @@ func openKube(_ context.Context, name, path, namespace, prefix string, timeout t
 	// without it.
 	cfg, ctxNamespace, err := kubestore.LoadKubeconfig(path)
 	if err != nil {
-		return nil, usagef("%s: %v", name, err)
+		// "kubeconfig PATH: what is wrong", as every flag's message names
+		// the flag and then its value.
+		return nil, usagef("%s: %s", name, strings.TrimPrefix(err.Error(), "kubestore: "))
 	}
 	if namespace == "" {
 		namespace = cmp.Or(ctxNamespace, "default")
