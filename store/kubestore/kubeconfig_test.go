@@ -26,6 +26,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/kubestore"
 	"github.com/leasehold/leasehold/storetest"
+	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
 // writeFile writes a file of the test's own directory and returns its path.
@@ -462,5 +463,70 @@ func TestUpdatesKeepWhatTheStoreDoesNotKnow(t *testing.T) {
 		if l.Labels["team"] != "payments" || l.Annotations["example.com/note"] != "keep me" || len(l.Finalizers) != 1 {
 			t.Fatalf("after %s: labels %v, annotations %v, finalizers %v; the operator's fields are gone", st.name, l.Labels, l.Annotations, l.Finalizers)
 		}
+	}
+}
+
+// A watch whose connection breaks (the reply of another request on it is
+// lost, and the connection with it) is made again by the Store, which then
+// wakes its waiters once, since a release may have gone unseen; a release
+// after that wakes them as before.
+func TestBrokenWatchIsMadeAgain(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	srv := server(t)
+	proxy := testserver.StartProxy(t, strings.TrimPrefix(srv.Host(), "https://"))
+	dir := t.TempDir()
+	cluster := fmt.Sprintf("server: https://%s\ncertificate-authority-data: %s", proxy.Addr(), base64.StdEncoding.EncodeToString(srv.CAData()))
+	path := writeFile(t, dir, "kc.yaml", kubeconfigFor(cluster, "token: "+srv.BearerToken(), ns), 0o600)
+	cfg, _, err := kubestore.LoadKubeconfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := kubestore.New(cfg, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	holder := newStore(t, c, ns) // not through the proxy
+	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
+	if _, err := holder.Acquire(ctx, key, tok, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	wake, stop, err := waiter.WatchReleases(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	drain := func() { // the watch's first event shows the Lease as it is: held, no wake-up; drain any
+		for {
+			select {
+			case <-wake:
+			default:
+				return
+			}
+		}
+	}
+	drain()
+	proxy.CutNextReply()
+	if _, err := waiter.Inspect(ctx, key); err == nil {
+		t.Fatal("Inspect through the cut connection succeeded")
+	}
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after the watch's connection broke")
+	}
+	if info, err := waiter.Inspect(ctx, key); err != nil || !info.Held {
+		t.Fatalf("Inspect after the break: %+v, %v; want the key still held", info, err)
+	}
+	// The watch is back: a release wakes the waiter.
+	deadline := time.After(10 * time.Second)
+	if err := holder.Release(ctx, key, tok); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-deadline:
+		t.Fatal("no wake-up for the release after the watch was made again")
 	}
 }
