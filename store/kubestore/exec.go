@@ -59,7 +59,10 @@ type execPlugin struct {
 	have    bool
 }
 
-func newExecPlugin(cfg *execConfig, dir string, c *kcCluster) (*execPlugin, error) {
+// newExecPlugin makes the plugin of cfg, resolving its command against dir;
+// cluster is what the plugin is told of the cluster when it asks
+// (provideClusterInfo).
+func newExecPlugin(cfg *execConfig, dir string, cluster map[string]any) (*execPlugin, error) {
 	if cfg.Command == "" {
 		return nil, errors.New("user exec has no command")
 	}
@@ -75,15 +78,6 @@ func newExecPlugin(cfg *execConfig, dir string, c *kcCluster) (*execPlugin, erro
 	}
 	spec := map[string]any{"interactive": false}
 	if cfg.ProvideClusterInfo {
-		cluster := map[string]any{
-			"server":                   c.Server,
-			"tls-server-name":          c.TLSServerName,
-			"insecure-skip-tls-verify": c.InsecureSkipTLSVerify,
-			"proxy-url":                c.ProxyURL,
-		}
-		if c.CertificateAuthorityData != "" {
-			cluster["certificate-authority-data"] = c.CertificateAuthorityData
-		}
 		spec["cluster"] = cluster
 	}
 	info, err := json.Marshal(map[string]any{"apiVersion": cfg.APIVersion, "kind": "ExecCredential", "spec": spec})

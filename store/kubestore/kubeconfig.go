@@ -199,6 +199,21 @@ const (
 	keepAlive           = 30 * time.Second
 )
 
+// execInfo is the cluster as an exec plugin is told of it
+// (KUBERNETES_EXEC_INFO's spec.cluster).
+func (c *kcCluster) execInfo() map[string]any {
+	info := map[string]any{
+		"server":                   c.Server,
+		"tls-server-name":          c.TLSServerName,
+		"insecure-skip-tls-verify": c.InsecureSkipTLSVerify,
+		"proxy-url":                c.ProxyURL,
+	}
+	if c.CertificateAuthorityData != "" {
+		info["certificate-authority-data"] = c.CertificateAuthorityData
+	}
+	return info
+}
+
 // clientConfig makes the Config of a cluster and a user; relative paths
 // are relative to dir.
 func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
@@ -291,7 +306,7 @@ func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
 	case u.Username != "" || u.Password != "":
 		auth.username, auth.password = u.Username, u.Password
 	case u.Exec != nil:
-		p, err := newExecPlugin(u.Exec, dir, c)
+		p, err := newExecPlugin(u.Exec, dir, c.execInfo())
 		if err != nil {
 			return Config{}, err
 		}

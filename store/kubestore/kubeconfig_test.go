@@ -116,13 +116,14 @@ func TestKubeconfigCredentials(t *testing.T) {
 		runs := filepath.Join(dir, "runs")
 		writeFile(t, dir, "plugin.sh", fmt.Sprintf(`#!/bin/sh
 case "$KUBERNETES_EXEC_INFO" in *'"interactive":false'*) ;; *) echo "bad KUBERNETES_EXEC_INFO" >&2; exit 2;; esac
+case "$KUBERNETES_EXEC_INFO" in *'"server":"%s"'*) ;; *) echo "no cluster in KUBERNETES_EXEC_INFO" >&2; exit 2;; esac
 [ "$PLUGIN_ENV" = yes ] || { echo "env not passed" >&2; exit 2; }
 echo run >> %q
 tok=%q
 [ "$(wc -l < %q)" -eq 1 ] && tok=wrong
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%%s"}}' "$tok"
-`, runs, srv.BearerToken(), runs), 0o700)
-		user := "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: ./plugin.sh\n  interactiveMode: Never\n  env:\n  - name: PLUGIN_ENV\n    value: \"yes\""
+`, srv.Host(), runs, srv.BearerToken(), runs), 0o700)
+		user := "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: ./plugin.sh\n  interactiveMode: Never\n  provideClusterInfo: true\n  env:\n  - name: PLUGIN_ENV\n    value: \"yes\""
 		path := writeFile(t, dir, "exec.yaml", kubeconfigFor(cluster, user, ns), 0o600)
 		cfg, _, err := kubestore.LoadKubeconfig(path)
 		if err != nil {
