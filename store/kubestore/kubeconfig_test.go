@@ -70,6 +70,22 @@ func indent(s string) string {
 	return strings.Join(lines, "\n")
 }
 
+// storeFrom is a Store made from the kubeconfig at path, closed at the
+// test's end.
+func storeFrom(t *testing.T, path, ns string) *kubestore.Store {
+	t.Helper()
+	cfg, _, err := kubestore.LoadKubeconfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kubestore.New(cfg, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // useStore acquires and releases a key through a Store made from cfg, on
 // the real server.
 func useStore(t *testing.T, cfg kubestore.Config, ns string) {
@@ -125,15 +141,7 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
 `, srv.Host(), runs, srv.BearerToken(), runs), 0o700)
 		user := "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: ./plugin.sh\n  interactiveMode: Never\n  provideClusterInfo: true\n  env:\n  - name: PLUGIN_ENV\n    value: \"yes\""
 		path := writeFile(t, dir, "exec.yaml", kubeconfigFor(cluster, user, ns), 0o600)
-		cfg, _, err := kubestore.LoadKubeconfig(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := kubestore.New(cfg, ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := storeFrom(t, path, ns)
 		ctx, key := t.Context(), storetest.Key(t)
 		if _, err := s.Inspect(ctx, key); err == nil || !strings.Contains(err.Error(), "401") {
 			t.Fatalf("Inspect with the plugin's wrong token: %v, want the server's 401", err)
@@ -329,16 +337,8 @@ func TestExecPluginFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			plugin := writeFile(t, dir, "p.sh", "#!/bin/sh\n"+tc.script+"\n", 0o700)
 			path := writeFile(t, dir, "kc.yaml", kubeconfigFor(cluster, "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: "+plugin, ""), 0o600)
-			cfg, _, err := kubestore.LoadKubeconfig(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := kubestore.New(cfg, "default")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			_, err = s.Inspect(t.Context(), "k")
+			s := storeFrom(t, path, "default")
+			_, err := s.Inspect(t.Context(), "k")
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "p.sh") || strings.Contains(err.Error(), secret) {
 				t.Fatalf("Inspect: %v; want an error naming the plugin and %q, without its output", err, tc.want)
 			}
@@ -347,12 +347,7 @@ func TestExecPluginFailures(t *testing.T) {
 	t.Run("hangs", func(t *testing.T) {
 		plugin := writeFile(t, dir, "p.sh", "#!/bin/sh\nexec sleep 30\n", 0o700)
 		path := writeFile(t, dir, "kc.yaml", kubeconfigFor(cluster, "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: "+plugin, ""), 0o600)
-		cfg, _, err := kubestore.LoadKubeconfig(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _ := kubestore.New(cfg, "default")
-		defer s.Close()
+		s := storeFrom(t, path, "default")
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()
@@ -367,12 +362,7 @@ func TestExecPluginFailures(t *testing.T) {
 	})
 	t.Run("not installed", func(t *testing.T) {
 		path := writeFile(t, dir, "kc.yaml", kubeconfigFor(cluster, "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: no-such-plugin-xyz\n  installHint: install it with apt", ""), 0o600)
-		cfg, _, err := kubestore.LoadKubeconfig(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _ := kubestore.New(cfg, "default")
-		defer s.Close()
+		s := storeFrom(t, path, "default")
 		if _, err := s.Inspect(t.Context(), "k"); err == nil || !strings.Contains(err.Error(), "install it with apt") {
 			t.Fatalf("Inspect: %v; want the install hint", err)
 		}
@@ -479,15 +469,7 @@ func TestBrokenWatchIsMadeAgain(t *testing.T) {
 	dir := t.TempDir()
 	cluster := fmt.Sprintf("server: https://%s\ncertificate-authority-data: %s", proxy.Addr(), base64.StdEncoding.EncodeToString(srv.CAData()))
 	path := writeFile(t, dir, "kc.yaml", kubeconfigFor(cluster, "token: "+srv.BearerToken(), ns), 0o600)
-	cfg, _, err := kubestore.LoadKubeconfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, err := kubestore.New(cfg, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waiter.Close()
+	waiter := storeFrom(t, path, ns)
 	holder := newStore(t, c, ns) // not through the proxy
 	ctx, key, tok := t.Context(), storetest.Key(t), leasehold.NewToken()
 	if _, err := holder.Acquire(ctx, key, tok, time.Minute); err != nil {
