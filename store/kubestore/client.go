@@ -21,7 +21,8 @@ type Config struct {
 	// Client sends the Store's requests: it carries the TLS configuration
 	// and the credentials. Required. From client-go, rest.HTTPClientFor(cfg)
 	// gives it for a *rest.Config; LoadKubeconfig and InCluster make it
-	// without client-go. Its Timeout, if any, also ends every watch after
+	// without client-go (theirs never follow a redirect, which would take
+	// the credentials to another host). Its Timeout, if any, also ends every watch after
 	// that long (the Store then makes the watch again): leave it 0 and
 	// bound requests with contexts, as the Store's callers do.
 	Client *http.Client

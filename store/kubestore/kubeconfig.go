@@ -316,8 +316,14 @@ func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
 	if auth.token != nil || auth.username != "" || auth.impersonate != "" || len(auth.impersonateGroups) > 0 || auth.impersonateUID != "" {
 		rt = auth
 	}
-	return Config{Server: c.Server, Client: &http.Client{Transport: rt}}, nil
+	return Config{Server: c.Server, Client: &http.Client{Transport: rt, CheckRedirect: noRedirects}}, nil
 }
+
+// noRedirects makes a client return a redirect as the answer instead of
+// following it. The Lease API never redirects, and the client adds its
+// credentials to every request it sends, so following one to another host
+// would hand that host the token.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // material returns inline base64 data, or the file's contents.
 func material(data, dataField, file, fileField string) ([]byte, error) {

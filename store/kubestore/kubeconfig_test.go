@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,6 +267,29 @@ printf '%%s' '{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecC
 				t.Fatalf("the server saw %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A redirect is an answer, never followed: the client adds the token to
+// every request, so following one to another host would send it there.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		t.Errorf("the redirect was followed, Authorization %q", r.Header.Get("Authorization"))
+	}))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer srv.Close()
+	path := writeFile(t, t.TempDir(), "kc.yaml", kubeconfigFor("server: "+srv.URL, "token: s3cr3t", ""), 0o600)
+	s := storeFrom(t, path, "default")
+	if _, err := s.Inspect(t.Context(), "k"); err == nil || !strings.Contains(err.Error(), "302") {
+		t.Fatalf("Inspect answered by a redirect: %v; want an error naming the 302", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the other host got %d requests", n)
 	}
 }
 
