@@ -282,7 +282,6 @@ func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
 		}
 		proxy = http.ProxyURL(pu)
 	}
-	var rt http.RoundTripper
 	base := &http.Transport{
 		Proxy:               proxy,
 		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}).DialContext,
@@ -292,7 +291,6 @@ func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,
 		IdleConnTimeout:     idleConnTimeout,
 	}
-	rt = base
 	auth := &authTransport{next: base, impersonate: u.Impersonate, impersonateUID: u.ImpersonateUID, impersonateGroups: u.ImpersonateGroups}
 	switch {
 	case u.Token != "":
@@ -313,10 +311,10 @@ func clientConfig(dir string, c *kcCluster, u *kcUser) (Config, error) {
 		auth.token = p.token
 		tc.GetClientCertificate = p.certificate
 	}
-	if auth.token != nil || auth.username != "" || auth.impersonate != "" || len(auth.impersonateGroups) > 0 || auth.impersonateUID != "" {
-		rt = auth
-	}
-	return Config{Server: c.Server, Client: &http.Client{Transport: rt, CheckRedirect: noRedirects}}, nil
+	// Always through auth, even with nothing to add: a request clone is
+	// nothing beside the round trip, and no credential can be left out by
+	// a condition that forgets one.
+	return Config{Server: c.Server, Client: &http.Client{Transport: auth, CheckRedirect: noRedirects}}, nil
 }
 
 // noRedirects makes a client return a redirect as the answer instead of
