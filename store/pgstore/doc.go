@@ -9,6 +9,7 @@
 //	token      text               the owner's token; NULL when released
 //	fence      bigint NOT NULL    the last fence issued for the key
 //	expires_at timestamptz        end of the lease; NULL when released
+//	queued     boolean NOT NULL   a waiter may be queued (default false)
 //
 // A key is held while token is set and expires_at is in the future, so psql
 // shows the locks as they are:
@@ -37,7 +38,9 @@
 // A free key goes only to the live head of a non-empty queue, Acquire
 // included. Expired rows are skipped, and deleted up to 16 at a time by the
 // polls of the key's waiters; deleting rows whose deadline has passed is
-// always safe.
+// always safe. A waiter turns its key's queued flag on; the waiter that takes
+// the key last turns it off. While it is off, Acquire and Release touch the
+// lease row alone, which is what keeps a key no one waits for cheap.
 //
 // A release that a queued waiter waits for wakes the queue's head with
 // pg_notify on the Store's channel (default: the table's name; see
@@ -49,7 +52,8 @@
 // # Round trips
 //
 // Acquire (taken or busy), AcquireQueued, Release, LeaveQueue, Renew and
-// Inspect are one statement each,
+// Inspect are one statement each (an Acquire of a free key whose queued flag
+// is on sends a second one, which reads the queue),
 // so one round trip, once pgx has prepared the statement on the pooled
 // connection: under pgx's default QueryExecModeCacheStatement the first use
 // of each statement on each connection adds one round trip to prepare it;

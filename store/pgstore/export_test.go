@@ -28,3 +28,9 @@ func releaseWatched(ctx context.Context, s *Store, key, tok string) error {
 	}
 	return err
 }
+
+// AcquireQueuedStatement is AcquireQueued's statement and arguments, for a
+// test that runs it in a transaction of its own.
+func AcquireQueuedStatement(s *Store, key, token string, ttl, stay time.Duration) (string, []any) {
+	return s.acquireQueuedSQL, []any{key, token, interval(ttl), s.channel, interval(stay)}
+}

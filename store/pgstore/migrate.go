@@ -12,12 +12,19 @@ import (
 
 // migrationStep is one object Migrate makes when it is missing.
 type migrationStep struct {
-	kind    string   // "table" or "index"
-	name    string   // its name within its schema
+	kind    string   // "table", "index" or "column"
+	name    string   // its name within its schema (a column's: of its table)
+	table   string   // a column's table, within the schema
 	display string   // its name in messages: schema-qualified when the table is
-	sql     string   // CREATE … IF NOT EXISTS
+	sql     string   // CREATE … IF NOT EXISTS, ALTER TABLE … ADD COLUMN IF NOT EXISTS
 	columns []string // a table's columns the Store uses, checked when it exists
 }
+
+// existsSQL tells whether the relation $3, or the column $3 of the table $2
+// when $2 is not empty, exists in the schema $1.
+const existsSQL = `SELECT CASE WHEN $2::text = '' THEN to_regclass(format('%I.%I', $1::text, $3::text)) IS NOT NULL
+  ELSE EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, $2::text))
+                AND attname = $3::text AND attnum > 0 AND NOT attisdropped) END`
 
 // migrateLockSQL serialises Migrate runs on one table: CREATE … IF NOT
 // EXISTS is not safe against itself (two runs can both pass the check, and
@@ -34,7 +41,9 @@ func (s *Store) planMigration(parts, waiterParts, auditParts []string) {
 	last := func(p []string) string { return p[len(p)-1] }
 	s.steps = []migrationStep{
 		{kind: "table", name: last(parts), display: s.table, sql: s.migrateSQL,
-			columns: []string{"key", "token", "fence", "expires_at"}},
+			columns: []string{"key", "token", "fence", "expires_at", "queued"}},
+		// A lease table made before the queued flag gets it.
+		{kind: "column", name: "queued", table: last(parts), display: s.table + ".queued", sql: s.migrateQueuedSQL},
 		{kind: "table", name: last(waiterParts), display: s.waiters, sql: s.migrateWaitersSQL,
 			columns: []string{"key", "seq", "token", "deadline"}},
 	}
@@ -57,7 +66,7 @@ func (s *Store) planMigration(parts, waiterParts, auditParts []string) {
 	if s.table != DefaultTable {
 		flag = " --pg-table " + shellQuote(s.table)
 	}
-	s.missingHint = fmt.Sprintf("run Migrate, or leasehold migrate --postgres DSN%s: this version needs the tables %s", flag, list)
+	s.missingHint = fmt.Sprintf("run Migrate, or leasehold migrate --postgres DSN%s: this version needs the tables %s, and the column queued of %q", flag, list, s.table)
 }
 
 // shellQuote quotes s for a POSIX shell when it has other bytes than
@@ -88,7 +97,7 @@ type migrateConfig struct {
 }
 
 // WithCreated makes Migrate append to *created what it created, in order,
-// as "table NAME" or "index NAME"; nothing when the database was up to
+// as "table NAME", "index NAME" or "column TABLE.NAME"; nothing when the database was up to
 // date, or when Migrate fails (it then changed nothing). Default: not
 // reported.
 func WithCreated(created *[]string) MigrateOption {
@@ -97,12 +106,16 @@ func WithCreated(created *[]string) MigrateOption {
 
 // Migrate makes the Store's tables where they are missing, in one
 // transaction: the lease table (key text PRIMARY KEY, token text, fence
-// bigint NOT NULL, expires_at timestamptz), the waiters table (see the
-// package doc), and the forced releases' table, the lease table's name +
-// "_audit" (see ForceRelease), with an index on (key, at). It never alters an existing table, so on a database
-// made by an earlier version it adds the tables that version did not have
-// and keeps the leases; run it after upgrading, as lock operations fail
-// until the waiters table exists. MigrationSQL gives the same statements for
+// bigint NOT NULL, expires_at timestamptz, queued boolean NOT NULL DEFAULT
+// false), the waiters table (see the package doc), and the forced
+// releases' table, the lease table's name + "_audit" (see ForceRelease),
+// with an index on (key, at). On a database made by an earlier version it
+// adds the tables that version did not have and, to a lease table without
+// it, the queued column (ALTER TABLE … ADD COLUMN: a change of the catalog
+// alone, with the table's ACCESS EXCLUSIVE lock held for that moment, which
+// waits for the transactions using the table); it alters nothing else, and
+// keeps the leases. Run it after upgrading: lock operations fail until the
+// waiters table and the column exist. MigrationSQL gives the same statements for
 // a DBA, and the leasehold CLI runs them ("leasehold migrate --postgres DSN")
 // or prints them (--print). It fails, changing nothing, when an
 // existing table lacks a column the Store uses (another application's
@@ -134,19 +147,18 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 		if schema == nil {
 			return errors.New("no schema to make the tables in: the connection's search_path names none that exists")
 		}
-		names := make([]string, len(s.steps))
-		for i, st := range s.steps {
-			names[i] = st.name
-		}
-		var existing []string
-		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(n), '{}') FROM unnest($2::text[]) n
- WHERE to_regclass(format('%I.%I', $1::text, n)) IS NOT NULL`, *schema, names).Scan(&existing); err != nil {
-			return err
-		}
 		for _, st := range s.steps {
-			if !slices.Contains(existing, st.name) {
-				created = append(created, st.kind+" "+st.display)
+			var exists bool
+			if err := tx.QueryRow(ctx, existsSQL, *schema, st.table, st.name).Scan(&exists); err != nil {
+				return err
 			}
+			if exists {
+				// Nothing to make; and no ALTER TABLE, whose lock would
+				// wait behind every transaction using the table and stop
+				// every lock operation behind it, on each start-up.
+				continue
+			}
+			created = append(created, st.kind+" "+st.display)
 			if _, err := tx.Exec(ctx, st.sql); err != nil {
 				return err
 			}
@@ -207,7 +219,7 @@ func MigrationSQL(opts ...Option) (string, error) {
 func (s *Store) migrationSQL() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- The tables of leasehold's pgstore for the lease table %q:\n", s.table)
-	b.WriteString("-- made where missing, never altered; running this again changes nothing.\n")
+	b.WriteString("-- made where missing (and the queued column where an older lease table lacks it); running this again changes nothing.\n")
 	b.WriteString("BEGIN;\n")
 	fmt.Fprintf(&b, migrateLockSQL+";\n", sqlString("leasehold:migrate:"+s.table))
 	for _, st := range s.steps {

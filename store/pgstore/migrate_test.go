@@ -85,6 +85,24 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if err := s.Migrate(t.Context(), pgstore.WithCreated(&upgrade)); err != nil || !slices.Equal(upgrade, []string{"table " + table + "_waiters"}) {
 		t.Errorf("Migrate after the waiters table was dropped: created %q, %v", upgrade, err)
 	}
+	// An upgrade from the version before the queued flag adds the column,
+	// keeping the rows; until then lock operations say to migrate.
+	if _, err := pool.Exec(t.Context(), "INSERT INTO "+table+" (key, token, fence, expires_at) VALUES ('k', 'old-owner', 7, now() + interval '1 hour')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), "ALTER TABLE "+table+" DROP COLUMN queued"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(t.Context(), "k", leasehold.NewToken(), time.Minute); err == nil || !strings.Contains(err.Error(), "run Migrate") || !strings.Contains(err.Error(), "queued") {
+		t.Errorf("Acquire without the queued column: %v, want an error saying to run Migrate", err)
+	}
+	var column []string
+	if err := s.Migrate(t.Context(), pgstore.WithCreated(&column)); err != nil || !slices.Equal(column, []string{"column " + table + ".queued"}) {
+		t.Errorf("Migrate after the queued column was dropped: created %q, %v", column, err)
+	}
+	if info, err := s.Inspect(t.Context(), "k"); err != nil || info.Token != "old-owner" || info.Fence != 7 {
+		t.Errorf("the lease after the column was added: %+v, %v", info, err)
+	}
 }
 
 // An unqualified table is looked for where CREATE TABLE makes it, the

@@ -69,7 +69,7 @@ type Store struct {
 	table   string // as given, for messages
 	channel string
 
-	migrateSQL, acquireSQL, acquireQueuedSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
+	migrateSQL, migrateQueuedSQL, acquireSQL, acquireQueueSQL, acquireQueuedSQL, releaseSQL, renewSQL, inspectSQL, listSQL string
 
 	// waiters is the waiter queues' table (see waitersName), and its
 	// statements.
@@ -147,7 +147,9 @@ func build(opts []Option) (*Store, error) {
 		table:             c.table,
 		channel:           c.channel,
 		migrateSQL:        fmt.Sprintf(migrateSQL, t),
+		migrateQueuedSQL:  fmt.Sprintf(migrateQueuedSQL, t),
 		acquireSQL:        fmt.Sprintf(acquireSQL, t, w),
+		acquireQueueSQL:   fmt.Sprintf(acquireQueueSQL, t, w),
 		acquireQueuedSQL:  fmt.Sprintf(acquireQueuedSQL, t, w),
 		releaseSQL:        fmt.Sprintf(releaseSQL, t, w),
 		renewSQL:          fmt.Sprintf(renewSQL, t),
@@ -197,8 +199,14 @@ const (
 	key        text PRIMARY KEY,
 	token      text,
 	fence      bigint NOT NULL,
-	expires_at timestamptz
+	expires_at timestamptz,
+	queued     boolean NOT NULL DEFAULT false
 )`
+
+	// migrateQueuedSQL adds the queued column to a lease table made before
+	// it; Migrate runs it only when the column is missing (ALTER TABLE takes
+	// the table's strongest lock, however briefly).
+	migrateQueuedSQL = `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS queued boolean NOT NULL DEFAULT false`
 
 	// migrateWaitersSQL makes the waiters table; %[1]s is its quoted
 	// name. The primary key's index is the one every queue read walks.
@@ -234,7 +242,7 @@ const (
 	 WHERE o.key = $1 AND o.token <> $2 AND o.deadline > now()
 	   AND o.seq < coalesce((SELECT m.seq FROM %[2]s m WHERE m.key = $1 AND m.token = $2), 9223372036854775807)`
 
-	// acquireSQL takes a free key (no row, or a released or expired one)
+	// fenceSteps takes a free key (no row, or a released or expired one)
 	// and raises its fence in the same row to max(last fence + 1, the
 	// database clock in microseconds since the Unix epoch): after a
 	// failover to a replica that missed the last commits, or a restore,
@@ -242,54 +250,94 @@ const (
 	// ones issued before (see "The clock condition" in the package doc).
 	// extract(epoch …) is numeric since PostgreSQL 14, so the microseconds
 	// are exact; before 14 it is a double, exact to well under a
-	// microsecond for dates this century.
+	// microsecond for dates this century. {where} is a condition for
+	// trying at all, {take} a further one on the row, {set} what else
+	// taking it sets.
 	//
-	// The key is taken only if no live waiter is queued ahead of $2
-	// (queueAhead): a plain Acquire does not jump the queue. In the same
-	// statement the winner's row goes (served).
-	//
-	// The second column is the holder's remaining TTL. That read uses the
-	// statement's snapshot, so it is NULL in the rare race where the
-	// holder's row was written after the statement started; the caller
-	// then gets a HeldError without a TTL.
-	//
-	// Every acquire of a key locks the key's lease row (ON CONFLICT DO
-	// UPDATE locks the row before it judges the WHERE), so the acquires of
-	// a key run one after another, and a queue read from the snapshot can
+	// Every acquire that tries locks the key's row (ON CONFLICT DO UPDATE
+	// locks the row before it judges the WHERE), so the acquires of a key
+	// run one after another, and any read from the statement's snapshot can
 	// only let through a caller that the row then judges again.
-	//
-	// The statement is written for its usual case, a key no one waits
-	// for: then the queue costs a few probes of the waiters table's
-	// indexes, each finding nothing, and every other step is skipped by a
-	// filter evaluated once (docs/design.md §5 gives the measured cost).
-	acquireSQL = acquireSteps + `
+	fenceSteps = `WITH acquired AS (
+	INSERT INTO %[1]s AS l (key, token, fence, expires_at)
+	SELECT $1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval{where}
+	ON CONFLICT (key) DO UPDATE
+	   SET token = EXCLUDED.token, fence = greatest(l.fence + 1, EXCLUDED.fence), expires_at = EXCLUDED.expires_at{set}
+	 WHERE (l.expires_at IS NULL OR l.expires_at <= now()){take}
+	RETURNING l.fence
+)`
+
+	// acquireSQL (acquireTail) is a plain Acquire when no waiter has queued for the key
+	// since the last waiter took it: it takes the key only if the row's
+	// queued flag is off, and touches no other table, so the common case,
+	// a key no one waits for, is one statement on one row. Its second and
+	// third columns, read from the statement's snapshot, are the holder's
+	// remaining TTL and the flag: refused with the flag on and the key
+	// free, the Store asks again with acquireQueueSQL, which reads the
+	// queue (a second round trip, only while waiters queue or have
+	// queued). The TTL is NULL in the rare race where the holder's row was
+	// written after the statement started; the caller then gets a
+	// HeldError without a TTL.
+	acquireTail = `
+SELECT (SELECT fence FROM acquired), h.remaining, h.queued
+  FROM (SELECT) AS one LEFT JOIN (
+	SELECT expires_at - now() AS remaining, queued FROM %[1]s WHERE key = $1) AS h ON true`
+
+	// acquireQueueSteps take the key only if no live waiter is queued
+	// ahead of $2 (queueAhead, queueTake): a plain Acquire does not jump
+	// the queue.
+	// In the same statement the winner's row goes (served), and the
+	// queued flag goes off if no other live waiter is queued and the row
+	// has not been written since the statement's snapshot (its xmin is the
+	// snapshot's): every waiter's attempt writes the row (flagged, below),
+	// creating it if need be, so a waiter the snapshot misses keeps the
+	// flag on.
+	acquireQueueSteps = `, served AS (
+	DELETE FROM %[2]s WHERE key = $1 AND token = $2 AND EXISTS (SELECT FROM acquired)
+)`
+	queueTake = `
+	 WHERE NOT EXISTS (` + queueAhead + `)`
+	queueUnflag = `,
+	       queued = l.queued AND (l.xmin IS DISTINCT FROM (SELECT s.xmin FROM %[1]s s WHERE s.key = $1)
+	                              OR EXISTS (SELECT FROM %[2]s o WHERE o.key = $1 AND o.token <> $2 AND o.deadline > now()))`
+
+	// acquireQueueSQL (acquireQueueTail) is acquireSQL reading the queue: a plain Acquire of a
+	// free key whose row is flagged.
+	acquireQueueTail = acquireQueueSteps + `
 SELECT (SELECT fence FROM acquired),
        (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
 
-	// acquireQueuedSQL is acquireSQL for a waiter: refused, the caller
+	// acquireQueuedSQL (acquireQueuedTail) is acquireQueueSQL for a waiter: refused, the caller
 	// joins the back of the queue or keeps its place, its row valid for
-	// $5 from now (joined); and the second column is NULL for a caller
-	// behind the head (it has no reason to try at the holder's expiry).
-	// It also deletes up to 16 expired rows of the key's queue, the oldest
-	// first (pruned): the waiters' polls collect the rows of waiters that
-	// died. A poll locks its own row (joined, which pruned's filter makes
-	// run first) before any other, and skips rows another statement has
-	// locked: so two late waiters pruning each other's rows while each
-	// refreshes its own wait for one another at most one way, never in a
-	// deadlock. And its third column is a wake-up of the head, sent when the
-	// key is free and the caller was refused for it: the head may have
-	// missed its wake-up. A plain Acquire, the uncontended case, does
-	// neither, and pays nothing for them (they cost about a fifth of its
-	// time; design.md §5).
-	acquireQueuedSQL = acquireSteps + `, joined AS (
+	// $5 from now (joined), and turns the key's queued flag on (flagged),
+	// writing the row even when it is on already; and the second column is
+	// NULL for a caller behind the head (it has no reason to try at the
+	// holder's expiry). It also deletes up to 16 expired rows of the key's
+	// queue, the oldest first (pruned): the waiters' polls collect the rows
+	// of waiters that died. A poll locks its own queue row (joined), then
+	// the lease row (flagged, which pruned's filter makes run first, and
+	// which acquired may have locked already), and then skips the rows
+	// another statement has locked: two late waiters pruning each other's
+	// rows while each refreshes its own, or an acquire deleting its own
+	// row (served, after it locked the lease row) that a poll would prune,
+	// wait for one another at most one way, never in a deadlock. And its third column is a wake-up of the head,
+	// sent when the key is free and the caller was refused for it: the head
+	// may have missed its wake-up. A plain Acquire does neither, and pays
+	// nothing for them.
+	acquireQueuedTail = acquireQueueSteps + `, joined AS (
 	INSERT INTO %[2]s (key, token, deadline)
 	SELECT $1, $2, now() + $5::interval WHERE NOT EXISTS (SELECT FROM acquired)
 	ON CONFLICT (key, token) DO UPDATE SET deadline = EXCLUDED.deadline
 	RETURNING 1
+), flagged AS (
+	INSERT INTO %[1]s AS f (key, fence, queued)
+	SELECT $1, 0, true WHERE EXISTS (SELECT FROM joined)
+	ON CONFLICT (key) DO UPDATE SET queued = true
+	RETURNING 1
 ), pruned AS (
 	DELETE FROM %[2]s WHERE key = $1 AND seq = ANY (ARRAY(
 		SELECT seq FROM %[2]s
-		 WHERE key = $1 AND token <> $2 AND deadline <= now() AND (SELECT count(*) FROM joined) >= 0
+		 WHERE key = $1 AND token <> $2 AND deadline <= now() AND (SELECT count(*) FROM flagged) >= 0
 		 ORDER BY seq LIMIT 16 FOR UPDATE SKIP LOCKED))
 )
 SELECT a.fence,
@@ -298,36 +346,21 @@ SELECT a.fence,
        ` + acquireWake + `
   FROM (SELECT (SELECT fence FROM acquired) AS fence) a`
 
-	acquireSteps = `WITH acquired AS (
-	INSERT INTO %[1]s AS l (key, token, fence, expires_at)
-	SELECT $1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval
-	 WHERE NOT EXISTS (` + queueAhead + `)
-	ON CONFLICT (key) DO UPDATE
-	   SET token = EXCLUDED.token, fence = greatest(l.fence + 1, EXCLUDED.fence), expires_at = EXCLUDED.expires_at
-	 WHERE l.expires_at IS NULL OR l.expires_at <= now()
-	RETURNING l.fence
-), served AS (
-	DELETE FROM %[2]s WHERE key = $1 AND token = $2 AND EXISTS (SELECT FROM acquired)
-)`
-
 	// acquireWake is acquireQueuedSQL's wake-up of the head.
 	acquireWake = `(SELECT pg_notify($4, ` + turnPayload + `) FROM (` + queueHead + `) h
          WHERE a.fence IS NULL
            AND NOT EXISTS (SELECT FROM %[1]s WHERE key = $1 AND expires_at > now()))`
 
 	// releaseSQL clears the owner but keeps the row, so the fence goes on
-	// rising, and, only when a live waiter is queued, queues a
-	// notification that wakes the head (turnPayload), which PostgreSQL
-	// delivers when the statement commits. A release nobody waits for
-	// sends nothing: no NOTIFY, so no commit under the cluster-wide
-	// notification queue lock. One row selected means released.
-	releaseSQL = `WITH released AS (
-	UPDATE %[1]s SET token = NULL, expires_at = NULL
-	 WHERE key = $1 AND token = $2 AND expires_at > now()
-	RETURNING key
-)
-SELECT (SELECT pg_notify($3, ` + turnPayload + `) FROM (` + queueHead + `) h)
-  FROM released`
+	// rising, and, only when the row's queued flag is on and a live waiter
+	// is queued, queues a notification that wakes the head (turnPayload),
+	// which PostgreSQL delivers when the statement commits. A release
+	// nobody waits for sends nothing: no NOTIFY, so no commit under the
+	// cluster-wide notification queue lock. One row updated means
+	// released.
+	releaseSQL = `UPDATE %[1]s SET token = NULL, expires_at = NULL
+ WHERE key = $1 AND token = $2 AND expires_at > now()
+RETURNING CASE WHEN queued THEN (SELECT pg_notify($3, ` + turnPayload + `) FROM (` + queueHead + `) h) END`
 
 	// leaveSQL takes $2's row out of key $1's queue and, when it was
 	// there and the key is free, wakes the queue's next live head.
@@ -356,6 +389,20 @@ SELECT pg_notify($3, ` + turnPayload + `)
  ORDER BY key
  LIMIT $3`
 )
+
+// The acquire statements: fenceSteps with their condition, then their
+// tails.
+var (
+	acquireSQL       = fenceStepsFor("", " AND NOT l.queued", "") + acquireTail
+	acquireQueueSQL  = fenceStepsFor(queueTake, "", queueUnflag) + acquireQueueTail
+	acquireQueuedSQL = fenceStepsFor(queueTake, "", queueUnflag) + acquireQueuedTail
+)
+
+// fenceStepsFor is fenceSteps with its conditions where and take, also
+// setting set.
+func fenceStepsFor(where, take, set string) string {
+	return strings.NewReplacer("{where}", where, "{take}", take, "{set}", set).Replace(fenceSteps)
+}
 
 // queuePrune is the most expired rows of a key's queue that one queued
 // acquire deletes (acquireQueuedSQL spells it as a literal). It bounds the
@@ -434,23 +481,24 @@ func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay 
 	return s.acquire(ctx, key, token, ttl, stay)
 }
 
-// acquire runs acquireSQL; a stay of 0 does not join the queue.
+// acquire runs acquireSQL, and acquireQueueSQL when the key is free but
+// flagged; a stay > 0 runs acquireQueuedSQL, which joins the queue.
 func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	var (
 		fence     *int64
 		remaining *time.Duration
+		queued    *bool
+		err       error
 	)
-	var row pgx.Row
-	if stay > 0 {
-		row = s.pool.QueryRow(ctx, s.acquireQueuedSQL, key, token, interval(ttl), s.channel, interval(stay))
-	} else {
-		row = s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl))
-	}
-	var err error
-	if stay > 0 {
-		err = row.Scan(&fence, &remaining, nil)
-	} else {
-		err = row.Scan(&fence, &remaining)
+	switch {
+	case stay > 0:
+		err = s.pool.QueryRow(ctx, s.acquireQueuedSQL, key, token, interval(ttl), s.channel, interval(stay)).
+			Scan(&fence, &remaining, nil)
+	default:
+		err = s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl)).Scan(&fence, &remaining, &queued)
+		if err == nil && fence == nil && queued != nil && *queued && (remaining == nil || *remaining <= 0) {
+			err = s.pool.QueryRow(ctx, s.acquireQueueSQL, key, token, interval(ttl)).Scan(&fence, &remaining)
+		}
 	}
 	if err != nil {
 		return 0, s.opError(fmt.Sprintf("acquire %q", key), err)
@@ -465,16 +513,20 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	return 0, held
 }
 
-// undefinedTable is PostgreSQL's SQLSTATE for a table that does not exist.
-const undefinedTable = "42P01"
+// PostgreSQL's SQLSTATEs for a table, and a column, that does not exist.
+const (
+	undefinedTable  = "42P01"
+	undefinedColumn = "42703"
+)
 
 // opError wraps the error of op, the operation and what it was on
-// ("acquire \"k\""). A missing table is most likely a database not
-// migrated, or not since an upgrade that added one (the waiters table): the
-// error says so, naming the Store's tables and how to make them.
+// ("acquire \"k\""). A missing table or column is most likely a database
+// not migrated, or not since an upgrade that added one (the waiters table,
+// the queued column): the error says so, naming the Store's tables and how
+// to make them.
 func (s *Store) opError(op string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == undefinedTable {
+	if errors.As(err, &pe) && (pe.Code == undefinedTable || pe.Code == undefinedColumn) {
 		return fmt.Errorf("pgstore: %s: %w (%s)", op, err, s.missingHint)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)

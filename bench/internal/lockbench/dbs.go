@@ -352,9 +352,9 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 
 // pgPart is a cycle of raw statements on a lease row, each part of pgstore's
 // cycle added in turn, to say what each costs: the row alone, the fence, the
-// release's NOTIFY. The statements are the shapes of pgstore's acquire and
-// release before its waiters table, on a table of their own (pgPartsTable),
-// one statement per operation on a pooled connection, as pgstore sends them.
+// TTL a refusal reports. The statements are the shapes of pgstore's acquire
+// and release without its queue, on a table of their own (pgPartsTable), one
+// statement per operation on a pooled connection, as pgstore sends them.
 type pgPart struct {
 	id, label        string
 	acquire, release string
@@ -396,14 +396,21 @@ const pgPartsTableSQL = `CREATE TABLE IF NOT EXISTS lockbench_parts (
 )`
 
 // The parts' statements: the row alone (a conditional upsert of owner and
-// expiry, and a release that clears them), then with the fence raised in the
-// same row to max(last + 1, the clock) and the holder's TTL read back
-// (pgstore's acquire before its waiters table), then with the release's
-// pg_notify (pgstore's release before its waiters table).
+// expiry, and a release that clears them); then with the fence raised in the
+// same row to max(last + 1, the clock), returned by the upsert alone, so that
+// a refusal returns nothing; then as one statement that also reads the
+// holder's TTL back for a refusal, as pgstore's acquire does (pgstore
+// without its queue).
 const (
 	partRowAcquire = `INSERT INTO lockbench_parts AS l (key, token, fence, expires_at)
 VALUES ($1, $2, 0, now() + $3::interval)
 ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+ WHERE l.expires_at IS NULL OR l.expires_at <= now()
+RETURNING l.fence, NULL::interval`
+	partFenceOnlyAcquire = `INSERT INTO lockbench_parts AS l (key, token, fence, expires_at)
+VALUES ($1, $2, floor(extract(epoch FROM now()) * 1000000)::bigint, now() + $3::interval)
+ON CONFLICT (key) DO UPDATE
+   SET token = EXCLUDED.token, fence = greatest(l.fence + 1, EXCLUDED.fence), expires_at = EXCLUDED.expires_at
  WHERE l.expires_at IS NULL OR l.expires_at <= now()
 RETURNING l.fence, NULL::interval`
 	partFenceAcquire = `WITH acquired AS (
@@ -418,19 +425,13 @@ SELECT (SELECT fence FROM acquired),
        (SELECT expires_at - now() FROM lockbench_parts WHERE key = $1)`
 	partRelease = `UPDATE lockbench_parts SET token = NULL, expires_at = NULL
  WHERE key = $1 AND token = $2 AND expires_at > now()`
-	partNotifyRelease = `WITH released AS (
-	UPDATE lockbench_parts SET token = NULL, expires_at = NULL
-	 WHERE key = $1 AND token = $2 AND expires_at > now()
-	RETURNING key
-)
-SELECT pg_notify('lockbench_parts', key) FROM released`
 )
 
 // pgParts are the parts' cycles, in the order they add up.
 var pgParts = []*pgPart{
 	{id: "row", label: "parts: the lease row alone (upsert, clear)", acquire: partRowAcquire, release: partRelease},
-	{id: "fence", label: "parts: row + fence", acquire: partFenceAcquire, release: partRelease},
-	{id: "notify", label: "parts: row + fence + NOTIFY on every release (pgstore before its waiters table)", acquire: partFenceAcquire, release: partNotifyRelease},
+	{id: "fence", label: "parts: row + fence, a refusal returning nothing", acquire: partFenceOnlyAcquire, release: partRelease},
+	{id: "ttl", label: "parts: row + fence + the holder's TTL on a refusal (pgstore without its queue)", acquire: partFenceAcquire, release: partRelease},
 }
 
 // appName is the application_name of the connections of lib's pool, by

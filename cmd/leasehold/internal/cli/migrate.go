@@ -34,8 +34,8 @@ func (a *app) migrateCommand() *cobra.Command {
 		Long: `migrate makes the tables that the applications' pgstore needs in the database of
 --postgres: the lease table (--pg-table, default leasehold_leases), its waiters'
 queue (the table's name + "_waiters") and its forced releases' audit ("_audit",
-with an index). It makes only what is missing and never alters or drops a table,
-in one transaction, so running it again changes nothing; it says what it made, or
+with an index). It makes only what is missing (a lease table made by an earlier
+version gets the column "queued"), never drops anything, and works in one transaction, so running it again changes nothing; it says what it made, or
 "already up to date". An existing table that lacks a column pgstore uses is refused,
 with nothing changed. It runs the statements of pgstore's Migrate: run it before the
 applications start on a new database, and again after upgrading leasehold.
