@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -116,6 +118,24 @@ func newEtcdBench(ctx context.Context, maxConc int) (_ *dbBench, err error) {
 		s := sessions[w]
 		d.closers = append(d.closers, func() { _ = s.Close() })
 	}
+	partLib := &library{name: "etcd parts", hook: &counter{}}
+	partCli, err := newClient(partLib)
+	if err != nil {
+		return nil, err
+	}
+	// One keep-alive stream per worker, as the Store's one stream carries
+	// every keep-alive of its acquires.
+	streams := make([]pb.Lease_LeaseKeepAliveClient, maxConc)
+	for w := range streams {
+		if streams[w], err = pb.NewLeaseClient(partCli.ActiveConnection()).LeaseKeepAlive(ctx); err != nil {
+			return nil, fmt.Errorf("lockbench: etcd keep-alive stream: %w", err)
+		}
+	}
+	defer func() {
+		for _, c := range d.cyclers {
+			c.serverCPU = func(context.Context) (time.Duration, string, bool) { return pidCPU(srv.Pid()) }
+		}
+	}()
 	d.cyclers = []*dbCycler{
 		{id: "leasehold", label: "leasehold (etcdstore)", lib: lhLib,
 			prepare: func(_ context.Context, tag string, conc int) (func(context.Context, int) error, error) {
@@ -140,8 +160,90 @@ func newEtcdBench(ctx context.Context, maxConc int) (_ *dbBench, err error) {
 					return mus[w].Unlock(ctx)
 				}, nil
 			}},
+		{id: "txns", label: "parts: etcdstore's two transactions alone (a lease per worker)", lib: partLib,
+			prepare: func(ctx context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				return etcdPart(ctx, partCli, tag, conc, nil)
+			}},
+		{id: "keepalive", label: "parts: + a keep-alive of the lease alongside each acquire", lib: partLib,
+			prepare: func(ctx context.Context, tag string, conc int) (func(context.Context, int) error, error) {
+				return etcdPart(ctx, partCli, tag, conc, streams)
+			}},
 	}
 	return d, nil
+}
+
+// etcdPart is a cycle of etcdstore's transactions, as it sends them for a
+// free key no one waits for, on a lease per worker granted here: the acquire
+// (the lock key free and the key's queue empty; put the lock key on the
+// lease and the fence key), then the release (the lock key still holds the
+// token; delete it). With streams, each acquire also keeps its worker's lease
+// alive on the worker's stream alongside the transaction, as etcdstore does
+// for the idle lease it reuses.
+func etcdPart(ctx context.Context, cli *clientv3.Client, tag string, conc int, streams []pb.Lease_LeaseKeepAliveClient) (func(context.Context, int) error, error) {
+	leases := make([]clientv3.LeaseID, conc)
+	for w := range leases {
+		g, err := cli.Grant(ctx, int64(dbTTL/time.Second))
+		if err != nil {
+			return nil, err
+		}
+		leases[w] = g.ID
+	}
+	return func(ctx context.Context, w int) error {
+		lk, fk, qp := "parts/lock/"+tag+":"+strconv.Itoa(w), "parts/fence/"+tag+":"+strconv.Itoa(w), "parts/queue/"+tag+":"+strconv.Itoa(w)+"/"
+		token := leasehold.NewToken()
+		var kaErr error
+		var ka sync.WaitGroup
+		if streams != nil {
+			ka.Go(func() {
+				if kaErr = streams[w].Send(&pb.LeaseKeepAliveRequest{ID: int64(leases[w])}); kaErr == nil {
+					_, kaErr = streams[w].Recv()
+				}
+			})
+		}
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0), clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(lk, token, clientv3.WithLease(leases[w])), clientv3.OpPut(fk, "")).
+			Else(clientv3.OpGet(lk, clientv3.WithKeysOnly())).Commit()
+		ka.Wait()
+		switch {
+		case err != nil:
+			return err
+		case kaErr != nil:
+			return fmt.Errorf("keep-alive: %w", kaErr)
+		case !resp.Succeeded:
+			return errors.New("acquire of a free key: not acquired")
+		}
+		rel, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(lk), "=", token)).Then(clientv3.OpDelete(lk, clientv3.WithPrevKV())).Commit()
+		if err == nil && !rel.Succeeded {
+			err = errors.New("release of a held key: not owned")
+		}
+		return err
+	}, nil
+}
+
+// pidCPU is the CPU time process pid has used so far, all its threads
+// (on-CPU time from /proc/PID/task/*/schedstat: the server runs on this
+// machine; a thread that exited takes its time with it, which Go's and
+// PostgreSQL's servers do not do while they run).
+func pidCPU(pid int) (time.Duration, string, bool) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
+		return 0, "", false
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread exited
+		}
+		var ns int64
+		if _, err := fmt.Sscan(string(b), &ns); err != nil {
+			return 0, "", false
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, strconv.Itoa(pid), true
 }
 
 // pgTracer counts the statements sent on a pool's connections: one round
@@ -452,15 +554,11 @@ func backendCPU(ctx context.Context, admin *pgx.Conn, app string) (time.Duration
 	}
 	var sum time.Duration
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
+		cpu, _, ok := pidCPU(int(pid))
+		if !ok {
 			return 0, "", false
 		}
-		var ns int64
-		if _, err := fmt.Sscan(string(b), &ns); err != nil {
-			return 0, "", false
-		}
-		sum += time.Duration(ns)
+		sum += cpu
 	}
 	return sum, fmt.Sprint(pids), true
 }

@@ -99,6 +99,15 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 		p("(%v TTL) per goroutine, made before any timed loop. Each side has its own clientv3 client;", dbTTL)
 		p("round trips are its unary gRPC calls, counted by an interceptor (the sessions' lease keep-alive")
 		p("stream is not counted).")
+		p("")
+		p("The parts rows send etcdstore's transactions for a free key no one waits for, on their own")
+		p("client, each worker's lock on a lease of its own granted before the cell: the acquire")
+		p("(lock key free and the key's queue prefix empty: put the lock key on the lease, and the fence")
+		p("key) and the release (lock key still holds the token: delete it); then the same with a")
+		p("keep-alive of the lease sent alongside each acquire, on a stream per worker, as etcdstore")
+		p("keeps the idle lease it reuses alive so that the lock lasts its whole TTL. Server CPU is")
+		p("etcd's on-CPU time (`/proc/PID/schedstat`) over the cell, client CPU this process's, both per")
+		p("cycle, medians of the rounds.")
 	} else {
 		p("## 9. PostgreSQL: acquire+release against advisory locks")
 		p("")
@@ -124,24 +133,16 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 	if ids := r.dbIDs[kind]; len(ids) > 1 {
 		other = r.labels[kind+"/"+ids[1]]
 	}
-	if kind == SectionPostgres {
-		// CPU per cycle, medians of the rounds: a machine shared with other
-		// work moves the rates far more than the CPU a cycle takes.
-		p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it | server CPU per cycle | client CPU per cycle |")
-		p("|---:|---|---:|---:|---:|---:|---:|")
-		for _, row := range rows {
-			server, client := "—", "—"
-			if row.CPU.Known {
-				server, client = us(row.CPU.Server), us(row.CPU.Client)
-			}
-			p("| %d | %s | %s | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold), server, client)
+	// CPU per cycle, medians of the rounds: a machine shared with other
+	// work moves the rates far more than the CPU a cycle takes.
+	p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it | server CPU per cycle | client CPU per cycle |")
+	p("|---:|---|---:|---:|---:|---:|---:|")
+	for _, row := range rows {
+		server, client := "—", "—"
+		if row.CPU.Known {
+			server, client = us(row.CPU.Server), us(row.CPU.Client)
 		}
-	} else {
-		p("| goroutines | contender | cycles/s | round trips per cycle | leasehold ÷ it |")
-		p("|---:|---|---:|---:|---:|")
-		for _, row := range rows {
-			p("| %d | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold))
-		}
+		p("| %d | %s | %s | %s | %s | %s | %s |", row.Concurrency, row.Label, rate(row.Rate), num(math.Round(row.TripsPerCycle*100)/100), times(row.VsLeasehold), server, client)
 	}
 	p("")
 	var vs []string
