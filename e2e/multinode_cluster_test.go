@@ -63,10 +63,13 @@ func startRedisClusterNS(t *testing.T) *redisClusterNS {
 	if err != nil {
 		t.Fatal("redis-server not on PATH: install Debian's redis-server (make deps does)")
 	}
+	// Made before the namespaces, so that it is removed after their servers
+	// are stopped: a running server may write in its directory as it goes.
+	base := t.TempDir()
 	nt := netns.New(t, 2*clusterMasters)
 	c := &redisClusterNS{ids: map[*redisNode]string{}}
 	for i, nd := range nt.Nodes() {
-		r := &redisNode{node: nd, dir: filepath.Join(t.TempDir(), fmt.Sprint(i)), bin: bin}
+		r := &redisNode{node: nd, dir: filepath.Join(base, fmt.Sprint(i)), bin: bin}
 		if err := os.MkdirAll(r.dir, 0o700); err != nil {
 			t.Fatal(err)
 		}

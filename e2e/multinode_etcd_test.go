@@ -155,9 +155,11 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Fatal("etcd not on PATH: install Debian's etcd-server (make deps does)")
 	}
+	// Made before the namespaces, so that it is removed after the members
+	// are stopped: a running member writes in its directory as it goes.
+	dir := t.TempDir()
 	nt := netns.New(t, etcdMembers)
 	c := &etcdCluster{net: nt, ids: make(map[string]int)}
-	dir := t.TempDir()
 	var peers []string
 	for i, nd := range nt.Nodes() {
 		peers = append(peers, fmt.Sprintf("m%d=http://%s:2380", i, nd.Addr))

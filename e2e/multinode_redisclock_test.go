@@ -70,10 +70,13 @@ func startClockSet(t *testing.T, behind time.Duration) *clockSet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Made before the namespaces, so that it is removed after their servers
+	// are stopped: a running server may write in its directory as it goes.
+	base := t.TempDir()
 	nt := netns.New(t, 3)
 	c := &clockSet{}
 	for i, nd := range nt.Nodes() {
-		r := &redisNode{node: nd, dir: filepath.Join(t.TempDir(), fmt.Sprint(i)), bin: bin}
+		r := &redisNode{node: nd, dir: filepath.Join(base, fmt.Sprint(i)), bin: bin}
 		if err := os.MkdirAll(r.dir, 0o700); err != nil {
 			t.Fatal(err)
 		}

@@ -109,10 +109,13 @@ func startSentinelSet(t *testing.T) *sentinelSet {
 	if err != nil {
 		t.Fatal("redis-server not on PATH: install Debian's redis-server (make deps does)")
 	}
+	// Made before the namespaces, so that it is removed after their servers
+	// are stopped: a running server may write in its directory as it goes.
+	base := t.TempDir()
 	nt := netns.New(t, 3)
 	s := &sentinelSet{}
 	for i, nd := range nt.Nodes() {
-		r := &redisNode{node: nd, dir: filepath.Join(t.TempDir(), fmt.Sprint(i))}
+		r := &redisNode{node: nd, dir: filepath.Join(base, fmt.Sprint(i))}
 		if err := os.MkdirAll(r.dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
