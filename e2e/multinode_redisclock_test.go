@@ -102,10 +102,16 @@ func startClockSet(t *testing.T, behind time.Duration) *clockSet {
 			}
 		}
 	})
-	if err := pollUntil(clockWait, func() error { _, err := c.whole(); return err }); err != nil {
+	if err := c.waitWhole(); err != nil {
 		t.Fatalf("replicas not online: %v", err)
 	}
 	return c
+}
+
+// waitWhole waits, for at most clockWait, until the primary lists both
+// replicas online.
+func (c *clockSet) waitWhole() error {
+	return pollUntil(clockWait, func() error { _, err := c.whole(); return err })
 }
 
 // whole returns the primary once it lists both replicas online.
@@ -261,7 +267,7 @@ func (c *clockSet) probeReissue(t *testing.T, store *redisstore.Store, key strin
 			break
 		}
 		c.failOver(p, c.nodes[0], time.Now())
-		if err := pollUntil(clockWait, func() error { _, err := c.whole(); return err }); err != nil {
+		if err := c.waitWhole(); err != nil {
 			t.Fatalf("probe: replicas not online after a failover to node 0: %v", err)
 		}
 	}
@@ -271,7 +277,7 @@ func (c *clockSet) probeReissue(t *testing.T, store *redisstore.Store, key strin
 	if p != c.nodes[0] {
 		t.Fatal("probe: node 0 not primary after 3 failovers")
 	}
-	if err := pollUntil(clockWait, func() error { _, err := c.whole(); return err }); err != nil {
+	if err := c.waitWhole(); err != nil {
 		t.Fatalf("probe: replicas not online: %v", err)
 	}
 	const ttl = 10 * time.Second
@@ -291,7 +297,7 @@ func (c *clockSet) probeReissue(t *testing.T, store *redisstore.Store, key strin
 	}
 	cut, cutErr = store.Acquire(ctx, key, "probe-cut", ttl)
 	c.failOver(p, c.nodes[1], time.Now()) // heals p; node 1 or 2, both behind
-	if err := pollUntil(clockWait, func() error { _, err := c.whole(); return err }); err != nil {
+	if err := c.waitWhole(); err != nil {
 		t.Fatalf("probe: replicas not online after the failover: %v", err)
 	}
 	after, err := store.Acquire(ctx, key, "probe-after", ttl)
@@ -318,10 +324,9 @@ func replOffset(addr string) int64 {
 	return n
 }
 
-// clockDrill: locks in redisstore, made with opts, through a client that
-// follows the test's failovers, while they take turns with the worker
-// faults.
-func clockDrill(t *testing.T, c *clockSet, opts ...redisstore.Option) drill.Config {
+// store is a redisstore Store made with opts on a client that follows the
+// test's failovers; both are closed when the test ends.
+func (c *clockSet) store(t *testing.T, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
 	client := redis.NewClient(&redis.Options{Addr: "clockset:6379", Dialer: c.dial, ContextTimeoutEnabled: true})
 	store, err := redisstore.New(client, opts...)
@@ -329,8 +334,16 @@ func clockDrill(t *testing.T, c *clockSet, opts ...redisstore.Option) drill.Conf
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close(); _ = client.Close() })
+	return store
+}
+
+// clockDrill: locks in redisstore, made with opts, through a client that
+// follows the test's failovers, while they take turns with the worker
+// faults.
+func clockDrill(t *testing.T, c *clockSet, opts ...redisstore.Option) drill.Config {
+	t.Helper()
 	return drill.Config{
-		Store: store, StoreName: "redis, primary + 2 replicas (clocks behind) in network namespaces, failed over by the test",
+		Store: c.store(t, opts...), StoreName: "redis, primary + 2 replicas (clocks behind) in network namespaces, failed over by the test",
 		Storage: newJobs(t), StorageName: "postgres", Timeout: 3 * time.Minute,
 		Faults: interleave(faults.Default(), &clockFault{c: c}),
 		// TTL 600 ms at the drill's default time scale, 1/100.
@@ -404,21 +417,12 @@ func TestMultiNodeRedisClock(t *testing.T) {
 			// So the drills' count is a figure, and the probe makes the
 			// hazard happen on purpose.
 			t.Logf("the drills without acknowledgement saw %d fences issued again, %d histories not linearizable", off.reissued, off.notLinearizable)
-			newStore := func(opts ...redisstore.Option) *redisstore.Store {
-				client := redis.NewClient(&redis.Options{Addr: "clockset:6379", Dialer: c.dial, ContextTimeoutEnabled: true})
-				store, err := redisstore.New(client, opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = store.Close(); _ = client.Close() })
-				return store
-			}
-			cut, after, cutErr := c.probeReissue(t, newStore(redisstore.WithoutReplicaAcks()), "clock-probe-off")
+			cut, after, cutErr := c.probeReissue(t, c.store(t, redisstore.WithoutReplicaAcks()), "clock-probe-off")
 			t.Logf("probe without acknowledgement: fence %d in the cut (%v), %d after the failover to a clock %v behind", cut, cutErr, after, tc.behind)
 			if cutErr != nil || after > cut {
 				t.Errorf("without acknowledgement the probe's fence after the failover is %d, above the cut's %d (%v): the negative control saw nothing", after, cut, cutErr)
 			}
-			cut, after, cutErr = c.probeReissue(t, newStore(), "clock-probe-on")
+			cut, after, cutErr = c.probeReissue(t, c.store(t), "clock-probe-on")
 			t.Logf("probe with acknowledgement: fence %d in the cut (%v), %d after the failover", cut, cutErr, after)
 			if cutErr == nil && after <= cut {
 				t.Errorf("with acknowledgement the probe's fence %d was issued in the cut and %d after the failover: issued again", cut, after)

@@ -174,7 +174,7 @@ func TestJoinUnseenByTheHeadKeepsTheFlag(t *testing.T) {
 // Waiters whose rows expire between polls take the key one after another
 // while the others prune their rows: an acquire deleting its own row that a
 // pruning poll has locked, while that poll waits for the lease row, would
-// deadlock; every statement takes the lease row first, so none does.
+// deadlock; a poll locks the lease row before it prunes, so none does.
 func TestTakersAndPrunersWithoutDeadlock(t *testing.T) {
 	ctx := t.Context()
 	key := storetest.Key(t)

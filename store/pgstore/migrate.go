@@ -20,11 +20,13 @@ type migrationStep struct {
 	columns []string // a table's columns the Store uses, checked when it exists
 }
 
-// existsSQL tells whether the relation $3, or the column $3 of the table $2
-// when $2 is not empty, exists in the schema $1.
-const existsSQL = `SELECT CASE WHEN $2::text = '' THEN to_regclass(format('%I.%I', $1::text, $3::text)) IS NOT NULL
-  ELSE EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, $2::text))
-                AND attname = $3::text AND attnum > 0 AND NOT attisdropped) END`
+// existsSQL tells, for each pair of $2 and $3 in order, whether the
+// relation $3, or the column $3 of the table $2 when $2 is not empty,
+// exists in the schema $1.
+const existsSQL = `SELECT coalesce(array_agg(CASE WHEN t = '' THEN to_regclass(format('%I.%I', $1::text, n)) IS NOT NULL
+  ELSE EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, t))
+                AND attname = n AND attnum > 0 AND NOT attisdropped) END ORDER BY i), '{}')
+  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS s(t, n, i)`
 
 // migrateLockSQL serialises Migrate runs on one table: CREATE … IF NOT
 // EXISTS is not safe against itself (two runs can both pass the check, and
@@ -147,16 +149,27 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 		if schema == nil {
 			return errors.New("no schema to make the tables in: the connection's search_path names none that exists")
 		}
-		for _, st := range s.steps {
-			var exists bool
-			if err := tx.QueryRow(ctx, existsSQL, *schema, st.table, st.name).Scan(&exists); err != nil {
-				return err
-			}
-			if exists {
+		tables, names := make([]string, len(s.steps)), make([]string, len(s.steps))
+		for i, st := range s.steps {
+			tables[i], names[i] = st.table, st.name
+		}
+		var exists []bool
+		if err := tx.QueryRow(ctx, existsSQL, *schema, tables, names).Scan(&exists); err != nil {
+			return err
+		}
+		if len(exists) != len(s.steps) {
+			return fmt.Errorf("%d answers about %d objects", len(exists), len(s.steps))
+		}
+		made := map[string]bool{} // tables made here, with every column
+		for i, st := range s.steps {
+			if exists[i] || st.kind == "column" && made[st.table] {
 				// Nothing to make; and no ALTER TABLE, whose lock would
 				// wait behind every transaction using the table and stop
 				// every lock operation behind it, on each start-up.
 				continue
+			}
+			if st.kind == "table" {
+				made[st.name] = true
 			}
 			created = append(created, st.kind+" "+st.display)
 			if _, err := tx.Exec(ctx, st.sql); err != nil {

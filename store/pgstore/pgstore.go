@@ -267,10 +267,11 @@ const (
 	RETURNING l.fence
 )`
 
-	// acquireSQL (acquireTail) is a plain Acquire when no waiter has queued for the key
-	// since the last waiter took it: it takes the key only if the row's
-	// queued flag is off, and touches no other table, so the common case,
-	// a key no one waits for, is one statement on one row. Its second and
+	// acquireSQL (acquireTail) is a plain Acquire when no waiter has
+	// queued for the key since the last waiter took it: it takes the key
+	// only if the row's queued flag is off, and touches no other table, so
+	// the common case, a key no one waits for, is one statement on one
+	// row. Its second and
 	// third columns, read from the statement's snapshot, are the holder's
 	// remaining TTL and the flag: refused with the flag on and the key
 	// free, the Store asks again with acquireQueueSQL, which reads the
@@ -301,13 +302,14 @@ SELECT (SELECT fence FROM acquired), h.remaining, h.queued
 	       queued = l.queued AND (l.xmin IS DISTINCT FROM (SELECT s.xmin FROM %[1]s s WHERE s.key = $1)
 	                              OR EXISTS (SELECT FROM %[2]s o WHERE o.key = $1 AND o.token <> $2 AND o.deadline > now()))`
 
-	// acquireQueueSQL (acquireQueueTail) is acquireSQL reading the queue: a plain Acquire of a
-	// free key whose row is flagged.
+	// acquireQueueSQL (acquireQueueTail) is acquireSQL reading the queue:
+	// a plain Acquire of a free key whose row is flagged.
 	acquireQueueTail = acquireQueueSteps + `
 SELECT (SELECT fence FROM acquired),
        (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
 
-	// acquireQueuedSQL (acquireQueuedTail) is acquireQueueSQL for a waiter: refused, the caller
+	// acquireQueuedSQL (acquireQueuedTail) is acquireQueueSQL for a
+	// waiter: refused, the caller
 	// joins the back of the queue or keeps its place, its row valid for
 	// $5 from now (joined), and turns the key's queued flag on (flagged),
 	// writing the row even when it is on already; and the second column is
@@ -320,9 +322,9 @@ SELECT (SELECT fence FROM acquired),
 	// another statement has locked: two late waiters pruning each other's
 	// rows while each refreshes its own, or an acquire deleting its own
 	// row (served, after it locked the lease row) that a poll would prune,
-	// wait for one another at most one way, never in a deadlock. And its third column is a wake-up of the head,
-	// sent when the key is free and the caller was refused for it: the head
-	// may have missed its wake-up. A plain Acquire does neither, and pays
+	// wait for one another at most one way, never in a deadlock. And its
+	// third column is a wake-up of the head, sent when the key is free and
+	// the caller was refused for it: the head may have missed its wake-up. A plain Acquire does neither, and pays
 	// nothing for them.
 	acquireQueuedTail = acquireQueueSteps + `, joined AS (
 	INSERT INTO %[2]s (key, token, deadline)
