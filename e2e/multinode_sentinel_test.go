@@ -178,10 +178,16 @@ func startSentinelSet(t *testing.T) *sentinelSet {
 
 // ask runs one command on addr with a short timeout.
 func ask(addr string, args ...any) (any, error) {
+	return askWithin(addr, 300*time.Millisecond, args...)
+}
+
+// askWithin runs one command on addr that may take up to d on the server
+// (a WAIT with a timeout of d, say) before its reply.
+func askWithin(addr string, d time.Duration, args ...any) (any, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+		ReadTimeout: d, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Second)
 	defer cancel()
 	return c.Do(ctx, args...).Result()
 }
