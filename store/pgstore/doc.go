@@ -44,10 +44,13 @@
 //
 // A release that a queued waiter waits for wakes the queue's head with
 // pg_notify on the Store's channel (default: the table's name; see
-// WithChannel), in the release's own statement; a release no one waits for
-// sends no notification. The payload names the head by the SHA-256 of its key
-// and token (never the token: any session may LISTEN on any channel),
-// followed by the key.
+// WithChannel), in the release's own statement: when the row's queued flag
+// is on, the statement calls a PL/pgSQL function, also made by Migrate (the
+// lease table's name + "_wake", or "leasehold_wake_" and a hash of the name
+// when that would pass 63 bytes), which looks the head up. A release no one
+// waits for reads no other table and sends no notification. The payload
+// names the head by the SHA-256 of its key and token (never the token: any
+// session may LISTEN on any channel), followed by the key.
 //
 // # Round trips
 //

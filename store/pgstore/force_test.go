@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
@@ -55,6 +56,14 @@ func TestLongTableNameHasNoAudit(t *testing.T) {
 	}
 	if _, err := s.Audit(t.Context(), "", 1); err == nil {
 		t.Fatal("Audit without an audit table succeeded")
+	}
+	// The waiters table and the wake-up function have hashed names that
+	// fit: a release with a waiter queued calls the function.
+	if _, err := s.AcquireQueued(t.Context(), "jobs:1", "waiter", time.Minute, time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("a waiter of a held key: %v", err)
+	}
+	if err := s.Release(t.Context(), "jobs:1", "tok"); err != nil {
+		t.Fatalf("Release with a waiter queued: %v", err)
 	}
 	if _, err := pool.Exec(t.Context(), `DROP TABLE `+name); err != nil {
 		t.Fatal(err)

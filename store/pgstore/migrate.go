@@ -12,21 +12,27 @@ import (
 
 // migrationStep is one object Migrate makes when it is missing.
 type migrationStep struct {
-	kind    string   // "table", "index" or "column"
+	kind    string   // "table", "index", "column" or "function"
 	name    string   // its name within its schema (a column's: of its table)
 	table   string   // a column's table, within the schema
+	body    string   // a function's body, which the existing one must have
 	display string   // its name in messages: schema-qualified when the table is
-	sql     string   // CREATE … IF NOT EXISTS, ALTER TABLE … ADD COLUMN IF NOT EXISTS
+	sql     string   // CREATE … IF NOT EXISTS, ALTER TABLE … ADD COLUMN IF NOT EXISTS, CREATE OR REPLACE FUNCTION
 	columns []string // a table's columns the Store uses, checked when it exists
 }
 
-// existsSQL tells, for each pair of $2 and $3 in order, whether the
-// relation $3, or the column $3 of the table $2 when $2 is not empty,
-// exists in the schema $1.
-const existsSQL = `SELECT coalesce(array_agg(CASE WHEN t = '' THEN to_regclass(format('%I.%I', $1::text, n)) IS NOT NULL
-  ELSE EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, t))
-                AND attname = n AND attnum > 0 AND NOT attisdropped) END ORDER BY i), '{}')
-  FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS s(t, n, i)`
+// existsSQL tells, for each $2, $3 and $4 in order, whether the object
+// named $4 of kind $2 is in the schema $1 as the Store needs it: a
+// relation; the column $4 of the table $3; a function of three text
+// arguments whose body is $3.
+const existsSQL = `SELECT coalesce(array_agg(CASE k
+    WHEN 'column' THEN EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, d))
+                                AND attname = n AND attnum > 0 AND NOT attisdropped)
+    WHEN 'function' THEN EXISTS (SELECT FROM pg_proc p JOIN pg_namespace ns ON ns.oid = p.pronamespace
+                                  WHERE ns.nspname = $1 AND p.proname = n
+                                    AND p.proargtypes = '25 25 25'::oidvector AND p.prosrc = d)
+    ELSE to_regclass(format('%I.%I', $1::text, n)) IS NOT NULL END ORDER BY i), '{}')
+  FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS s(k, d, n, i)`
 
 // migrateLockSQL serialises Migrate runs on one table: CREATE … IF NOT
 // EXISTS is not safe against itself (two runs can both pass the check, and
@@ -34,9 +40,10 @@ const existsSQL = `SELECT coalesce(array_agg(CASE WHEN t = '' THEN to_regclass(f
 const migrateLockSQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 
 // planMigration records what Migrate makes for the lease table parts, the
-// waiters table waiterParts and the audit table auditParts (when its name
-// fits), and the hint of a missing table's error.
-func (s *Store) planMigration(parts, waiterParts, auditParts []string) {
+// waiters table waiterParts, the wake-up function wakeParts and the audit
+// table auditParts (when its name fits), and the hint of a missing table's
+// error.
+func (s *Store) planMigration(parts, waiterParts, wakeParts, auditParts []string) {
 	if len(parts) == 2 {
 		s.schema = parts[0]
 	}
@@ -48,6 +55,7 @@ func (s *Store) planMigration(parts, waiterParts, auditParts []string) {
 		{kind: "column", name: "queued", table: last(parts), display: s.table + ".queued", sql: s.migrateQueuedSQL},
 		{kind: "table", name: last(waiterParts), display: s.waiters, sql: s.migrateWaitersSQL,
 			columns: []string{"key", "seq", "token", "deadline"}},
+		{kind: "function", name: last(wakeParts), body: s.wakeBody, display: s.wake, sql: s.migrateWakeSQL},
 	}
 	if s.auditErr == nil {
 		index := last(auditParts) + "_key_at"
@@ -68,7 +76,7 @@ func (s *Store) planMigration(parts, waiterParts, auditParts []string) {
 	if s.table != DefaultTable {
 		flag = " --pg-table " + shellQuote(s.table)
 	}
-	s.missingHint = fmt.Sprintf("run Migrate, or leasehold migrate --postgres DSN%s: this version needs the tables %s, and the column queued of %q", flag, list, s.table)
+	s.missingHint = fmt.Sprintf("run Migrate, or leasehold migrate --postgres DSN%s: this version needs the tables %s, the column queued of %q and the function %q", flag, list, s.table, s.wake)
 }
 
 // shellQuote quotes s for a POSIX shell when it has other bytes than
@@ -99,7 +107,8 @@ type migrateConfig struct {
 }
 
 // WithCreated makes Migrate append to *created what it created, in order,
-// as "table NAME", "index NAME" or "column TABLE.NAME"; nothing when the database was up to
+// as "table NAME", "index NAME", "column TABLE.NAME" or "function NAME"
+// (made, or replaced when it was another version's); nothing when the database was up to
 // date, or when Migrate fails (it then changed nothing). Default: not
 // reported.
 func WithCreated(created *[]string) MigrateOption {
@@ -109,15 +118,17 @@ func WithCreated(created *[]string) MigrateOption {
 // Migrate makes the Store's tables where they are missing, in one
 // transaction: the lease table (key text PRIMARY KEY, token text, fence
 // bigint NOT NULL, expires_at timestamptz, queued boolean NOT NULL DEFAULT
-// false), the waiters table (see the package doc), and the forced
+// false), the waiters table (see the package doc), the function a release
+// calls to wake the queue's head (see the package doc), and the forced
 // releases' table, the lease table's name + "_audit" (see ForceRelease),
 // with an index on (key, at). On a database made by an earlier version it
-// adds the tables that version did not have and, to a lease table without
-// it, the queued column (ALTER TABLE … ADD COLUMN: a change of the catalog
+// adds the tables that version did not have, replaces the function when
+// its body is another version's (CREATE OR REPLACE FUNCTION) and adds, to
+// a lease table without it, the queued column (ALTER TABLE … ADD COLUMN: a change of the catalog
 // alone, with the table's ACCESS EXCLUSIVE lock held for that moment, which
 // waits for the transactions using the table); it alters nothing else, and
 // keeps the leases. Run it after upgrading: lock operations fail until the
-// waiters table and the column exist. MigrationSQL gives the same statements for
+// waiters table, the column and the function exist. MigrationSQL gives the same statements for
 // a DBA, and the leasehold CLI runs them ("leasehold migrate --postgres DSN")
 // or prints them (--print). It fails, changing nothing, when an
 // existing table lacks a column the Store uses (another application's
@@ -149,12 +160,12 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 		if schema == nil {
 			return errors.New("no schema to make the tables in: the connection's search_path names none that exists")
 		}
-		tables, names := make([]string, len(s.steps)), make([]string, len(s.steps))
+		kinds, details, names := make([]string, len(s.steps)), make([]string, len(s.steps)), make([]string, len(s.steps))
 		for i, st := range s.steps {
-			tables[i], names[i] = st.table, st.name
+			kinds[i], details[i], names[i] = st.kind, st.table+st.body, st.name
 		}
 		var exists []bool
-		if err := tx.QueryRow(ctx, existsSQL, *schema, tables, names).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, existsSQL, *schema, kinds, details, names).Scan(&exists); err != nil {
 			return err
 		}
 		if len(exists) != len(s.steps) {
@@ -232,7 +243,8 @@ func MigrationSQL(opts ...Option) (string, error) {
 func (s *Store) migrationSQL() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- The tables of leasehold's pgstore for the lease table %q:\n", s.table)
-	b.WriteString("-- made where missing (and the queued column where an older lease table lacks it); running this again changes nothing.\n")
+	b.WriteString("-- made where missing (the queued column where an older lease table lacks it; the wake-up function\n")
+	b.WriteString("-- replaced, as this version has it); running this again changes nothing.\n")
 	b.WriteString("BEGIN;\n")
 	fmt.Fprintf(&b, migrateLockSQL+";\n", sqlString("leasehold:migrate:"+s.table))
 	for _, st := range s.steps {

@@ -28,7 +28,8 @@ func newSchema(t *testing.T) string {
 }
 
 // describe lists what schema holds: every relation with its columns (type,
-// NOT NULL, identity, default), constraints and indexes, with the schema's
+// NOT NULL, identity, default), constraints, indexes and functions (with
+// their bodies), with the schema's
 // name written S so that two schemas can be compared.
 func describe(t *testing.T, schema string) []string {
 	t.Helper()
@@ -44,7 +45,12 @@ UNION ALL
 SELECT conname || ' ' || pg_get_constraintdef(o.oid)
   FROM pg_constraint o JOIN pg_namespace n ON n.oid = o.connamespace WHERE n.nspname = $1
 UNION ALL
-SELECT indexdef FROM pg_indexes WHERE schemaname = $1`, schema)
+SELECT indexdef FROM pg_indexes WHERE schemaname = $1
+UNION ALL
+SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') '
+       || format_type(p.prorettype, NULL) || ' ' || l.lanname || ' ' || p.prosrc
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
+ WHERE n.nspname = $1`, schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +75,7 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if err := s.Migrate(t.Context(), pgstore.WithCreated(&created)); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"table " + table, "table " + table + "_waiters", "table " + table + "_audit", "index " + table + "_audit_key_at"}
+	want := []string{"table " + table, "table " + table + "_waiters", "function " + table + "_wake", "table " + table + "_audit", "index " + table + "_audit_key_at"}
 	if !slices.Equal(created, want) {
 		t.Errorf("first Migrate created %q, want %q", created, want)
 	}
@@ -103,6 +109,30 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if info, err := s.Inspect(t.Context(), "k"); err != nil || info.Token != "old-owner" || info.Fence != 7 {
 		t.Errorf("the lease after the column was added: %+v, %v", info, err)
 	}
+	// An upgrade from the version before the wake-up function adds it;
+	// until then a release says to migrate, and keeps the lease.
+	if _, err := pool.Exec(t.Context(), "DROP FUNCTION "+table+"_wake"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(t.Context(), "k", "old-owner"); err == nil || !strings.Contains(err.Error(), "run Migrate") || !strings.Contains(err.Error(), table+"_wake") {
+		t.Errorf("Release without the wake-up function: %v, want an error saying to run Migrate", err)
+	}
+	var fn []string
+	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_wake"}) {
+		t.Errorf("Migrate after the function was dropped: created %q, %v", fn, err)
+	}
+	// A function of another version's body (an upgrade that changed it)
+	// is replaced.
+	if _, err := pool.Exec(t.Context(), "CREATE OR REPLACE FUNCTION "+table+"_wake(text, text, text) RETURNS void LANGUAGE plpgsql AS 'BEGIN END'"); err != nil {
+		t.Fatal(err)
+	}
+	fn = nil
+	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_wake"}) {
+		t.Errorf("Migrate over another body of the function: created %q, %v", fn, err)
+	}
+	if err := s.Release(t.Context(), "k", "old-owner"); err != nil {
+		t.Errorf("Release after Migrate: %v", err)
+	}
 }
 
 // An unqualified table is looked for where CREATE TABLE makes it, the
@@ -121,12 +151,13 @@ func TestMigrateLooksInTheSchemaItCreatesIn(t *testing.T) {
 	if err := s.Migrate(t.Context(), pgstore.WithCreated(&created)); err != nil {
 		t.Fatal(err)
 	}
-	if len(created) != 4 || created[0] != "table "+name {
-		t.Fatalf("Migrate with %s first in the search_path created %q, want the 4 objects", first, created)
+	if len(created) != 5 || created[0] != "table "+name {
+		t.Fatalf("Migrate with %s first in the search_path created %q, want the 5 objects", first, created)
 	}
-	var n int
-	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_tables WHERE schemaname = $1", first).Scan(&n); err != nil || n != 3 {
-		t.Fatalf("%d tables in %s (%v), want 3", n, first, err)
+	var n, f int
+	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = $1),
+       (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1)`, first).Scan(&n, &f); err != nil || n != 3 || f != 1 {
+		t.Fatalf("%d tables and %d functions in %s (%v), want 3 and 1", n, f, first, err)
 	}
 }
 
@@ -141,7 +172,9 @@ func TestMigrationSQLMakesTheSameSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(strings.SplitAfter(sql, "\n")[2], "BEGIN;") || !strings.HasSuffix(sql, "COMMIT;\n") {
+	lines := strings.Split(sql, "\n")
+	first := slices.IndexFunc(lines, func(l string) bool { return !strings.HasPrefix(l, "--") })
+	if lines[first] != "BEGIN;" || !strings.HasSuffix(sql, "COMMIT;\n") {
 		t.Errorf("MigrationSQL is not one transaction:\n%s", sql)
 	}
 	if _, err := shared.Psql(sql); err != nil { // as a DBA would: psql
@@ -179,7 +212,16 @@ func TestMigrationSQLQuotesNames(t *testing.T) {
 	if err := s.Migrate(t.Context(), pgstore.WithCreated(&created)); err != nil || len(created) != 0 {
 		t.Fatalf("Migrate after the script: created %q, %v; want nothing", created, err)
 	}
-	if _, err := s.Acquire(t.Context(), "k", leasehold.NewToken(), time.Minute); err != nil {
+	// A release with a waiter queued calls the function, whose body names
+	// the tables too.
+	tok := leasehold.NewToken()
+	if _, err := s.Acquire(t.Context(), "k", tok, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireQueued(t.Context(), "k", "waiter", time.Minute, time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("a waiter of a held key: %v", err)
+	}
+	if err := s.Release(t.Context(), "k", tok); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -76,6 +76,10 @@ type Store struct {
 	waiters                     string
 	migrateWaitersSQL, leaveSQL string
 
+	// wake is the release's wake-up function (see wakeName and
+	// migrateWakeSQL), its body, and the statement that makes it.
+	wake, wakeBody, migrateWakeSQL string
+
 	// audit is the forced-release records' table, table + "_audit", and its
 	// statements; auditErr says why there is none (a name too long).
 	audit                                                                     string
@@ -143,6 +147,9 @@ func build(opts []Option) (*Store, error) {
 	waiterParts := slices.Clone(parts)
 	waiterParts[len(parts)-1] = waitersName(parts[len(parts)-1])
 	w := pgx.Identifier(waiterParts).Sanitize()
+	wakeParts := slices.Clone(parts)
+	wakeParts[len(parts)-1] = wakeName(parts[len(parts)-1])
+	fn := pgx.Identifier(wakeParts).Sanitize()
 	s := &Store{
 		table:             c.table,
 		channel:           c.channel,
@@ -151,7 +158,10 @@ func build(opts []Option) (*Store, error) {
 		acquireSQL:        fmt.Sprintf(acquireSQL, t, w),
 		acquireQueueSQL:   fmt.Sprintf(acquireQueueSQL, t, w),
 		acquireQueuedSQL:  fmt.Sprintf(acquireQueuedSQL, t, w),
-		releaseSQL:        fmt.Sprintf(releaseSQL, t, w),
+		releaseSQL:        fmt.Sprintf(releaseSQL, t, w, fn),
+		wake:              strings.Join(wakeParts, "."),
+		migrateWakeSQL:    fmt.Sprintf(migrateWakeSQL, t, w, fn, sqlString(fmt.Sprintf(wakeBody, t, w))),
+		wakeBody:          fmt.Sprintf(wakeBody, t, w),
 		renewSQL:          fmt.Sprintf(renewSQL, t),
 		inspectSQL:        fmt.Sprintf(inspectSQL, t),
 		listSQL:           fmt.Sprintf(listSQL, t),
@@ -170,7 +180,7 @@ func build(opts []Option) (*Store, error) {
 		s.forceSQL = fmt.Sprintf(forceSQL, t, a, w)
 		s.auditSQL = fmt.Sprintf(auditSQL, t, a)
 	}
-	s.planMigration(parts, waiterParts, auditParts)
+	s.planMigration(parts, waiterParts, wakeParts, auditParts)
 	return s, nil
 }
 
@@ -354,15 +364,37 @@ SELECT a.fence,
            AND NOT EXISTS (SELECT FROM %[1]s WHERE key = $1 AND expires_at > now()))`
 
 	// releaseSQL clears the owner but keeps the row, so the fence goes on
-	// rising, and, only when the row's queued flag is on and a live waiter
-	// is queued, queues a notification that wakes the head (turnPayload),
-	// which PostgreSQL delivers when the statement commits. A release
-	// nobody waits for sends nothing: no NOTIFY, so no commit under the
-	// cluster-wide notification queue lock. One row updated means
-	// released.
+	// rising, and, only when the row's queued flag is on, calls the wake-up
+	// function (%[3]s, migrateWakeSQL), which queues a notification that
+	// wakes the queue's live head (turnPayload), delivered when the
+	// statement commits. A release nobody waits for sends nothing: no
+	// NOTIFY, so no commit under the cluster-wide notification queue lock.
+	// The head lookup is in a function, not in the statement, because
+	// PostgreSQL sets up every subquery of a statement when it starts,
+	// whether or not it runs, and locks every table the statement names: a
+	// lookup of the waiters table under CASE WHEN queued cost every
+	// release 5–15 µs of server CPU (docs/design.md §5); a function call
+	// costs that only when it is made. One row updated means released.
 	releaseSQL = `UPDATE %[1]s SET token = NULL, expires_at = NULL
  WHERE key = $1 AND token = $2 AND expires_at > now()
-RETURNING CASE WHEN queued THEN (SELECT pg_notify($3, ` + turnPayload + `) FROM (` + queueHead + `) h) END`
+RETURNING CASE WHEN queued THEN %[3]s($1, $2, $3) END`
+
+	// migrateWakeSQL makes the wake-up function %[3]s(key, releaser,
+	// channel), whose body, %[4]s, is wakeBody as a string literal: it
+	// notifies the live head of key's queue other than releaser on
+	// channel. PL/pgSQL, so that PostgreSQL plans its lookup once per
+	// session and runs it only when the function is called. Its tables are
+	// named as the statements name them (schema-qualified when the lease
+	// table is), so they resolve alike. Migrate replaces a function whose
+	// body is not this version's.
+	migrateWakeSQL = `CREATE OR REPLACE FUNCTION %[3]s(text, text, text) RETURNS void
+LANGUAGE plpgsql AS %[4]s`
+	wakeBody = `
+BEGIN
+	PERFORM pg_notify($3, ` + turnPayload + `)
+	   FROM (` + queueHead + `) h;
+END
+`
 
 	// leaveSQL takes $2's row out of key $1's queue and, when it was
 	// there and the key is free, wakes the queue's next live head.
@@ -419,12 +451,20 @@ const queuePrune = 16
 // longer than PostgreSQL's identifiers may be, "leasehold_waiters_" and 32
 // hex digits of the name's SHA-256, so that a long table name still locks
 // and two long names never share a queue.
-func waitersName(table string) string {
-	if name := table + "_waiters"; len(name) <= maxIdentLen {
+func waitersName(table string) string { return companionName(table, "waiters") }
+
+// wakeName is the name of the release's wake-up function that goes with the
+// lease table named table, as waitersName names the waiters table.
+func wakeName(table string) string { return companionName(table, "wake") }
+
+// companionName is table + "_" + what, or "leasehold_" + what + "_" and 32
+// hex digits of table's SHA-256 when that is too long for an identifier.
+func companionName(table, what string) string {
+	if name := table + "_" + what; len(name) <= maxIdentLen {
 		return name
 	}
 	sum := sha256.Sum256([]byte(table))
-	return "leasehold_waiters_" + hex.EncodeToString(sum[:16])
+	return "leasehold_" + what + "_" + hex.EncodeToString(sum[:16])
 }
 
 // turnID is the listener's name of the watch of token's turn in key's
@@ -515,20 +555,22 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	return 0, held
 }
 
-// PostgreSQL's SQLSTATEs for a table, and a column, that does not exist.
+// PostgreSQL's SQLSTATEs for a table, a column and a function that do not
+// exist.
 const (
-	undefinedTable  = "42P01"
-	undefinedColumn = "42703"
+	undefinedTable    = "42P01"
+	undefinedColumn   = "42703"
+	undefinedFunction = "42883"
 )
 
 // opError wraps the error of op, the operation and what it was on
-// ("acquire \"k\""). A missing table or column is most likely a database
-// not migrated, or not since an upgrade that added one (the waiters table,
-// the queued column): the error says so, naming the Store's tables and how
-// to make them.
+// ("acquire \"k\""). A missing table, column or function is most likely a
+// database not migrated, or not since an upgrade that added one (the
+// waiters table, the queued column, the wake-up function): the error says
+// so, naming what the Store needs and how to make it.
 func (s *Store) opError(op string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == undefinedTable || pe.Code == undefinedColumn) {
+	if errors.As(err, &pe) && (pe.Code == undefinedTable || pe.Code == undefinedColumn || pe.Code == undefinedFunction) {
 		return fmt.Errorf("pgstore: %s: %w (%s)", op, err, s.missingHint)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)

@@ -17,8 +17,9 @@ import (
 // migrateView is what migrate did, and its JSON.
 type migrateView struct {
 	Store string `json:"store"`
-	// Created lists what was made, in order, as "table NAME" or "index
-	// NAME"; [] when the database was up to date.
+	// Created lists what was made, in order, as "table NAME", "index
+	// NAME", "column TABLE.NAME" or "function NAME"; [] when the database
+	// was up to date.
 	Created []string `json:"created"`
 }
 
@@ -33,9 +34,11 @@ func (a *app) migrateCommand() *cobra.Command {
 		Short: "Make or upgrade the PostgreSQL tables of pgstore (--print: the SQL for a DBA)",
 		Long: `migrate makes the tables that the applications' pgstore needs in the database of
 --postgres: the lease table (--pg-table, default leasehold_leases), its waiters'
-queue (the table's name + "_waiters") and its forced releases' audit ("_audit",
-with an index). It makes only what is missing (a lease table made by an earlier
-version gets the column "queued"), never drops anything, and works in one transaction, so running it again changes nothing; it says what it made, or
+queue (the table's name + "_waiters"), the function a release calls to wake a
+waiter (+ "_wake") and its forced releases' audit ("_audit", with an index). It
+makes only what is missing (a lease table made by an earlier version gets the
+column "queued"; a wake-up function of another version is replaced), never drops
+anything, and works in one transaction, so running it again changes nothing; it says what it made, or
 "already up to date". An existing table that lacks a column pgstore uses is refused,
 with nothing changed. It runs the statements of pgstore's Migrate: run it before the
 applications start on a new database, and again after upgrading leasehold.
