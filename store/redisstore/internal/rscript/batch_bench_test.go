@@ -3,9 +3,13 @@ package rscript
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,4 +85,128 @@ func BenchmarkBatcherFlights(b *testing.B) {
 			b.ReportMetric(rates[f][rounds/2], fmt.Sprintf("c%d-f%d-cycles/s", conc, f))
 		}
 	}
+}
+
+// Scripts that do nothing: what a batch costs without the scripts' work.
+var (
+	benchNopTake = Once(`return 1`)
+	benchNopGive = Once(`return 2`)
+)
+
+// BenchmarkBatcherShapes asks where the cores go at 64 goroutines: for the
+// scripts above and for scripts that do nothing, sent unbatched and through
+// Batchers of several batch sizes and flight counts, in interleaved rounds,
+// it reports the median cycles per second, the cores this process and
+// redis-server kept busy together, and their CPU per cycle.
+//
+//	go test -run '^$' -bench BatcherShapes -benchtime 1x
+func BenchmarkBatcherShapes(b *testing.B) {
+	srv := testserver.StartRedis(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 80})
+	b.Cleanup(func() { _ = client.Close() })
+	c, err := CheckClient(client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pid, err := strconv.Atoi(testserver.InfoField(client.Info(b.Context(), "server").Val(), "process_id"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	type shape struct {
+		name          string
+		size, flights int // 0: unbatched
+		take, give    Script
+	}
+	var shapes []shape
+	for _, s := range []struct {
+		name       string
+		take, give Script
+	}{{"nop", benchNopTake, benchNopGive}, {"heavy", benchTake, benchGive}} {
+		shapes = append(shapes, shape{s.name + "-unbatched", 0, 0, s.take, s.give})
+		for _, sf := range [][2]int{{DefaultBatchSize, batchFlights}, {16, 6}, {8, 8}, {4, 16}} {
+			shapes = append(shapes, shape{fmt.Sprintf("%s-%dx%d", s.name, sf[0], sf[1]), sf[0], sf[1], s.take, s.give})
+		}
+	}
+	const rounds, cell, conc = 7, 400 * time.Millisecond, 64
+	rate, busy, perCycle := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	for r := range rounds {
+		for _, sh := range shapes {
+			var bt *Batcher
+			if sh.size > 0 {
+				bt = NewBatcher(client, c, sh.size)
+				bt.flights = sh.flights
+			}
+			run := func(ctx context.Context, sc Script, keys []string, args ...any) error {
+				if bt == nil {
+					return sc.Run(ctx, client, keys, args...).Err()
+				}
+				return bt.Run(ctx, sc, keys, args, nil).Err()
+			}
+			var n atomic.Int64
+			ctx, cancel := context.WithTimeout(context.Background(), cell)
+			var wg sync.WaitGroup
+			self0, srv0, t0 := selfCPU(), pidCPU(pid), time.Now()
+			for w := range conc {
+				wg.Go(func() {
+					k := fmt.Sprintf("{s%d:%d:%s}", r, w, sh.name)
+					keys := []string{k, k + "f", k + "q"}
+					for ctx.Err() == nil {
+						cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+						if err := run(cctx, sh.take, keys, "tok", 60000); err != nil {
+							b.Error(err)
+						}
+						if err := run(cctx, sh.give, keys[:2], "tok", "chan"); err != nil {
+							b.Error(err)
+						}
+						ccancel()
+						n.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			cancel()
+			wall := time.Since(t0)
+			cpu := selfCPU() - self0 + pidCPU(pid) - srv0
+			rate[sh.name] = append(rate[sh.name], float64(n.Load())/wall.Seconds())
+			busy[sh.name] = append(busy[sh.name], cpu.Seconds()/wall.Seconds())
+			perCycle[sh.name] = append(perCycle[sh.name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
+		}
+	}
+	median := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	for _, sh := range shapes {
+		b.ReportMetric(median(rate[sh.name]), sh.name+"-cycles/s")
+		b.ReportMetric(median(busy[sh.name]), sh.name+"-cores")
+		b.ReportMetric(median(perCycle[sh.name]), sh.name+"-µs/cycle")
+	}
+}
+
+// selfCPU is the CPU time this process has used, user and system.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pidCPU is the on-CPU time of every thread of the process pid (it runs on
+// this machine), from /proc/PID/task/*/schedstat.
+func pidCPU(pid int) time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				sum += time.Duration(ns)
+			}
+		}
+	}
+	return sum
 }
