@@ -41,13 +41,7 @@ return 1`)
 //
 //	go test -run '^$' -bench BatcherFlights -benchtime 1x
 func BenchmarkBatcherFlights(b *testing.B) {
-	srv := testserver.StartRedis(b)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 80})
-	b.Cleanup(func() { _ = client.Close() })
-	c, err := CheckClient(client)
-	if err != nil {
-		b.Fatal(err)
-	}
+	client, c := benchClient(b)
 	const rounds, cell = 7, 300 * time.Millisecond
 	for _, conc := range []int{1, 16, 64} {
 		rates := map[int][]float64{}
@@ -101,13 +95,7 @@ var (
 //
 //	go test -run '^$' -bench BatcherShapes -benchtime 1x
 func BenchmarkBatcherShapes(b *testing.B) {
-	srv := testserver.StartRedis(b)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 80})
-	b.Cleanup(func() { _ = client.Close() })
-	c, err := CheckClient(client)
-	if err != nil {
-		b.Fatal(err)
-	}
+	client, c := benchClient(b)
 	pid, err := strconv.Atoi(testserver.InfoField(client.Info(b.Context(), "server").Val(), "process_id"))
 	if err != nil {
 		b.Fatal(err)
@@ -209,4 +197,17 @@ func pidCPU(pid int) time.Duration {
 		}
 	}
 	return sum
+}
+
+// benchClient is a client of a redis-server of the benchmark's own, closed
+// with it, and its Caller.
+func benchClient(b *testing.B) (*redis.Client, Caller) {
+	srv := testserver.StartRedis(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 80})
+	b.Cleanup(func() { _ = client.Close() })
+	c, err := CheckClient(client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return client, c
 }
