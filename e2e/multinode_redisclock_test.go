@@ -161,10 +161,10 @@ func (c *clockSet) behindFailovers() int {
 }
 
 // clockFault cuts the primary off from its replicas for clockCut while the
-// clients write there, SIGKILLs it (still cut off), and, clockDetect later, promotes a
-// replica that lacks those writes: node 0 after a node behind, a node
-// behind after node 0 (the two take turns). The old primary comes back as
-// a replica of the new one.
+// clients write there, SIGKILLs it (still cut off), and, clockDetect
+// later, promotes a replica that lacks those writes: node 0 after a node
+// behind, a node behind after node 0 (the two take turns). The old primary
+// comes back as a replica of the new one.
 type clockFault struct{ c *clockSet }
 
 const faultClockFailover = "redis-cut-kill-9-primary-promote-replica"

@@ -21,6 +21,15 @@ type migrationStep struct {
 	columns []string // a table's columns the Store uses, checked when it exists
 }
 
+// detail is what existsSQL checks of st beside its kind and name: a
+// column's table, a function's body.
+func (st migrationStep) detail() string {
+	if st.kind == "function" {
+		return st.body
+	}
+	return st.table
+}
+
 // existsSQL tells, for each $2, $3 and $4 in order, whether the object
 // named $4 of kind $2 is in the schema $1 as the Store needs it: a
 // relation; the column $4 of the table $3; a function of three text
@@ -108,9 +117,9 @@ type migrateConfig struct {
 
 // WithCreated makes Migrate append to *created what it created, in order,
 // as "table NAME", "index NAME", "column TABLE.NAME" or "function NAME"
-// (made, or replaced when it was another version's); nothing when the database was up to
-// date, or when Migrate fails (it then changed nothing). Default: not
-// reported.
+// (made, or replaced when it was another version's); nothing when the
+// database was up to date, or when Migrate fails (it then changed
+// nothing). Default: not reported.
 func WithCreated(created *[]string) MigrateOption {
 	return func(c *migrateConfig) { c.created = created }
 }
@@ -124,15 +133,16 @@ func WithCreated(created *[]string) MigrateOption {
 // with an index on (key, at). On a database made by an earlier version it
 // adds the tables that version did not have, replaces the function when
 // its body is another version's (CREATE OR REPLACE FUNCTION) and adds, to
-// a lease table without it, the queued column (ALTER TABLE … ADD COLUMN: a change of the catalog
-// alone, with the table's ACCESS EXCLUSIVE lock held for that moment, which
-// waits for the transactions using the table); it alters nothing else, and
-// keeps the leases. Run it after upgrading: lock operations fail until the
-// waiters table, the column and the function exist. MigrationSQL gives the same statements for
-// a DBA, and the leasehold CLI runs them ("leasehold migrate --postgres DSN")
-// or prints them (--print). It fails, changing nothing, when an
-// existing table lacks a column the Store uses (another application's
-// table of that name).
+// a lease table without it, the queued column (ALTER TABLE … ADD COLUMN:
+// a change of the catalog alone, with the table's ACCESS EXCLUSIVE lock
+// held for that moment, which waits for the transactions using the
+// table); it alters nothing else, and keeps the leases. Run it after
+// upgrading: lock operations fail until the waiters table, the column and
+// the function exist. MigrationSQL gives the same statements for a DBA,
+// and the leasehold CLI runs them ("leasehold migrate --postgres DSN") or
+// prints them (--print). It fails, changing nothing, when an existing
+// table lacks a column the Store uses (another application's table of
+// that name).
 //
 // It is safe to call from many processes at once (they queue on a
 // transaction advisory lock) and on every start-up. A few round trips.
@@ -162,7 +172,7 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 		}
 		kinds, details, names := make([]string, len(s.steps)), make([]string, len(s.steps)), make([]string, len(s.steps))
 		for i, st := range s.steps {
-			kinds[i], details[i], names[i] = st.kind, st.table+st.body, st.name
+			kinds[i], details[i], names[i] = st.kind, st.detail(), st.name
 		}
 		var exists []bool
 		if err := tx.QueryRow(ctx, existsSQL, *schema, kinds, details, names).Scan(&exists); err != nil {

@@ -158,9 +158,8 @@ func build(opts []Option) (*Store, error) {
 		acquireSQL:        fmt.Sprintf(acquireSQL, t, w),
 		acquireQueueSQL:   fmt.Sprintf(acquireQueueSQL, t, w),
 		acquireQueuedSQL:  fmt.Sprintf(acquireQueuedSQL, t, w),
-		releaseSQL:        fmt.Sprintf(releaseSQL, t, w, fn),
+		releaseSQL:        fmt.Sprintf(releaseSQL, t, fn),
 		wake:              strings.Join(wakeParts, "."),
-		migrateWakeSQL:    fmt.Sprintf(migrateWakeSQL, t, w, fn, sqlString(fmt.Sprintf(wakeBody, t, w))),
 		wakeBody:          fmt.Sprintf(wakeBody, t, w),
 		renewSQL:          fmt.Sprintf(renewSQL, t),
 		inspectSQL:        fmt.Sprintf(inspectSQL, t),
@@ -169,6 +168,7 @@ func build(opts []Option) (*Store, error) {
 		migrateWaitersSQL: fmt.Sprintf(migrateWaitersSQL, w),
 		leaveSQL:          fmt.Sprintf(leaveSQL, t, w),
 	}
+	s.migrateWakeSQL = fmt.Sprintf(migrateWakeSQL, fn, sqlString(s.wakeBody))
 	auditParts := slices.Clone(parts)
 	auditParts[len(parts)-1] += "_audit"
 	s.audit = strings.Join(auditParts, ".")
@@ -281,8 +281,8 @@ const (
 	// queued for the key since the last waiter took it: it takes the key
 	// only if the row's queued flag is off, and touches no other table, so
 	// the common case, a key no one waits for, is one statement on one
-	// row. Its second and
-	// third columns, read from the statement's snapshot, are the holder's
+	// row. Its second and third columns, read from the statement's
+	// snapshot, are the holder's
 	// remaining TTL and the flag: refused with the flag on and the key
 	// free, the Store asks again with acquireQueueSQL, which reads the
 	// queue (a second round trip, only while waiters queue or have
@@ -319,8 +319,8 @@ SELECT (SELECT fence FROM acquired),
        (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
 
 	// acquireQueuedSQL (acquireQueuedTail) is acquireQueueSQL for a
-	// waiter: refused, the caller
-	// joins the back of the queue or keeps its place, its row valid for
+	// waiter: refused, the caller joins the back of the queue or keeps its
+	// place, its row valid for
 	// $5 from now (joined), and turns the key's queued flag on (flagged),
 	// writing the row even when it is on already; and the second column is
 	// NULL for a caller behind the head (it has no reason to try at the
@@ -334,8 +334,8 @@ SELECT (SELECT fence FROM acquired),
 	// row (served, after it locked the lease row) that a poll would prune,
 	// wait for one another at most one way, never in a deadlock. And its
 	// third column is a wake-up of the head, sent when the key is free and
-	// the caller was refused for it: the head may have missed its wake-up. A plain Acquire does neither, and pays
-	// nothing for them.
+	// the caller was refused for it: the head may have missed its
+	// wake-up. A plain Acquire does neither, and pays nothing for them.
 	acquireQueuedTail = acquireQueueSteps + `, joined AS (
 	INSERT INTO %[2]s (key, token, deadline)
 	SELECT $1, $2, now() + $5::interval WHERE NOT EXISTS (SELECT FROM acquired)
@@ -365,7 +365,7 @@ SELECT a.fence,
 
 	// releaseSQL clears the owner but keeps the row, so the fence goes on
 	// rising, and, only when the row's queued flag is on, calls the wake-up
-	// function (%[3]s, migrateWakeSQL), which queues a notification that
+	// function (%[2]s, migrateWakeSQL), which queues a notification that
 	// wakes the queue's live head (turnPayload), delivered when the
 	// statement commits. A release nobody waits for sends nothing: no
 	// NOTIFY, so no commit under the cluster-wide notification queue lock.
@@ -377,18 +377,18 @@ SELECT a.fence,
 	// costs that only when it is made. One row updated means released.
 	releaseSQL = `UPDATE %[1]s SET token = NULL, expires_at = NULL
  WHERE key = $1 AND token = $2 AND expires_at > now()
-RETURNING CASE WHEN queued THEN %[3]s($1, $2, $3) END`
+RETURNING CASE WHEN queued THEN %[2]s($1, $2, $3) END`
 
-	// migrateWakeSQL makes the wake-up function %[3]s(key, releaser,
-	// channel), whose body, %[4]s, is wakeBody as a string literal: it
+	// migrateWakeSQL makes the wake-up function %[1]s(key, releaser,
+	// channel), whose body, %[2]s, is wakeBody as a string literal: it
 	// notifies the live head of key's queue other than releaser on
 	// channel. PL/pgSQL, so that PostgreSQL plans its lookup once per
-	// session and runs it only when the function is called. Its tables are
-	// named as the statements name them (schema-qualified when the lease
-	// table is), so they resolve alike. Migrate replaces a function whose
-	// body is not this version's.
-	migrateWakeSQL = `CREATE OR REPLACE FUNCTION %[3]s(text, text, text) RETURNS void
-LANGUAGE plpgsql AS %[4]s`
+	// session and runs it only when the function is called. Its body
+	// names the waiters table as the statements name it (schema-qualified
+	// when the lease table is), so they resolve alike. Migrate replaces a
+	// function whose body is not this version's.
+	migrateWakeSQL = `CREATE OR REPLACE FUNCTION %[1]s(text, text, text) RETURNS void
+LANGUAGE plpgsql AS %[2]s`
 	wakeBody = `
 BEGIN
 	PERFORM pg_notify($3, ` + turnPayload + `)

@@ -41,7 +41,7 @@ return 1`)
 //
 //	go test -run '^$' -bench BatcherFlights -benchtime 1x
 func BenchmarkBatcherFlights(b *testing.B) {
-	client, c := benchClient(b)
+	_, client, c := benchClient(b)
 	const rounds, cell = 7, 300 * time.Millisecond
 	for _, conc := range []int{1, 16, 64} {
 		rates := map[int][]float64{}
@@ -95,11 +95,8 @@ var (
 //
 //	go test -run '^$' -bench BatcherShapes -benchtime 1x
 func BenchmarkBatcherShapes(b *testing.B) {
-	client, c := benchClient(b)
-	pid, err := strconv.Atoi(testserver.InfoField(client.Info(b.Context(), "server").Val(), "process_id"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv, client, c := benchClient(b)
+	pid := srv.Pid()
 	type shape struct {
 		name          string
 		size, flights int // 0: unbatched
@@ -199,9 +196,9 @@ func pidCPU(pid int) time.Duration {
 	return sum
 }
 
-// benchClient is a client of a redis-server of the benchmark's own, closed
-// with it, and its Caller.
-func benchClient(b *testing.B) (*redis.Client, Caller) {
+// benchClient starts a redis-server of the benchmark's own and returns it,
+// a client of it, closed with the benchmark, and the client's Caller.
+func benchClient(b *testing.B) (*testserver.RedisServer, *redis.Client, Caller) {
 	srv := testserver.StartRedis(b)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 80})
 	b.Cleanup(func() { _ = client.Close() })
@@ -209,5 +206,5 @@ func benchClient(b *testing.B) (*redis.Client, Caller) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return client, c
+	return srv, client, c
 }
