@@ -59,6 +59,14 @@ func (p *Proxy) CutNextReply() {
 	p.mu.Unlock()
 }
 
+// PendingCuts returns how many cuts CutNextReply asked for have not yet
+// swallowed a reply: 0 once every cut has closed a connection.
+func (p *Proxy) PendingCuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
 // Freeze holds every byte in both directions, keeping connections open: a
 // silent partition, which only timeouts notice.
 func (p *Proxy) Freeze() {

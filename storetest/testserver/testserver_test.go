@@ -263,8 +263,14 @@ func TestProxyForwardsCutsAndFreezes(t *testing.T) {
 		t.Fatalf("after thaw: %q, %v", buf[:n], err)
 	}
 	p.CutNextReply()
+	if n := p.PendingCuts(); n != 1 {
+		t.Fatalf("PendingCuts before the reply = %d, want 1", n)
+	}
 	if got, err := roundTrip("SET cut 1", 5*time.Second); err == nil {
 		t.Fatalf("the cut reply arrived: %q", got)
+	}
+	if n := p.PendingCuts(); n != 0 {
+		t.Fatalf("PendingCuts after the reply = %d, want 0", n)
 	}
 	if v, err := srv.Do("GET", "cut"); err != nil || v != "1" {
 		t.Fatalf("the request behind the cut reply was not applied: %q, %v", v, err)
