@@ -52,13 +52,14 @@ type Client struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	cleanupTimeout time.Duration
-	tokenSuffix    string  // "~" and the encoded holder identity, ending every token
-	storeName      string  // the store's package, for StoreCallEvent
-	watchStore     bool    // an Observer has OnStoreCall: time every store call
-	ownStore       bool    // Close closes the store too
-	lines          lines   // the Client's waiters, per key (wait.go)
-	renew          renewer // renews every kept-alive lease of the Client (renewal.go)
-	err            error   // the first bad option; every call returns it
+	tokenSuffix    string          // "~" and the encoded holder identity, ending every token
+	storeName      string          // the store's package, for StoreCallEvent
+	watchStore     bool            // an Observer has OnStoreCall: time every store call
+	ownStore       bool            // Close closes the store too
+	lines          lines           // the Client's waiters, per key (wait.go)
+	renew          renewer         // renews every kept-alive lease of the Client (renewal.go)
+	deadlines      sharedDeadlines // of releases (deadline.go)
+	err            error           // the first bad option; every call returns it
 }
 
 // setErr records the first bad option.

@@ -177,9 +177,10 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // Release gives the key up if it still holds the lease's token, and returns
 // ErrNotOwned if it did not. A running KeepAlive's Context is cancelled
 // before the release is sent. A cancelled ctx does not stop the release; its
-// live deadline bounds it, else 2 s. A release of unknown outcome (a lost
-// reply) is retried within that bound. When this Client's next waiter for
-// the key is next in line, the key goes to it in the same store call.
+// live deadline bounds it, else 2 s (or up to a sixteenth less: releases
+// that start together share one deadline). A release of unknown outcome (a
+// lost reply) is retried within that bound. When this Client's next waiter
+// for the key is next in line, the key goes to it in the same store call.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -193,7 +194,7 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // release is Release bounded by timeout (see releaseContext).
 func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
-	rctx, cancel := releaseContext(ctx, timeout)
+	rctx, cancel := l.client.releaseContext(ctx, timeout)
 	defer cancel()
 	if !l.begin(rctx.Done()) {
 		return fmt.Errorf("leasehold: release %q: still waiting for another call on the lease: %w", l.key, context.DeadlineExceeded)
@@ -224,14 +225,16 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 	return err
 }
 
-// releaseContext is ctx without its cancellation, ending after timeout or at
-// ctx's live deadline, whichever is first.
-func releaseContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	deadline := time.Now().Add(timeout)
-	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil && dl.Before(deadline) {
-		deadline = dl
+// releaseContext is ctx without its cancellation, ending at ctx's live
+// deadline when that comes first, else within timeout: at most a sixteenth
+// of it earlier, on a deadline shared with the releases that start about
+// then (sharedDeadlines).
+func (c *Client) releaseContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	now := time.Now()
+	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil && dl.Before(now.Add(timeout)) {
+		return context.WithDeadline(context.WithoutCancel(ctx), dl)
 	}
-	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	return &detachedContext{Context: context.WithoutCancel(ctx), end: c.deadlines.within(now, timeout)}, func() {}
 }
 
 // releaseRetrying sends a release until it gets an answer or ctx ends; unsure
