@@ -97,8 +97,9 @@ func WithDriftMargin(d time.Duration) HoldOption {
 
 // WithReleaseTimeout bounds the release after the critical section (Hold's
 // fn, a Lead term, a RunLoop tick that panicked). Default: 2 s. A release
-// may end up to a sixteenth of it early, never late: releases that start
-// together share one deadline. For Hold, RunLoop and Lead.
+// may end up to 1 ms early (a sixteenth of a bound under 16 ms), never
+// late: the releases that start that close share one deadline. For Hold,
+// RunLoop and Lead.
 func WithReleaseTimeout(d time.Duration) HoldOption {
 	return option("WithReleaseTimeout", optHold|optLoop|optLead, func(c *holdConfig) { c.releaseTimeout = d })
 }

@@ -177,9 +177,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // Release gives the key up if it still holds the lease's token, and returns
 // ErrNotOwned if it did not. A running KeepAlive's Context is cancelled
 // before the release is sent. A cancelled ctx does not stop the release; its
-// live deadline bounds it, else 2 s (or up to a sixteenth less: releases
-// that start together share one deadline). A release of unknown outcome (a
-// lost reply) is retried within that bound. When this Client's next waiter
+// live deadline bounds it, else 2 s (up to 1 ms less: the releases that
+// start within a millisecond share one deadline). A release of unknown
+// outcome (a lost reply) is retried within that bound. When this Client's next waiter
 // for the key is next in line, the key goes to it in the same store call.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
@@ -226,9 +226,9 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 }
 
 // releaseContext is ctx without its cancellation, ending at ctx's live
-// deadline when that comes first, else within timeout: at most a sixteenth
-// of it earlier, on a deadline shared with the releases that start about
-// then (sharedDeadlines).
+// deadline when that comes first, else within timeout: at most 1 ms earlier,
+// on a deadline shared with the releases that start about then
+// (sharedDeadlines).
 func (c *Client) releaseContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil && dl.Before(now.Add(timeout)) {

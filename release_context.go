@@ -11,8 +11,8 @@ import (
 // context.WithDeadline per release costs a timer started and stopped, five
 // allocations and, once a driver watches it, a map of children: about half
 // of the Client's own CPU in an uncontended cycle on pgstore (docs/design.md
-// §9). The releases that start close together share one context instead,
-// which ends no later than any of their bounds.
+// §9). The releases that start within a millisecond share one context
+// instead, which ends no later than any of their bounds.
 type sharedDeadlines struct {
 	cur atomic.Pointer[sharedDeadline]
 }
@@ -24,18 +24,21 @@ type sharedDeadline struct {
 	end    time.Time
 }
 
-// deadlineShare says how early a shared deadline may end, as a fraction of
-// the bound: a release bounded by d gets between d - d/16 and d. The
-// releases that start within a sixteenth of the bound share a timer, so a
-// busy Client keeps about 16 live timers whatever its rate, and a bound cut
-// by 6 % leaves the 2 s default's reason (the store is in trouble) intact.
-const deadlineShare = 16
+// maxDeadlineShare is how much earlier than its bound a release's deadline
+// may end, at most: the releases that start within it share one timer. At
+// the rates where a timer per release costs anything (thousands of releases
+// a second), 1 ms holds several releases; against the default 2 s bound it
+// is 0.05 %. A bound under 16 ms shares a sixteenth of itself instead.
+const maxDeadlineShare = time.Millisecond
 
-// within returns a context that ends between bound - bound/deadlineShare and
-// bound after now, never later.
+// deadlineShare is how early a deadline of bound may end.
+func deadlineShare(bound time.Duration) time.Duration { return min(bound/16, maxDeadlineShare) }
+
+// within returns a context that ends between bound - deadlineShare(bound)
+// and bound after now, never later.
 func (s *sharedDeadlines) within(now time.Time, bound time.Duration) context.Context {
 	latest := now.Add(bound)
-	earliest := latest.Add(-bound / deadlineShare)
+	earliest := latest.Add(-deadlineShare(bound))
 	if d := s.cur.Load(); d != nil && !d.end.Before(earliest) && !d.end.After(latest) {
 		return d.ctx
 	}

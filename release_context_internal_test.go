@@ -76,16 +76,20 @@ func TestDetachedContextChildrenNeedNoGoroutine(t *testing.T) {
 	}
 }
 
-// within never returns a deadline past the bound, nor more than a sixteenth
-// of it before, at the bounds' edges too.
+// within never returns a deadline past the bound, nor more than 1 ms (a
+// sixteenth of a bound under 16 ms) before, at the edges too.
 func TestSharedDeadlineWithinItsBound(t *testing.T) {
 	var s sharedDeadlines
 	now := time.Now()
-	for i, bound := range []time.Duration{time.Nanosecond, 15, 16, 17, time.Millisecond, 2 * time.Second, time.Hour, 1<<62 - 1} {
-		at := now.Add(time.Duration(i) * time.Microsecond)
+	for i, bound := range []time.Duration{time.Nanosecond, 15, 16, 17, time.Millisecond, 16*time.Millisecond - 1, 16 * time.Millisecond,
+		16*time.Millisecond + 1, 2 * time.Second, time.Hour, 1<<62 - 1} {
+		// Calls 100 µs apart: a deadline shared with the call before must
+		// still be within this call's bound.
+		at := now.Add(time.Duration(i) * 100 * time.Microsecond)
 		dl, ok := s.within(at, bound).Deadline()
-		if !ok || dl.After(at.Add(bound)) || dl.Before(at.Add(bound-bound/deadlineShare)) {
-			t.Errorf("bound %v: deadline %v after now (ok %v), want within [%v, %v]", bound, dl.Sub(at), ok, bound-bound/deadlineShare, bound)
+		share := min(bound/16, time.Millisecond)
+		if !ok || dl.After(at.Add(bound)) || dl.Before(at.Add(bound-share)) {
+			t.Errorf("bound %v: deadline %v after now (ok %v), want within [%v, %v]", bound, dl.Sub(at), ok, bound-share, bound)
 		}
 	}
 }

@@ -50,9 +50,9 @@ type ctxKey struct{}
 
 // A release runs under a context of its own: the caller's values, not its
 // cancellation, and a deadline within the bound (2 s, or WithReleaseTimeout)
-// that is never later than the bound and at most a sixteenth of it earlier.
-// A caller's earlier deadline is kept exactly. Releases that start within a
-// sixteenth of the bound share one deadline; later ones get a new one.
+// that is never later than the bound and at most 1 ms earlier. A caller's
+// earlier deadline is kept exactly. Releases that start within 1 ms share
+// one deadline; later ones get a new one.
 func TestReleaseContextIsDetachedAndBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &releaseCtxStore{Store: memstore.New()}
@@ -71,8 +71,8 @@ func TestReleaseContextIsDetachedAndBounded(t *testing.T) {
 			if !ok {
 				t.Fatal("the release's context has no deadline")
 			}
-			if latest, earliest := start.Add(bound), start.Add(bound-bound/16); dl.After(latest) || dl.Before(earliest) {
-				t.Errorf("the release's deadline is %v after it began, want within [%v, %v]", dl.Sub(start), bound-bound/16, bound)
+			if latest, earliest := start.Add(bound), start.Add(bound-time.Millisecond); dl.After(latest) || dl.Before(earliest) {
+				t.Errorf("the release's deadline is %v after it began, want within [%v, %v]", dl.Sub(start), bound-time.Millisecond, bound)
 			}
 		}
 
@@ -92,25 +92,25 @@ func TestReleaseContextIsDetachedAndBounded(t *testing.T) {
 		}
 		within(first, start, 2*time.Second)
 
-		// Started 100 ms later (under 2 s / 16): the same deadline.
-		time.Sleep(100 * time.Millisecond)
+		// Started 600 µs later: the same deadline.
+		time.Sleep(600 * time.Microsecond)
 		if err := acquire("b").Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		second, _ := st.last(t)
 		if second.Done() != first.Done() {
-			t.Error("two releases 100 ms apart got deadlines of their own, want one shared")
+			t.Error("two releases 600 µs apart got deadlines of their own, want one shared")
 		}
 		within(second, time.Now(), 2*time.Second)
 
-		// 2 s / 16 after the first: a new one.
-		time.Sleep(2*time.Second/16 - 100*time.Millisecond + time.Nanosecond)
+		// Just over 1 ms after the first: a new one.
+		time.Sleep(400*time.Microsecond + time.Nanosecond)
 		if err := acquire("c").Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		third, _ := st.last(t)
 		if third.Done() == first.Done() {
-			t.Error("a release 2 s / 16 after another shares its deadline, which would end it early")
+			t.Error("a release over 1 ms after another shares its deadline, which would end it early")
 		}
 		within(third, time.Now(), 2*time.Second)
 
@@ -160,8 +160,8 @@ func TestReleaseEndsByItsSharedDeadline(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Release to a silent store: %v, want a deadline error", err)
 		}
-		if took := time.Since(start); took > 2*time.Second || took < 2*time.Second-2*time.Second/16 {
-			t.Errorf("Release returned after %v, want within [%v, 2s]", took, 2*time.Second-2*time.Second/16)
+		if took := time.Since(start); took > 2*time.Second || took < 2*time.Second-time.Millisecond {
+			t.Errorf("Release returned after %v, want within [%v, 2s]", took, 2*time.Second-time.Millisecond)
 		}
 		ctx, _ := st.last(t)
 		if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
