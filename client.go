@@ -58,7 +58,7 @@ type Client struct {
 	ownStore       bool            // Close closes the store too
 	lines          lines           // the Client's waiters, per key (wait.go)
 	renew          renewer         // renews every kept-alive lease of the Client (renewal.go)
-	deadlines      sharedDeadlines // of releases (deadline.go)
+	deadlines      sharedDeadlines // of releases (release_context.go)
 	err            error           // the first bad option; every call returns it
 }
 

@@ -179,8 +179,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // before the release is sent. A cancelled ctx does not stop the release; its
 // live deadline bounds it, else 2 s (up to 1 ms less: the releases that
 // start within a millisecond share one deadline). A release of unknown
-// outcome (a lost reply) is retried within that bound. When this Client's next waiter
-// for the key is next in line, the key goes to it in the same store call.
+// outcome (a lost reply) is retried within that bound. When this Client's
+// next waiter for the key is next in line, the key goes to it in the same
+// store call.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.valid(); err != nil {
 		return err
