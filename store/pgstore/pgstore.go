@@ -277,18 +277,16 @@ const (
 	RETURNING l.fence
 )`
 
-	// acquireSQL (acquireTail) is a plain Acquire when no waiter has
-	// queued for the key since the last waiter took it: it takes the key
-	// only if the row's queued flag is off, and touches no other table, so
-	// the common case, a key no one waits for, is one statement on one
-	// row. Its second and third columns, read from the statement's
-	// snapshot, are the holder's
-	// remaining TTL and the flag: refused with the flag on and the key
-	// free, the Store asks again with acquireQueueSQL, which reads the
-	// queue (a second round trip, only while waiters queue or have
-	// queued). The TTL is NULL in the rare race where the holder's row was
-	// written after the statement started; the caller then gets a
-	// HeldError without a TTL.
+	// acquireSQL (acquireTail) is a plain Acquire when no waiter has queued
+	// for the key since the last waiter took it: it takes the key only if the
+	// row's queued flag is off, and touches no other table, so the common
+	// case, a key no one waits for, is one statement on one row. Its second
+	// and third columns, read from the statement's snapshot, are the holder's
+	// remaining TTL and the flag: refused with the flag on and the key free,
+	// the Store asks again with acquireQueueSQL, which reads the queue (a
+	// second round trip, only while waiters queue or have queued). The TTL is
+	// NULL in the rare race where the holder's row was written after the
+	// statement started; the caller then gets a HeldError without a TTL.
 	acquireTail = `
 SELECT (SELECT fence FROM acquired), h.remaining, h.queued
   FROM (SELECT) AS one LEFT JOIN (
@@ -318,24 +316,23 @@ SELECT (SELECT fence FROM acquired), h.remaining, h.queued
 SELECT (SELECT fence FROM acquired),
        (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
 
-	// acquireQueuedSQL (acquireQueuedTail) is acquireQueueSQL for a
-	// waiter: refused, the caller joins the back of the queue or keeps its
-	// place, its row valid for
-	// $5 from now (joined), and turns the key's queued flag on (flagged),
-	// writing the row even when it is on already; and the second column is
-	// NULL for a caller behind the head (it has no reason to try at the
-	// holder's expiry). It also deletes up to 16 expired rows of the key's
-	// queue, the oldest first (pruned): the waiters' polls collect the rows
-	// of waiters that died. A poll locks its own queue row (joined), then
-	// the lease row (flagged, which pruned's filter makes run first, and
-	// which acquired may have locked already), and then skips the rows
-	// another statement has locked: two late waiters pruning each other's
-	// rows while each refreshes its own, or an acquire deleting its own
-	// row (served, after it locked the lease row) that a poll would prune,
-	// wait for one another at most one way, never in a deadlock. And its
-	// third column is a wake-up of the head, sent when the key is free and
-	// the caller was refused for it: the head may have missed its
-	// wake-up. A plain Acquire does neither, and pays nothing for them.
+	// acquireQueuedSQL (acquireQueuedTail) is acquireQueueSQL for a waiter:
+	// refused, the caller joins the back of the queue or keeps its place, its
+	// row valid for $5 from now (joined), and turns the key's queued flag on
+	// (flagged), writing the row even when it is on already; and the second
+	// column is NULL for a caller behind the head (it has no reason to try at
+	// the holder's expiry). It also deletes up to 16 expired rows of the key's
+	// queue, the oldest first (pruned): the waiters' polls collect the rows of
+	// waiters that died. A poll locks its own queue row (joined), then the
+	// lease row (flagged, which pruned's filter makes run first, and which
+	// acquired may have locked already), and then skips the rows another
+	// statement has locked: two late waiters pruning each other's rows while
+	// each refreshes its own, or an acquire deleting its own row (served,
+	// after it locked the lease row) that a poll would prune, wait for one
+	// another at most one way, never in a deadlock. And its third column is a
+	// wake-up of the head, sent when the key is free and the caller was
+	// refused for it: the head may have missed its wake-up. A plain Acquire
+	// does neither, and pays nothing for them.
 	acquireQueuedTail = acquireQueueSteps + `, joined AS (
 	INSERT INTO %[2]s (key, token, deadline)
 	SELECT $1, $2, now() + $5::interval WHERE NOT EXISTS (SELECT FROM acquired)
