@@ -208,3 +208,108 @@ func benchClient(b *testing.B) (*testserver.RedisServer, *redis.Client, Caller) 
 	}
 	return srv, client, c
 }
+
+// BenchmarkBatcherVsFullDuplex sets the Batcher beside go-redis's
+// full-duplex autopipeliner (AutoPipelineOptions.FullDuplex, experimental
+// in go-redis v9.23), which hands each reply to its caller as soon as it is
+// read where a pipeline returns its replies together. Each goroutine takes
+// and gives back a key of its own with the scripts above, as the Store
+// would send them on the autopipeliner: Submit, then WaitContext under the
+// caller's context. "fd-hooked" is the same on a client with one hook that
+// does nothing, as redisotel's would: go-redis then runs each command's hook
+// chain on a goroutine of its own. Interleaved rounds; medians of cycles per
+// second, of the cores this process and redis-server kept busy, and of
+// their CPU per cycle.
+//
+//	go test -run '^$' -bench BatcherVsFullDuplex -benchtime 1x
+func BenchmarkBatcherVsFullDuplex(b *testing.B) {
+	srv, client, c := benchClient(b)
+	pid := srv.Pid()
+	fullDuplex := func(hooked bool) *redis.AutoPipeliner {
+		cl := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 80})
+		b.Cleanup(func() { _ = cl.Close() })
+		if hooked {
+			cl.AddHook(nopHook{})
+		}
+		cfg := redis.DefaultAutoPipelineOptions()
+		cfg.FullDuplex = true
+		ap, err := cl.AsyncAutoPipelineWithOptions(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ap
+	}
+	ctx := context.Background()
+	for _, sc := range []Script{benchTake, benchGive} {
+		if err := sc.Load(ctx, client).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type way struct {
+		name string
+		ap   *redis.AutoPipeliner // nil: the Batcher
+	}
+	ways := []way{{"batcher", nil}, {"fd", fullDuplex(false)}, {"fd-hooked", fullDuplex(true)}}
+	const rounds, cell = 7, 400 * time.Millisecond
+	median := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	for _, conc := range []int{1, 16, 64} {
+		rate, busy, perCycle := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		for r := range rounds {
+			for _, w := range ways {
+				bt := NewBatcher(client, c, DefaultBatchSize)
+				run := func(ctx context.Context, sc Script, keys []string, args ...any) error {
+					if w.ap == nil {
+						return bt.Run(ctx, sc, keys, args, nil).Err()
+					}
+					cmd := newCmd(ctx, "evalsha", sc.hash, keys, args)
+					if err := w.ap.Submit(ctx, sc.wrap(cmd)).WaitContext(ctx); err != nil {
+						return err
+					}
+					return cmd.Err()
+				}
+				var n atomic.Int64
+				cctx, cancel := context.WithTimeout(ctx, cell)
+				var wg sync.WaitGroup
+				self0, srv0, t0 := selfCPU(), pidCPU(pid), time.Now()
+				for g := range conc {
+					wg.Go(func() {
+						k := fmt.Sprintf("{v%d:%d:%d:%s}", conc, r, g, w.name)
+						keys := []string{k, k + "f", k + "q"}
+						for cctx.Err() == nil {
+							callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
+							if err := run(callCtx, benchTake, keys, "tok", 60000); err != nil {
+								b.Error(err)
+							}
+							if err := run(callCtx, benchGive, keys[:2], "tok", "chan"); err != nil {
+								b.Error(err)
+							}
+							callCancel()
+							n.Add(1)
+						}
+					})
+				}
+				wg.Wait()
+				cancel()
+				wall := time.Since(t0)
+				cpu := selfCPU() - self0 + pidCPU(pid) - srv0
+				rate[w.name] = append(rate[w.name], float64(n.Load())/wall.Seconds())
+				busy[w.name] = append(busy[w.name], cpu.Seconds()/wall.Seconds())
+				perCycle[w.name] = append(perCycle[w.name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
+			}
+		}
+		for _, w := range ways {
+			b.ReportMetric(median(rate[w.name]), fmt.Sprintf("c%d-%s-cycles/s", conc, w.name))
+			b.ReportMetric(median(busy[w.name]), fmt.Sprintf("c%d-%s-cores", conc, w.name))
+			b.ReportMetric(median(perCycle[w.name]), fmt.Sprintf("c%d-%s-µs/cycle", conc, w.name))
+		}
+	}
+}
+
+// nopHook is a go-redis hook that does nothing.
+type nopHook struct{}
+
+func (nopHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (nopHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (nopHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
