@@ -305,6 +305,74 @@ func BenchmarkBatcherVsFullDuplex(b *testing.B) {
 	}
 }
 
+// BenchmarkBatcherDetached measures what a client without
+// ContextTimeoutEnabled (go-redis's default) costs: go-redis does not follow
+// the context on the socket, so a Batcher runs each call that can be
+// cancelled on a flush goroutine, even alone, where with
+// ContextTimeoutEnabled a lone call goes out on its caller's goroutine.
+// Each goroutine takes and gives back a key of its own, under a context
+// with a deadline, as the Client's calls are; interleaved rounds, medians
+// of cycles per second and of client + server CPU per cycle.
+//
+//	go test -run '^$' -bench BatcherDetached -benchtime 1x
+func BenchmarkBatcherDetached(b *testing.B) {
+	srv, client, c := benchClient(b)
+	pid := srv.Pid()
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 80})
+	b.Cleanup(func() { _ = plain.Close() })
+	pc, err := CheckClient(plain)
+	if err != nil || !pc.detach {
+		b.Fatalf("CheckClient of a client without ContextTimeoutEnabled: %+v, %v; want a detached Caller", pc, err)
+	}
+	type way struct {
+		name   string
+		client redis.UniversalClient
+		c      Caller
+	}
+	ways := []way{{"ctx-timeouts", client, c}, {"detached", plain, pc}}
+	const rounds, cell = 7, 400 * time.Millisecond
+	median := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	for _, conc := range []int{1, 16, 64} {
+		rate, perCycle := map[string][]float64{}, map[string][]float64{}
+		for r := range rounds {
+			for _, w := range ways {
+				bt := NewBatcher(w.client, w.c, DefaultBatchSize)
+				var n atomic.Int64
+				cctx, cancel := context.WithTimeout(context.Background(), cell)
+				var wg sync.WaitGroup
+				self0, srv0, t0 := selfCPU(), pidCPU(pid), time.Now()
+				for g := range conc {
+					wg.Go(func() {
+						k := fmt.Sprintf("{d%d:%d:%d:%s}", conc, r, g, w.name)
+						keys := []string{k, k + "f", k + "q"}
+						for cctx.Err() == nil {
+							callCtx, callCancel := context.WithTimeout(context.Background(), 5*time.Second)
+							if err := bt.Run(callCtx, benchTake, keys, []any{"tok", 60000}, nil).Err(); err != nil {
+								b.Error(err)
+							}
+							if err := bt.Run(callCtx, benchGive, keys[:2], []any{"tok", "chan"}, nil).Err(); err != nil {
+								b.Error(err)
+							}
+							callCancel()
+							n.Add(1)
+						}
+					})
+				}
+				wg.Wait()
+				cancel()
+				wall := time.Since(t0)
+				cpu := selfCPU() - self0 + pidCPU(pid) - srv0
+				rate[w.name] = append(rate[w.name], float64(n.Load())/wall.Seconds())
+				perCycle[w.name] = append(perCycle[w.name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
+			}
+		}
+		for _, w := range ways {
+			b.ReportMetric(median(rate[w.name]), fmt.Sprintf("c%d-%s-cycles/s", conc, w.name))
+			b.ReportMetric(median(perCycle[w.name]), fmt.Sprintf("c%d-%s-µs/cycle", conc, w.name))
+		}
+	}
+}
+
 // nopHook is a go-redis hook that does nothing.
 type nopHook struct{}
 
