@@ -113,7 +113,7 @@ func BenchmarkBatcherShapes(b *testing.B) {
 		}
 	}
 	const rounds, cell, conc = 7, 400 * time.Millisecond, 64
-	rate, busy, perCycle := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	var figs cycleFigures
 	for r := range rounds {
 		for _, sh := range shapes {
 			var bt *Batcher
@@ -121,48 +121,71 @@ func BenchmarkBatcherShapes(b *testing.B) {
 				bt = NewBatcher(client, c, sh.size)
 				bt.flights = sh.flights
 			}
-			run := func(ctx context.Context, sc Script, keys []string, args ...any) error {
-				if bt == nil {
-					return sc.Run(ctx, client, keys, args...).Err()
-				}
-				return bt.Run(ctx, sc, keys, args, nil).Err()
-			}
-			var n atomic.Int64
-			ctx, cancel := context.WithTimeout(context.Background(), cell)
-			var wg sync.WaitGroup
-			self0, srv0, t0 := selfCPU(), pidCPU(pid), time.Now()
-			for w := range conc {
-				wg.Go(func() {
-					k := fmt.Sprintf("{s%d:%d:%s}", r, w, sh.name)
-					keys := []string{k, k + "f", k + "q"}
-					for ctx.Err() == nil {
-						cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-						if err := run(cctx, sh.take, keys, "tok", 60000); err != nil {
-							b.Error(err)
-						}
-						if err := run(cctx, sh.give, keys[:2], "tok", "chan"); err != nil {
-							b.Error(err)
-						}
-						ccancel()
-						n.Add(1)
+			figs.cycles(b, pid, conc, cell, sh.name, fmt.Sprintf("s%d:%s", r, sh.name), sh.take, sh.give,
+				func(ctx context.Context, sc Script, keys []string, args ...any) error {
+					if bt == nil {
+						return sc.Run(ctx, client, keys, args...).Err()
 					}
+					return bt.Run(ctx, sc, keys, args, nil).Err()
 				})
-			}
-			wg.Wait()
-			cancel()
-			wall := time.Since(t0)
-			cpu := selfCPU() - self0 + pidCPU(pid) - srv0
-			rate[sh.name] = append(rate[sh.name], float64(n.Load())/wall.Seconds())
-			busy[sh.name] = append(busy[sh.name], cpu.Seconds()/wall.Seconds())
-			perCycle[sh.name] = append(perCycle[sh.name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
 		}
 	}
-	median := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
 	for _, sh := range shapes {
-		b.ReportMetric(median(rate[sh.name]), sh.name+"-cycles/s")
-		b.ReportMetric(median(busy[sh.name]), sh.name+"-cores")
-		b.ReportMetric(median(perCycle[sh.name]), sh.name+"-µs/cycle")
+		figs.report(b, "", sh.name)
 	}
+}
+
+// runner sends one script call, as the way under measurement sends it.
+type runner func(ctx context.Context, sc Script, keys []string, args ...any) error
+
+// cycles records the cycles of take and give that conc goroutines, each
+// with a key of its own under prefix, make through run in one cell: cycles
+// per second, the cores this process and redis-server (pid) kept busy
+// together, and their CPU per cycle in µs, appended to m under name.
+func (m *cycleFigures) cycles(b *testing.B, pid, conc int, cell time.Duration, name, prefix string, take, give Script, run runner) {
+	var n atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), cell)
+	defer cancel()
+	var wg sync.WaitGroup
+	self0, srv0, t0 := selfCPU(), pidCPU(pid), time.Now()
+	for w := range conc {
+		wg.Go(func() {
+			k := fmt.Sprintf("{%s:%d}", prefix, w)
+			keys := []string{k, k + "f", k + "q"}
+			for ctx.Err() == nil {
+				cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if err := run(cctx, take, keys, "tok", 60000); err != nil {
+					b.Error(err)
+				}
+				if err := run(cctx, give, keys[:2], "tok", "chan"); err != nil {
+					b.Error(err)
+				}
+				ccancel()
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	cpu := selfCPU() - self0 + pidCPU(pid) - srv0
+	if m.rate == nil {
+		m.rate, m.busy, m.perCycle = map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	}
+	m.rate[name] = append(m.rate[name], float64(n.Load())/wall.Seconds())
+	m.busy[name] = append(m.busy[name], cpu.Seconds()/wall.Seconds())
+	m.perCycle[name] = append(m.perCycle[name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
+}
+
+// cycleFigures are the figures of the rounds of several ways, by name.
+type cycleFigures struct{ rate, busy, perCycle map[string][]float64 }
+
+// report reports the medians of the rounds of way name, the metrics named
+// prefix+name+"-cycles/s", "-cores" and "-µs/cycle".
+func (m *cycleFigures) report(b *testing.B, prefix, name string) {
+	median := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	b.ReportMetric(median(m.rate[name]), prefix+name+"-cycles/s")
+	b.ReportMetric(median(m.busy[name]), prefix+name+"-cores")
+	b.ReportMetric(median(m.perCycle[name]), prefix+name+"-µs/cycle")
 }
 
 // selfCPU is the CPU time this process has used, user and system.
@@ -251,56 +274,26 @@ func BenchmarkBatcherVsFullDuplex(b *testing.B) {
 	}
 	ways := []way{{"batcher", nil}, {"fd", fullDuplex(false)}, {"fd-hooked", fullDuplex(true)}}
 	const rounds, cell = 7, 400 * time.Millisecond
-	median := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
 	for _, conc := range []int{1, 16, 64} {
-		rate, busy, perCycle := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+		var figs cycleFigures
 		for r := range rounds {
 			for _, w := range ways {
 				bt := NewBatcher(client, c, DefaultBatchSize)
-				run := func(ctx context.Context, sc Script, keys []string, args ...any) error {
-					if w.ap == nil {
-						return bt.Run(ctx, sc, keys, args, nil).Err()
-					}
-					cmd := newCmd(ctx, "evalsha", sc.hash, keys, args)
-					if err := w.ap.Submit(ctx, sc.wrap(cmd)).WaitContext(ctx); err != nil {
-						return err
-					}
-					return cmd.Err()
-				}
-				var n atomic.Int64
-				cctx, cancel := context.WithTimeout(ctx, cell)
-				var wg sync.WaitGroup
-				self0, srv0, t0 := selfCPU(), pidCPU(pid), time.Now()
-				for g := range conc {
-					wg.Go(func() {
-						k := fmt.Sprintf("{v%d:%d:%d:%s}", conc, r, g, w.name)
-						keys := []string{k, k + "f", k + "q"}
-						for cctx.Err() == nil {
-							callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
-							if err := run(callCtx, benchTake, keys, "tok", 60000); err != nil {
-								b.Error(err)
-							}
-							if err := run(callCtx, benchGive, keys[:2], "tok", "chan"); err != nil {
-								b.Error(err)
-							}
-							callCancel()
-							n.Add(1)
+				figs.cycles(b, pid, conc, cell, w.name, fmt.Sprintf("v%d:%d:%s", conc, r, w.name), benchTake, benchGive,
+					func(ctx context.Context, sc Script, keys []string, args ...any) error {
+						if w.ap == nil {
+							return bt.Run(ctx, sc, keys, args, nil).Err()
 						}
+						cmd := newCmd(ctx, "evalsha", sc.hash, keys, args)
+						if err := w.ap.Submit(ctx, sc.wrap(cmd)).WaitContext(ctx); err != nil {
+							return err
+						}
+						return cmd.Err()
 					})
-				}
-				wg.Wait()
-				cancel()
-				wall := time.Since(t0)
-				cpu := selfCPU() - self0 + pidCPU(pid) - srv0
-				rate[w.name] = append(rate[w.name], float64(n.Load())/wall.Seconds())
-				busy[w.name] = append(busy[w.name], cpu.Seconds()/wall.Seconds())
-				perCycle[w.name] = append(perCycle[w.name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
 			}
 		}
 		for _, w := range ways {
-			b.ReportMetric(median(rate[w.name]), fmt.Sprintf("c%d-%s-cycles/s", conc, w.name))
-			b.ReportMetric(median(busy[w.name]), fmt.Sprintf("c%d-%s-cores", conc, w.name))
-			b.ReportMetric(median(perCycle[w.name]), fmt.Sprintf("c%d-%s-µs/cycle", conc, w.name))
+			figs.report(b, fmt.Sprintf("c%d-", conc), w.name)
 		}
 	}
 }
@@ -331,44 +324,19 @@ func BenchmarkBatcherDetached(b *testing.B) {
 	}
 	ways := []way{{"ctx-timeouts", client, c}, {"detached", plain, pc}}
 	const rounds, cell = 7, 400 * time.Millisecond
-	median := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
 	for _, conc := range []int{1, 16, 64} {
-		rate, perCycle := map[string][]float64{}, map[string][]float64{}
+		var figs cycleFigures
 		for r := range rounds {
 			for _, w := range ways {
 				bt := NewBatcher(w.client, w.c, DefaultBatchSize)
-				var n atomic.Int64
-				cctx, cancel := context.WithTimeout(context.Background(), cell)
-				var wg sync.WaitGroup
-				self0, srv0, t0 := selfCPU(), pidCPU(pid), time.Now()
-				for g := range conc {
-					wg.Go(func() {
-						k := fmt.Sprintf("{d%d:%d:%d:%s}", conc, r, g, w.name)
-						keys := []string{k, k + "f", k + "q"}
-						for cctx.Err() == nil {
-							callCtx, callCancel := context.WithTimeout(context.Background(), 5*time.Second)
-							if err := bt.Run(callCtx, benchTake, keys, []any{"tok", 60000}, nil).Err(); err != nil {
-								b.Error(err)
-							}
-							if err := bt.Run(callCtx, benchGive, keys[:2], []any{"tok", "chan"}, nil).Err(); err != nil {
-								b.Error(err)
-							}
-							callCancel()
-							n.Add(1)
-						}
+				figs.cycles(b, pid, conc, cell, w.name, fmt.Sprintf("d%d:%d:%s", conc, r, w.name), benchTake, benchGive,
+					func(ctx context.Context, sc Script, keys []string, args ...any) error {
+						return bt.Run(ctx, sc, keys, args, nil).Err()
 					})
-				}
-				wg.Wait()
-				cancel()
-				wall := time.Since(t0)
-				cpu := selfCPU() - self0 + pidCPU(pid) - srv0
-				rate[w.name] = append(rate[w.name], float64(n.Load())/wall.Seconds())
-				perCycle[w.name] = append(perCycle[w.name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
 			}
 		}
 		for _, w := range ways {
-			b.ReportMetric(median(rate[w.name]), fmt.Sprintf("c%d-%s-cycles/s", conc, w.name))
-			b.ReportMetric(median(perCycle[w.name]), fmt.Sprintf("c%d-%s-µs/cycle", conc, w.name))
+			figs.report(b, fmt.Sprintf("c%d-", conc), w.name)
 		}
 	}
 }
