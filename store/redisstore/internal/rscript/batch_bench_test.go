@@ -37,46 +37,28 @@ return 1`)
 
 // BenchmarkBatcherFlights compares flight counts in interleaved rounds:
 // goroutines each taking and giving back a key of their own, reported as
-// the median cycles per second of the rounds for each flight count.
+// the medians of the rounds for each flight count (cycles per second, cores
+// busy, CPU per cycle).
 //
 //	go test -run '^$' -bench BatcherFlights -benchtime 1x
 func BenchmarkBatcherFlights(b *testing.B) {
-	_, client, c := benchClient(b)
+	srv, client, c := benchClient(b)
 	const rounds, cell = 7, 300 * time.Millisecond
 	for _, conc := range []int{1, 16, 64} {
-		rates := map[int][]float64{}
+		var figs cycleFigures
 		for r := range rounds {
 			for _, f := range []int{1, 2, 3} {
 				bt := NewBatcher(client, c, DefaultBatchSize)
 				bt.flights = f
-				var n atomic.Int64
-				ctx, cancel := context.WithTimeout(context.Background(), cell)
-				var wg sync.WaitGroup
-				for w := range conc {
-					wg.Go(func() {
-						k := fmt.Sprintf("{b%d:%d:%d:%d}", conc, r, f, w)
-						keys := []string{k, k + "f", k + "q"}
-						for ctx.Err() == nil {
-							cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-							if err := bt.Run(cctx, benchTake, keys, []any{"tok", 60000}, nil).Err(); err != nil {
-								b.Error(err)
-							}
-							if err := bt.Run(cctx, benchGive, keys[:2], []any{"tok", "chan"}, nil).Err(); err != nil {
-								b.Error(err)
-							}
-							ccancel()
-							n.Add(1)
-						}
+				name := fmt.Sprintf("f%d", f)
+				figs.cycles(b, srv.Pid(), conc, cell, name, fmt.Sprintf("b%d:%d:%s", conc, r, name), benchTake, benchGive,
+					func(ctx context.Context, sc Script, keys []string, args ...any) error {
+						return bt.Run(ctx, sc, keys, args, nil).Err()
 					})
-				}
-				wg.Wait()
-				cancel()
-				rates[f] = append(rates[f], float64(n.Load())/cell.Seconds())
 			}
 		}
 		for _, f := range []int{1, 2, 3} {
-			slices.Sort(rates[f])
-			b.ReportMetric(rates[f][rounds/2], fmt.Sprintf("c%d-f%d-cycles/s", conc, f))
+			figs.report(b, fmt.Sprintf("c%d-", conc), fmt.Sprintf("f%d", f))
 		}
 	}
 }
@@ -135,6 +117,9 @@ func BenchmarkBatcherShapes(b *testing.B) {
 	}
 }
 
+// cycleFigures are the figures of the rounds of several ways, by name.
+type cycleFigures struct{ rate, busy, perCycle map[string][]float64 }
+
 // runner sends one script call, as the way under measurement sends it.
 type runner func(ctx context.Context, sc Script, keys []string, args ...any) error
 
@@ -175,9 +160,6 @@ func (m *cycleFigures) cycles(b *testing.B, pid, conc int, cell time.Duration, n
 	m.busy[name] = append(m.busy[name], cpu.Seconds()/wall.Seconds())
 	m.perCycle[name] = append(m.perCycle[name], float64(cpu.Microseconds())/float64(max(n.Load(), 1)))
 }
-
-// cycleFigures are the figures of the rounds of several ways, by name.
-type cycleFigures struct{ rate, busy, perCycle map[string][]float64 }
 
 // report reports the medians of the rounds of way name, the metrics named
 // prefix+name+"-cycles/s", "-cores" and "-µs/cycle".
