@@ -10,6 +10,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/leasehold/leasehold"
@@ -70,6 +71,8 @@ type contenders struct {
 	unbatched           *library // Config.Unbatched; nil otherwise
 	store               *redisstore.Store
 	lockers             []rueidislock.Locker // closed with the contenders
+	scripts             *library             // the scriptsID row's counter
+	rueidisClients      []rueidis.Client     // closed with the contenders
 	extra               []*redis.Client      // the processes section's own clients
 	stores              []*redisstore.Store  // their Stores
 	opts                *redis.Options
@@ -90,8 +93,9 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		rl:  newLibrary("redislock", opts),
 		// rueidislock brings its own client (rueidis); its library has
 		// the counter alone.
-		rd:   &library{name: "rueidislock", hook: &counter{}},
-		opts: opts,
+		rd:      &library{name: "rueidislock", hook: &counter{}},
+		scripts: &library{name: scriptsID, hook: &counter{}},
+		opts:    opts,
 	}
 	store, err := redisstore.New(c.lh.client)
 	if err != nil {
@@ -99,6 +103,25 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		return nil, err
 	}
 	c.store = store
+	ls, err := readLeaseholdScripts()
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	if err := ls.check(context.Background(), store, c.raw.client, "lockbench:scripts-check"); err != nil {
+		c.close()
+		return nil, err
+	}
+	// Client-side caching off: nothing here reads a key twice, and its
+	// invalidations are rueidislock's wake-up, which these scripts do not
+	// use. Auto-pipelining, rueidis's default, stays on.
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{opts.Addr}, DisableCache: true})
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("lockbench: %s: %w", scriptsID, err)
+	}
+	c.rueidisClients = append(c.rueidisClients, rc)
+	counted := &countingRueidis{Client: rc, hook: c.scripts.hook}
 
 	lhClient := leasehold.New(store)
 	lhPolling := leasehold.New(pollingStore{s: store})
@@ -122,6 +145,9 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		}},
 		{id: "rueidislock", label: "rueidislock", lib: c.rd, newHandle: func(key string) handle {
 			return &rueidisHandle{l: rdLocker, key: key, try: true}
+		}},
+		{id: scriptsID, label: "parts: leasehold's scripts on rueidis", lib: c.scripts, newHandle: func(key string) handle {
+			return newScriptsHandle(ls, counted, key)
 		}},
 	}
 	c.handoff = []*contender{
@@ -147,7 +173,7 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 }
 
 func (c *contenders) libraries() []*library {
-	libs := []*library{c.raw, c.lh, c.rs, c.rl, c.rd}
+	libs := []*library{c.raw, c.lh, c.rs, c.rl, c.rd, c.scripts}
 	if c.unbatched != nil {
 		libs = append(libs, c.unbatched)
 	}
@@ -189,6 +215,9 @@ func (c *contenders) close() {
 	}
 	for _, l := range c.lockers {
 		l.Close()
+	}
+	for _, rc := range c.rueidisClients {
+		rc.Close()
 	}
 	for _, cl := range c.extra {
 		_ = cl.Close()

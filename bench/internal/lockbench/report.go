@@ -230,6 +230,15 @@ func cycleSection(b *strings.Builder, r *Result, s Summary) {
 		p("invalidations are its wake-up on release) and")
 		p("rueidis's auto-pipelining on (its default): its commands from concurrent goroutines share writes.")
 	}
+	if slices.Contains(r.cycleIDs, scriptsID) {
+		p("")
+		p("%s is not a library but a part of leasehold: redisstore's own acquire and release scripts,", scriptsID)
+		p("read from this repository (checked against the SHA1s of the scripts redisstore had the server cache),")
+		p("sent with the keys and arguments redisstore gives them, through `rueidis.Lua.Exec` on a rueidis client")
+		p("of their own (auto-pipelining on, client-side caching off, one client for all goroutines), without")
+		p("the leasehold Client or redisstore's go-redis transport. It shows what the fence and the queue cost")
+		p("on rueidis's transport, and so which part of a gap to rueidislock is the scripts and which is go-redis.")
+	}
 	p("")
 	p("CPU per cycle, in this process + in redis-server (medians of rounds), and the cores the two kept busy:")
 	p("")
@@ -357,6 +366,9 @@ func reading(b *strings.Builder, r *Result, s Summary) {
 		ok = ok && lh.VsRaw >= cycleTarget
 	}
 	for _, id := range r.cycleIDs {
+		if isPart(id) {
+			continue
+		}
 		worst := math.Inf(1)
 		for _, conc := range r.Config.Concurrency {
 			worst = math.Min(worst, s.cycle(id, conc).VsRaw)
@@ -419,6 +431,7 @@ func reading(b *strings.Builder, r *Result, s Summary) {
 	p("  redislock's scripts are a `SET NX PX` (or a re-entry check) and a `GET`+`DEL`. Where leasehold is behind,")
 	p("  the difference in redis-server time per cycle (CPU table above) is what the fence and the wake-up cost;")
 	p("  redsync's client side is the heaviest (a goroutine per pool and call, a context per attempt).")
+	scriptsReading(p, r, s)
 
 	// Hand-off.
 	herd := 0
@@ -567,4 +580,27 @@ func cpuBusy(c CPU) string {
 		return "–"
 	}
 	return cpuPair(c) + " (" + cores(c) + " cores)"
+}
+
+// scriptsReading compares leasehold and rueidislock with leasehold's own
+// scripts on rueidis (scriptsID), concurrency by concurrency.
+func scriptsReading(p func(string, ...any), r *Result, s Summary) {
+	if !slices.Contains(r.cycleIDs, scriptsID) || !slices.Contains(r.cycleIDs, "rueidislock") {
+		return
+	}
+	var parts []string
+	for _, conc := range r.Config.Concurrency {
+		sc, rd, lh := s.cycle(scriptsID, conc), s.cycle("rueidislock", conc), s.cycle("leasehold", conc)
+		vsRd := pairedRatio(r.cells[cellKey{"cycle", scriptsID, conc}], r.cells[cellKey{"cycle", "rueidislock", conc}], 1)
+		part := fmt.Sprintf("at %d, %s ÷ rueidislock %s and leasehold ÷ %s %s", conc, scriptsID, times(vsRd), scriptsID, times(sc.VsLeasehold))
+		if sc.CPU.Known && rd.CPU.Known && lh.CPU.Known {
+			part += fmt.Sprintf(" (CPU per cycle, client + redis-server: %s + %s on %.2f cores, against rueidislock's %s + %s on %.2f and leasehold's %s + %s on %.2f)",
+				us(sc.CPU.Client), us(sc.CPU.Server), sc.CPU.CoresBusy, us(rd.CPU.Client), us(rd.CPU.Server), rd.CPU.CoresBusy,
+				us(lh.CPU.Client), us(lh.CPU.Server), lh.CPU.CoresBusy)
+		}
+		parts = append(parts, part)
+	}
+	p("- **leasehold's scripts apart from go-redis** (%s, paired by round): %s. Where %s is behind", scriptsID, strings.Join(parts, "; "), scriptsID)
+	p("  rueidislock, the scripts' server work stops any client that sends them; where it is ahead, what")
+	p("  separates leasehold from it is the transport and the Client.")
 }
