@@ -72,6 +72,7 @@ type contenders struct {
 	store               *redisstore.Store
 	lockers             []rueidislock.Locker // closed with the contenders
 	scripts             *library             // the scriptsID row's counter
+	leaseholdScripts    *leaseholdScripts    // the scriptsID row's scripts
 	rueidisClients      []rueidis.Client     // closed with the contenders
 	extra               []*redis.Client      // the processes section's own clients
 	stores              []*redisstore.Store  // their Stores
@@ -108,10 +109,7 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		c.close()
 		return nil, err
 	}
-	if err := ls.check(context.Background(), store, c.raw.client, "lockbench:scripts-check"); err != nil {
-		c.close()
-		return nil, err
-	}
+	c.leaseholdScripts = ls // checked by checkScripts
 	// Client-side caching off: nothing here reads a key twice, and its
 	// invalidations are rueidislock's wake-up, which these scripts do not
 	// use. Auto-pipelining, rueidis's default, stays on.
@@ -170,6 +168,12 @@ func newContenders(opts *redis.Options) (*contenders, error) {
 		}},
 	}
 	return c, nil
+}
+
+// checkScripts confirms, before anything is measured, that the scriptsID
+// row sends the scripts redisstore runs; it takes and releases key.
+func (c *contenders) checkScripts(ctx context.Context, admin *redis.Client, key string) error {
+	return c.leaseholdScripts.check(ctx, c.store, admin, key)
 }
 
 func (c *contenders) libraries() []*library {

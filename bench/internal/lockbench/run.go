@@ -412,6 +412,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.RedisURL != "" {
 		defer cleanup(context.WithoutCancel(ctx), admin, prefix)
 	}
+	if cfg.Runs(SectionLocks) {
+		if err := cs.checkScripts(ctx, admin, prefix+"scripts-check"); err != nil {
+			return nil, err
+		}
+	}
 	r := runner{cfg: cfg, cs: cs, dbs: dbs, rb: rb, p: probe{admin: admin}, prefix: prefix, logf: logf}
 	if cfg.interleaved() {
 		logf("lockbench: %d cells × %d rounds of %v (contended: %v), warm-up %v a cell: about %v",
