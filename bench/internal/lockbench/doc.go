@@ -15,7 +15,9 @@
 //
 //   - raw round trips of the same go-redis client to the same server (PING,
 //     and EVALSHA of a script that returns 1), the floor;
-//   - uncontended acquire+release cycles, each goroutine on its own key;
+//   - uncontended acquire+release cycles, each goroutine on its own key,
+//     with a parts row: redisstore's own scripts sent on a rueidis client,
+//     to tell what the scripts cost from what go-redis's transport costs;
 //   - contended hand-off: workers on one key, each holding it for a fixed
 //     critical section; after releasing, a worker sits out until another
 //     worker has taken the key, so that every transfer is a hand-off to a
