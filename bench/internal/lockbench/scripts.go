@@ -2,8 +2,6 @@ package lockbench
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -43,26 +41,19 @@ func readLeaseholdScripts() (*leaseholdScripts, error) {
 		return nil, errors.New("lockbench: the " + scriptsID + " row: cannot locate the bench's source")
 	}
 	dir := filepath.Join(filepath.Dir(self), "..", "..", "..", "store", "redisstore")
-	read := func(name string) (string, error) {
+	lua := map[string]string{}
+	for _, name := range []string{"internal/rscript/int64.lua", "fence.lua", "queue.lua", "acquire.lua", "release.lua", "renew.lua"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return "", fmt.Errorf("lockbench: the %s row sends redisstore's Lua, read from the repository: %w", scriptsID, err)
+			return nil, fmt.Errorf("lockbench: the %s row sends redisstore's Lua, read from the repository: %w", scriptsID, err)
 		}
-		return string(b), nil
-	}
-	parts := map[string]string{}
-	for _, name := range []string{"internal/rscript/int64.lua", "fence.lua", "queue.lua", "acquire.lua", "release.lua", "renew.lua"} {
-		src, err := read(name)
-		if err != nil {
-			return nil, err
-		}
-		parts[name] = src
+		lua[name] = string(b)
 	}
 	// As redisstore.go's acquireScript, releaseScript and renewScript.
 	srcs := map[string]string{
-		"acquire": parts["internal/rscript/int64.lua"] + parts["fence.lua"] + parts["queue.lua"] + parts["acquire.lua"],
-		"release": parts["queue.lua"] + parts["release.lua"],
-		"renew":   parts["renew.lua"],
+		"acquire": lua["internal/rscript/int64.lua"] + lua["fence.lua"] + lua["queue.lua"] + lua["acquire.lua"],
+		"release": lua["queue.lua"] + lua["release.lua"],
+		"renew":   lua["renew.lua"],
 	}
 	ls := &leaseholdScripts{
 		acquire: rueidis.NewLuaScript(srcs["acquire"]),
@@ -71,8 +62,7 @@ func readLeaseholdScripts() (*leaseholdScripts, error) {
 		sums:    map[string]string{},
 	}
 	for name, src := range srcs {
-		sum := sha1.Sum([]byte(src))
-		ls.sums[name] = hex.EncodeToString(sum[:])
+		ls.sums[name] = redis.NewScript(src).Hash() // the SHA1 EVALSHA names it by
 	}
 	return ls, nil
 }
