@@ -118,6 +118,26 @@ func verdict(ok bool) string {
 	return "**not met**"
 }
 
+// oneClientVerdict judges the hand-off among one Client's 64 goroutines
+// against oneClientTarget. Transfers run one after another, each taking at
+// least the critical section, so a run whose critical section alone caps
+// the rate below the target cannot meet it whatever the store does: such a
+// run does not judge the rate (design.md §9 judges it with --hold 20us),
+// though it still fails on its p99 or a wait given up.
+func oneClientVerdict(h HandoffRow) string {
+	if h.P99 > time.Millisecond || h.GaveUp != 0 {
+		return verdict(false)
+	}
+	if h.Transfers.Median >= oneClientTarget {
+		return verdict(true)
+	}
+	if h.Hold > 0 && float64(time.Second)/float64(h.Hold) < oneClientTarget {
+		return fmt.Sprintf("not judged here: a critical section of %s alone caps the rate at %s/s (run with `--hold 20us`)",
+			fmtDur(h.Hold), count(float64(time.Second)/float64(h.Hold)))
+	}
+	return verdict(false)
+}
+
 func targets(b *strings.Builder, r *Result, s Summary) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format+"\n", args...) }
 	p("## Targets (design.md §9)")
@@ -157,9 +177,8 @@ func targets(b *strings.Builder, r *Result, s Summary) {
 		}
 		p("| contended hand-off p99 ≤ 2 ms on loopback (leasehold, wake-ups on) | %s | %s |", strings.Join(p99s, ", "), verdict(okHand))
 		if h, ok := s.handoff("leasehold", 64); ok {
-			okOne := h.Transfers.Median >= oneClientTarget && h.P99 <= time.Millisecond && h.GaveUp == 0
 			p("| hand-off among 64 goroutines of one Client (issue 27): ≥ 5,000 transfers/s, p99 ≤ 1 ms, every transfer to a waiter, no wait lost | %s/s, p99 %s, %s round trips, %d waits given up (critical section %s) | %s |",
-				count(h.Transfers.Median), fmtDur(h.P99), num(h.TripsPerTransfer), h.GaveUp, fmtDur(h.Hold), verdict(okOne))
+				count(h.Transfers.Median), fmtDur(h.P99), num(h.TripsPerTransfer), h.GaveUp, fmtDur(h.Hold), oneClientVerdict(h))
 		}
 	}
 	issue18Targets(b, r, s)

@@ -196,3 +196,30 @@ func TestRunScaleTiny(t *testing.T) {
 		}
 	}
 }
+
+// TestOneClientVerdict checks that a run whose critical section alone caps
+// the one-Client hand-off below its target does not call the target missed
+// on the rate, and still fails it on p99 or a lost wait.
+func TestOneClientVerdict(t *testing.T) {
+	row := func(rate float64, hold, p99 time.Duration, gaveUp int64) HandoffRow {
+		return HandoffRow{Transfers: Rate{Median: rate}, Hold: hold, P99: p99, GaveUp: gaveUp}
+	}
+	us := time.Microsecond
+	for _, tc := range []struct {
+		name string
+		h    HandoffRow
+		want string
+	}{
+		{"met", row(6000, 20*us, 700*us, 0), "**met**"},
+		{"slow with a short critical section", row(4000, 20*us, 700*us, 0), "**not met**"},
+		{"capped by the critical section", row(4800, 204*us, 700*us, 0), "not judged here"},
+		{"critical section exactly at the target", row(4800, 200*us, 700*us, 0), "**not met**"},
+		{"capped, but p99 over", row(4800, 204*us, 1100*us, 0), "**not met**"},
+		{"capped, but a wait lost", row(4800, 204*us, 700*us, 1), "**not met**"},
+		{"no critical section measured", row(4800, 0, 700*us, 0), "**not met**"},
+	} {
+		if got := oneClientVerdict(tc.h); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: oneClientVerdict = %q, want it to start with %q", tc.name, got, tc.want)
+		}
+	}
+}
