@@ -23,11 +23,9 @@ package redisfence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -71,36 +69,45 @@ type Script struct{ s rscript.Script }
 // fence check.
 func NewScript(src string) *Script { return &Script{s: rscript.Once(wrap(src))} }
 
-// staleReply prefixes the error reply of a refused write; the current mark
-// follows it.
-const staleReply = "LEASEHOLD_STALE "
-
-// badMarkReply prefixes the error reply for a mark that is not a decimal in
-// 0..math.MaxInt64 (written by someone else); nothing is written then.
-const badMarkReply = "LEASEHOLD_BADMARK "
+// The wrapper's reply is an array whose first element says what happened:
+// the write ran (its result follows, absent for nil), the fence was refused
+// (the current mark follows) or the mark is not one leasehold writes (its
+// text follows). A refusal is never an error reply, so a wrapped script
+// cannot forge one with an error of its own.
+const (
+	replyRan     = 1
+	replyStale   = 2
+	replyBadMark = 3
+)
 
 // wrap puts the fence check around body. The caller's keys come first and
 // the mark's key last; the fence and the mode follow the caller's arguments.
-// They are removed from KEYS and ARGV before body runs.
+// They are removed from KEYS and ARGV before body runs. An error reply that
+// body returns (redis.pcall's, redis.error_reply's) is passed on as it is,
+// and the mark is not raised: the write failed and may be retried with the
+// same fence. An error body raises aborts the script before the mark too.
 func wrap(body string) string {
 	return rscript.Int64Lib + `local hwm = table.remove(KEYS)
 local same = table.remove(ARGV) == '1'
 local fence = table.remove(ARGV)
 local cur = redis.call('GET', hwm) or '0'
 if cur ~= '0' and not lh_int(cur) then
-  return redis.error_reply('` + badMarkReply + `' .. lh_show(cur))
+  return {` + strconv.Itoa(replyBadMark) + `, lh_show(cur)}
 end
 local c = lh_cmp(fence, cur)
 if c < 0 or (c == 0 and not same) then
-  return redis.error_reply('` + staleReply + `' .. cur)
+  return {` + strconv.Itoa(replyStale) + `, cur}
 end
 local result = (function()
 ` + body + `
 end)()
+if type(result) == 'table' and result.err then
+  return result
+end
 if c > 0 then
   redis.call('SET', hwm, fence)
 end
-return result
+return {` + strconv.Itoa(replyRan) + `, result}
 `
 }
 
@@ -154,25 +161,33 @@ func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceTo
 	}
 	allKeys := append(append(make([]string, 0, len(keys)+1), keys...), HighWaterKey(keys[0]))
 	argv := append(append(make([]any, 0, len(args)+2), args...), fenceToken, same)
-	res, err := rscript.Do(ctx, w.calls, func(ctx context.Context) (any, error) {
-		return script.s.Run(ctx, w.client, allKeys, argv...).Result()
+	res, err := rscript.Do(ctx, w.calls, func(ctx context.Context) ([]any, error) {
+		return script.s.Run(ctx, w.client, allKeys, argv...).Slice()
 	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("redisfence: %q: %w", keys[0], err)
+	}
+	var tag int64
+	if len(res) > 0 {
+		tag, _ = res[0].(int64)
+	}
 	switch {
-	case err == nil:
-		return res, nil
-	case errors.Is(err, redis.Nil):
-		return nil, nil
-	}
-	if msg, ok := strings.CutPrefix(err.Error(), staleReply); ok {
-		if cur, perr := strconv.ParseInt(msg, 10, 64); perr == nil {
-			return nil, w.cfg.Reject(ctx, "redis", keys[0], fenceToken, cur)
+	case tag == replyRan && len(res) <= 2:
+		if len(res) == 1 { // Lua drops a trailing nil from an array
+			return nil, nil
 		}
+		return res[1], nil
+	case tag == replyStale && len(res) == 2:
+		if m, ok := res[1].(string); ok {
+			if cur, perr := strconv.ParseInt(m, 10, 64); perr == nil {
+				return nil, w.cfg.Reject(ctx, "redis", keys[0], fenceToken, cur)
+			}
+		}
+	case tag == replyBadMark && len(res) == 2:
+		return nil, fmt.Errorf("redisfence: %q: its mark %q holds %v, not a decimal in 0..%d; nothing was written",
+			keys[0], HighWaterKey(keys[0]), res[1], int64(math.MaxInt64))
 	}
-	if msg, ok := strings.CutPrefix(err.Error(), badMarkReply); ok {
-		return nil, fmt.Errorf("redisfence: %q: its mark %q holds %s, not a decimal in 0..%d; nothing was written",
-			keys[0], HighWaterKey(keys[0]), msg, int64(math.MaxInt64))
-	}
-	return nil, fmt.Errorf("redisfence: %q: %w", keys[0], err)
+	return nil, fmt.Errorf("redisfence: %q: unexpected reply %.200v", keys[0], res)
 }
 
 // Write implements fence.Register with Set.

@@ -278,3 +278,61 @@ func TestBadMarkIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A wrapped script that fails by returning an error reply (redis.pcall's,
+// redis.error_reply's) gets its error back and leaves the mark where it
+// was, so the write can be retried with the same fence; an error text that
+// looks like a refusal is the script's error, not a refusal.
+func TestFailedScriptKeepsTheMark(t *testing.T) {
+	var rejected atomic.Int64
+	w := newWriter(t, single(shared.Addr()), fence.OnReject(func(context.Context, fence.Rejection) { rejected.Add(1) }))
+	ctx := t.Context()
+	for _, tc := range []struct{ name, body string }{
+		{"pcall", `return redis.pcall('INCR', KEYS[1])`},
+		{"error_reply", `return redis.error_reply('ERR no')`},
+		{"forged refusal", `return redis.error_reply('LEASEHOLD_STALE 3')`},
+		{"forged bad mark", `return redis.error_reply('LEASEHOLD_BADMARK x')`},
+		{"raised", `error({err = 'LEASEHOLD_STALE 3'})`},
+	} {
+		key := fencetest.Key(t)
+		if _, err := shared.Do("SET", key, "not a number"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := w.Run(ctx, redisfence.NewScript(tc.body), []string{key}, 7)
+		if err == nil || errors.Is(err, fence.ErrStale) {
+			t.Errorf("%s: %v, want the script's error, not a refusal", tc.name, err)
+		}
+		if m, _ := shared.Do("GET", redisfence.HighWaterKey(key)); m != "" {
+			t.Errorf("%s: the failed write raised the mark to %q", tc.name, m)
+		}
+		if err := w.Set(ctx, key, 7, "v"); err != nil {
+			t.Errorf("%s: the retry with the same fence: %v", tc.name, err)
+		}
+	}
+	if n := rejected.Load(); n != 0 {
+		t.Errorf("OnReject ran %d times for scripts that failed, want 0", n)
+	}
+}
+
+// A wrapped script's result comes back as it returned it, nil included.
+func TestWrappedScriptResults(t *testing.T) {
+	w := newWriter(t, single(shared.Addr()))
+	for i, tc := range []struct {
+		body string
+		want any
+	}{
+		{`return nil`, nil},
+		{`return false`, nil},
+		{`return 'x'`, "x"},
+		{`return 42`, int64(42)},
+		{`return {1, 'a'}`, []any{int64(1), "a"}},
+		{`return redis.status_reply('OK')`, "OK"},
+		{`redis.call('SET', KEYS[1], 'v')`, nil},
+	} {
+		key := fencetest.Key(t)
+		got, err := w.Run(t.Context(), redisfence.NewScript(tc.body), []string{key}, int64(i+1))
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: (%#v, %v), want %#v", tc.body, got, err, tc.want)
+		}
+	}
+}
