@@ -14,6 +14,8 @@ package memstore
 import (
 	"cmp"
 	"context"
+	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -111,6 +113,9 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 		for k := range s.locks {
 			s.held(k, now)
 		}
+	}
+	if s.fences[key] == math.MaxInt64 {
+		return 0, fmt.Errorf("memstore: acquire %q: its fence is at %d and cannot rise; nothing was written", key, int64(math.MaxInt64))
 	}
 	fence := s.fences[key] + 1
 	s.fences[key] = fence
