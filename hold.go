@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Defaults of Hold, RunLoop and Lead; docs/design.md §4 and §5 give the
@@ -140,6 +142,10 @@ func newHoldConfig(ttl time.Duration, opts []HoldOption, name string, call optCa
 		return c, &ArgumentError{Arg: "WithTTL", Reason: fmt.Sprintf("%v is negative", c.ttl)}
 	}
 	if c.ttl > 0 {
+		var bad *ArgumentError
+		if errors.As(driver.ValidateTTL(c.ttl), &bad) {
+			return c, &ArgumentError{Arg: "WithTTL", Reason: bad.Reason}
+		}
 		ttl = c.ttl
 	}
 	c.ttl = ttl

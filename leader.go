@@ -13,7 +13,9 @@ import (
 // the lease is renewed until lead returns, then released; Lead campaigns
 // again. Terms of one process never overlap, and the fence rises with every
 // term: fence the leader's writes with l.Fence(). A store failure while
-// campaigning is retried after a backoff step. It takes every option but
+// campaigning is retried after a backoff step; on a closed Client (or one
+// made with a bad option) Lead returns ErrClosed (or the *ArgumentError)
+// instead. It takes every option but
 // WithWaitBudget. A panic in lead ends the term and goes on in the caller.
 func (c *Client) Lead(ctx context.Context, key string, lead func(ctx context.Context, l *Lease), opts ...HoldOption) error {
 	if lead == nil {
@@ -35,6 +37,9 @@ func (c *Client) Lead(ctx context.Context, key string, lead func(ctx context.Con
 			}
 			return expired(ctx)
 		case err != nil:
+			if uerr := c.usable(); uerr != nil { // closed, or a bad option: no retry helps
+				return uerr
+			}
 			// A store failure: try again after a backoff step.
 			if err := sleepUntil(ctx, time.Now().Add(jitter(c.maxBackoff))); err != nil {
 				return err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // RunLoop runs tick every interval on whichever replica owns key, until ctx
@@ -17,11 +19,14 @@ import (
 // margin), so it cannot overlap the next owner's, and when ctx ends; RunLoop
 // returns once tick has. A tick's error is reported (Observer.OnError); a
 // store error skips the tick; a panic releases the lease and goes on in the
-// caller.
+// caller. On a closed Client (or one made with a bad option) RunLoop
+// returns ErrClosed (or the *ArgumentError).
 func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration, tick func(ctx context.Context, l *Lease) error, opts ...HoldOption) error {
 	switch {
 	case interval <= 0:
 		return &ArgumentError{Arg: "interval", Reason: interval.String() + " is not positive"}
+	case interval > driver.MaxTTL/2:
+		return &ArgumentError{Arg: "interval", Reason: fmt.Sprintf("%v is longer than %v, half the longest lease", interval, driver.MaxTTL/2)}
 	case tick == nil:
 		return &ArgumentError{Arg: "tick", Reason: "nil"}
 	}
@@ -52,6 +57,9 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 		case err != nil:
 			if cerr := expired(ctx); cerr != nil {
 				return cerr
+			}
+			if uerr := c.usable(); uerr != nil { // closed, or a bad option: no retry helps
+				return uerr
 			}
 			continue // reported by TryAcquire (OnAcquire, StoreFailed)
 		}

@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -415,7 +416,11 @@ func TestRecipesRejectBadInput(t *testing.T) {
 		"lead":               c.Lead(t.Context(), "k", nil),
 		"WithReleaseTimeout": c.Lead(t.Context(), "k", lead, leasehold.WithReleaseTimeout(-time.Second)),
 		"WithWaitBudget":     c.Lead(t.Context(), "k", lead, leasehold.WithWaitBudget(time.Second)),
-		"ttl":                c.Lead(t.Context(), "k", lead, leasehold.WithTTL(48*time.Hour)),
+		"WithTTL":            c.Lead(t.Context(), "k", lead, leasehold.WithTTL(48*time.Hour)),
+		"WithTTL ":           c.Lead(t.Context(), "k", lead, leasehold.WithTTL(time.Nanosecond)),
+		"WithTTL  ":          c.RunLoop(t.Context(), "k", time.Second, tick, leasehold.WithTTL(2*time.Nanosecond)),
+		"interval ":          c.RunLoop(t.Context(), "k", math.MaxInt64, tick),
+		"interval  ":         c.RunLoop(t.Context(), "k", math.MaxInt64/2+1, tick),
 	}
 	cases["WithWaitBudget "] = c.Hold(t.Context(), "k", time.Second, func(context.Context, *leasehold.Lease) error { return nil },
 		leasehold.WithWaitBudget(-1))
@@ -424,5 +429,33 @@ func TestRecipesRejectBadInput(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Arg != strings.TrimSpace(arg) {
 			t.Errorf("%s: %v, want an *ArgumentError naming it", arg, err)
 		}
+	}
+}
+
+// Lead and RunLoop return at once on a closed Client or one made with a bad
+// option, as every other call does, instead of retrying until ctx ends.
+func TestRecipesOnAnUnusableClient(t *testing.T) {
+	closed := leasehold.New(memstore.New())
+	closed.Close()
+	bad := leasehold.New(memstore.New(), leasehold.WithBatchSize(0))
+	tick := func(context.Context, *leasehold.Lease) error { return nil }
+	lead := func(context.Context, *leasehold.Lease) {}
+	for name, c := range map[string]*leasehold.Client{"closed": closed, "bad option": bad} {
+		// ctx bounds the test if a call retries anyway; a call that
+		// returns ctx's error is what this test fails on.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		for call, err := range map[string]error{
+			"Lead":    c.Lead(ctx, "k", lead),
+			"RunLoop": c.RunLoop(ctx, "k", time.Millisecond, tick),
+		} {
+			want := leasehold.ErrClosed
+			if name == "bad option" {
+				want = leasehold.ErrInvalidArgument
+			}
+			if !errors.Is(err, want) {
+				t.Errorf("%s on a %s Client: %v, want %v", call, name, err, want)
+			}
+		}
+		cancel()
 	}
 }
