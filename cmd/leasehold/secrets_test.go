@@ -70,6 +70,11 @@ func TestPasswordsNeverShown(t *testing.T) {
 			"ttl from":            {"ttl", "--from", "http://opsuser:" + pw + "@" + closed + "/metrics", "--namespace", "runs", "--jitter", "0s", "--guard", "0s"},
 			"positional":          {"inspect", "--redis", "redis://" + closed + "/0", "redis://opsuser:" + pw + "@" + closed + "/0", "k"},
 			"unknown command":     {"redis://opsuser:" + pw + "@" + closed + "/0", "inspect", "k"},
+			"double spaces":       {"host=" + host + "  password=" + pw + " dbname=x", "inspect", "k"},
+			"single dash":         {"inspect", "-postgres=host=" + host + "  password=" + pw, "k"},
+			"--force=":            {"release", "--force=postgres://u:" + pw + "@" + closed + "/db", "k"},
+			"--timeout=":          {"inspect", "--timeout=postgres://u:" + pw + "@" + closed + "/db", "k"},
+			"password as user":    {"inspect", "--postgres", "host=" + host + " port=" + port + " user=" + pw + " dbname=" + pw + " password=" + pw + " sslmode=disable", "k"},
 		}
 		for name, args := range cases {
 			args = append([]string{"--timeout", "1s"}, args...)

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/store/pgstore"
@@ -93,18 +95,35 @@ func checkPostgresURL(flag, dsn string) error {
 	return nil
 }
 
-// pgReason describes pgx's ParseConfig error in fixed words.
+// pgReason describes pgx's ParseConfig error without the DSN, which pgx
+// echoes with only the password masked (best effort, its own words), and
+// without the values it quotes: fixed words for the faults people make, or
+// pgx's own message cut before its first value.
 func pgReason(err error) string {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "percent-encoded"):
-		return "a '%' that does not start a %XX escape: write '%' as %25 in a user name or password"
-	case strings.Contains(msg, "invalid port"):
-		return "a port that is not a number: in a user name or password, write '/' as %2F and ':' as %3A"
-	case strings.Contains(msg, "keyword/value"):
-		return "not key=value pairs: quote a value that has blanks or quotes in single quotes ('it\\'s')"
-	case strings.Contains(msg, "ssl"):
-		return "its TLS settings (sslmode, sslcert, sslkey, sslrootcert) cannot be used"
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return "pgx does not take it as a PostgreSQL URL or key=value DSN"
 	}
-	return "pgx does not take it as a PostgreSQL URL or key=value DSN"
+	detail := pe.Error()
+	if i := strings.LastIndex(detail, "`: "); i >= 0 {
+		detail = detail[i+len("`: "):]
+	}
+	switch {
+	case strings.Contains(detail, "percent-encoded"), strings.Contains(detail, "invalid URL escape"):
+		return "a '%' that does not start a %XX escape: write '%' as %25 in a user name or password"
+	case strings.Contains(detail, "invalid port"):
+		return "a port that is not a number: in a user name or password, write '/' as %2F and ':' as %3A"
+	case strings.Contains(detail, "keyword/value"):
+		return "not key=value pairs: quote a value that has blanks or quotes in single quotes ('it\\'s')"
+	case strings.HasPrefix(detail, "failed to configure TLS"), strings.HasPrefix(detail, "invalid sslcertmode"):
+		return "its TLS settings (sslmode, sslcert, sslkey, sslrootcert) cannot be used"
+	case strings.HasPrefix(detail, "failed to parse as URL"):
+		return "pgx does not take it as a PostgreSQL URL"
+	}
+	head, _, _ := strings.Cut(detail, " (")
+	head, _, _ = strings.Cut(head, ":")
+	if head == "" || len(head) > 120 || strings.ContainsAny(head, "`'=@/") {
+		return "pgx does not take it as a PostgreSQL URL or key=value DSN"
+	}
+	return "pgx: " + head
 }

@@ -3,6 +3,8 @@ package cli
 import (
 	"errors"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -63,18 +65,76 @@ func safeURL(u *url.URL) string {
 	return s
 }
 
-// hideSecretArgs hides in msg each argument that may carry a password:
-// cobra quotes unknown commands verbatim.
+// hideSecretArgs hides in msg each argument that may carry a password, the
+// value of such an argument given as --flag=value (pflag quotes the value
+// alone), and each password those arguments carry, wherever it shows (a
+// driver may echo it as a user or database name). Forms with their spaces
+// folded are hidden too, so msg may be folded before or after.
 func hideSecretArgs(msg string, args []string) string {
+	var secrets []string
 	for _, a := range args {
 		if !mayHoldSecret(a) {
 			continue
 		}
-		for _, form := range []string{a, strings.Trim(strconv.Quote(a), `"`)} {
-			msg = strings.ReplaceAll(msg, form, "("+notShown+")")
+		secrets = append(secrets, a)
+		if _, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+			secrets = append(secrets, v)
+		}
+		secrets = append(secrets, passwords(a)...)
+	}
+	// Longest first: a password hidden inside an argument would keep the
+	// rest of the argument from matching.
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	for _, sec := range secrets {
+		if len(sec) < minSecret {
+			continue
+		}
+		q := strings.Trim(strconv.Quote(sec), `"`)
+		for _, form := range []string{sec, q, oneLine(sec), oneLine(q)} {
+			if form != "" {
+				msg = strings.ReplaceAll(msg, form, "("+notShown+")")
+			}
 		}
 	}
 	return msg
+}
+
+// minSecret is the shortest password hidden wherever it shows: a shorter
+// one would hide every word that holds it, and tells little.
+const minSecret = 3
+
+// dsnPassword finds a password or sslpassword in a key=value DSN or a URL's
+// query: quoted ('...', \ escapes) or up to a space or '&'.
+var dsnPassword = regexp.MustCompile(`(?i)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)`)
+
+// passwords are the passwords a may carry: a URL's userinfo after its
+// first ':' (raw and decoded) and a DSN's or query's password values (raw
+// and unquoted). It errs on the side of hiding more.
+func passwords(a string) []string {
+	var pws []string
+	if at := strings.LastIndex(a, "@"); at >= 0 {
+		ui := a[:at]
+		if j := strings.LastIndex(ui, "://"); j >= 0 {
+			ui = ui[j+3:]
+		}
+		if _, pw, ok := strings.Cut(ui, ":"); ok {
+			pws = append(pws, pw)
+			if dec, err := url.PathUnescape(pw); err == nil {
+				pws = append(pws, dec)
+			}
+		}
+	}
+	for _, m := range dsnPassword.FindAllStringSubmatch(a, -1) {
+		v := m[1]
+		pws = append(pws, v)
+		if inner, ok := strings.CutPrefix(v, "'"); ok {
+			inner = strings.TrimSuffix(inner, "'")
+			pws = append(pws, inner, strings.NewReplacer(`\\`, `\`, `\'`, `'`).Replace(inner))
+		} else if dec, err := url.QueryUnescape(v); err == nil {
+			pws = append(pws, dec)
+		}
+	}
+	return pws
 }
 
 // mayHoldSecret reports an argument that looks like an address with credentials.

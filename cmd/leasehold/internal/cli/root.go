@@ -103,7 +103,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = ExitUsage
 	}
 	// A message may quote a store's text: escaped like every value printed.
-	msg := printableText(hideSecretArgs(oneLine(strings.TrimPrefix(err.Error(), "leasehold: ")), append(storeEnvValues(), args...)))
+	msg := printableText(oneLine(hideSecretArgs(strings.TrimPrefix(err.Error(), "leasehold: "), append(storeEnvValues(), args...))))
 	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
