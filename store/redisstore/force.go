@@ -47,8 +47,10 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	if err := driver.ValidateForceRelease(key, reason, by); err != nil {
 		return driver.AuditRecord{}, err
 	}
-	res, err := forceScript.Run(ctx, s.client, []string{key, FenceKey(key), AuditKey(key), QueueKey(key), QueueDeadlinesKey(key)},
-		key, reason, by, AuditPerKey, ReleaseChannel(key)).Slice()
+	res, err := rscript.Do(ctx, s.calls, func(ctx context.Context) ([]any, error) {
+		return forceScript.Run(ctx, s.client, []string{key, FenceKey(key), AuditKey(key), QueueKey(key), QueueDeadlinesKey(key)},
+			key, reason, by, AuditPerKey, ReleaseChannel(key)).Slice()
+	}, nil) // a force applied after its caller left has written its record already
 	if errors.Is(err, redis.Nil) {
 		return driver.AuditRecord{}, driver.ErrNotOwned
 	}
@@ -100,6 +102,13 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 	if err := driver.ValidateAudit(key, limit); err != nil {
 		return nil, err
 	}
+	return rscript.Do(ctx, s.calls, func(ctx context.Context) ([]driver.AuditRecord, error) {
+		return s.audit(ctx, key, limit)
+	}, nil)
+}
+
+// audit is one call of Audit, after its arguments were checked.
+func (s *Store) audit(ctx context.Context, key string, limit int) ([]driver.AuditRecord, error) {
 	streams := []string{AuditKey(key)}
 	if key == "" {
 		var err error

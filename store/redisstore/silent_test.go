@@ -133,6 +133,12 @@ func testSilentServer(t *testing.T, sv silence, ctxTimeouts bool) {
 	if _, _, err := s.List(ctx, key, "", 10); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.ForceRelease(ctx, key+":forced", "warm up", "test"); !errors.Is(err, driver.ErrNotOwned) {
+		t.Fatal(err)
+	}
+	if _, err := s.Audit(ctx, "", 5); err != nil {
+		t.Fatal(err)
+	}
 	if errs := s.RenewBatch(ctx, []driver.RenewItem{{Key: key, Token: token, TTL: time.Minute}}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -161,6 +167,12 @@ func testSilentServer(t *testing.T, sv silence, ctxTimeouts bool) {
 		}},
 		{"Inspect", func(ctx context.Context) error { _, err := s.Inspect(ctx, key); return err }},
 		{"List", func(ctx context.Context) error { _, _, err := s.List(ctx, "*", "", 10); return err }},
+		{"ForceRelease", func(ctx context.Context) error {
+			_, err := s.ForceRelease(ctx, key+":forced", "silent", "test")
+			return err
+		}},
+		{"Audit", func(ctx context.Context) error { _, err := s.Audit(ctx, key, 5); return err }},
+		{"Audit of every key", func(ctx context.Context) error { _, err := s.Audit(ctx, "", 5); return err }},
 		{"WatchReleases", func(ctx context.Context) error {
 			_, _, err := s.WatchReleases(ctx, key+":watched")
 			return err
