@@ -121,8 +121,9 @@ type KeepAlive struct {
 	cancel context.CancelCauseFunc
 	onLoss func(error) // told of a loss that leaves ctx alone (continue policy); may be nil
 
-	// report is held while an outcome is decided and reported; stopped,
-	// set under it, silences reports once Stop has begun.
+	// report is held while an outcome is decided and acted on (never while
+	// the Observer runs); stopped, set under it, ends decisions once Stop
+	// has begun.
 	report  sync.Mutex
 	stopped bool
 	lost    error // why ownership is no longer trusted; under report
@@ -220,8 +221,10 @@ func (k *KeepAlive) Context() context.Context {
 	return k.ctx
 }
 
-// Stop ends renewal and cancels Context without releasing the lease; nothing
-// is reported for the lease after it returns. It is safe to call twice.
+// Stop ends renewal and cancels Context without releasing the lease; no
+// renewal outcome is decided for the lease after it returns (one decided
+// just before may still be reaching the Observer). It is safe to call
+// twice, and from an Observer method.
 func (k *KeepAlive) Stop() {
 	if k.isNil() {
 		return
@@ -324,29 +327,41 @@ func (r *renewal) settle(err error, sent, done time.Time) outcome {
 // errExpiredContinuing is the loss of a lease under the continue policy.
 var errExpiredContinuing = fmt.Errorf("%w: the lease expired while the critical section kept running (continue policy)", ErrNotOwned)
 
-// decide runs f on k's renewal state, if k still renews its lease, and
-// reports the outcome; it says whether the lease ended. Nothing is reported
-// once Stop has begun.
+// decide runs f on k's renewal state, if k still renews its lease, acts on
+// a loss (the holder is told before decide returns) and then reports the
+// outcome; it says whether the lease ended. Nothing is decided once Stop has
+// begun. The Observer is called after k.report is let go, so an Observer
+// may Stop or Release the lease it is told about.
 func (k *KeepAlive) decide(f func(r *renewal) outcome) (ended bool) {
 	l := k.lease
 	k.report.Lock()
-	defer k.report.Unlock()
 	if k.stopped {
+		k.report.Unlock()
 		return true
 	}
 	l.mu.Lock()
 	if l.r.keeper != k {
 		l.mu.Unlock()
+		k.report.Unlock()
 		return true
 	}
 	o := f(&l.r)
 	l.mu.Unlock()
-	k.reportLocked(o)
+	if o.lost != nil {
+		k.lost = o.lost
+		if o.fenced {
+			k.cancel(o.lost)
+		} else if k.onLoss != nil {
+			k.onLoss(o.lost)
+		}
+	}
+	k.report.Unlock()
+	k.reportOutcome(o)
 	return o.lost != nil
 }
 
-// reportLocked reports o: the one path of every renewal event. k.report is held.
-func (k *KeepAlive) reportLocked(o outcome) {
+// reportOutcome reports o: the one path of every renewal event.
+func (k *KeepAlive) reportOutcome(o outcome) {
 	l := k.lease
 	c := l.client
 	if o.renewed {
@@ -363,15 +378,10 @@ func (k *KeepAlive) reportLocked(o outcome) {
 	if o.lost == nil {
 		return
 	}
-	k.lost = o.lost
 	if o.fenced {
-		k.cancel(o.lost)
 		observe(c, k.ctx, AbandonEvent{Event: l.event(), Reason: o.lost},
 			func(o *Observer) func(context.Context, AbandonEvent) { return o.OnAbandon })
 	} else {
-		if k.onLoss != nil {
-			k.onLoss(o.lost)
-		}
 		observe(c, k.ctx, LeaseExpiredEvent{Event: l.event(), Overrun: o.overrun, Why: o.why},
 			func(o *Observer) func(context.Context, LeaseExpiredEvent) { return o.OnLeaseExpired })
 	}

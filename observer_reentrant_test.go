@@ -1,0 +1,95 @@
+package leasehold_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/store/memstore"
+)
+
+// An Observer may Release or Stop the lease it is told about from the
+// renewal goroutine (OnRenew here): the call returns, and the engine goes
+// on renewing the Client's other leases. It once deadlocked the engine, and
+// every other lease of the Client then went unrenewed and unfenced.
+func TestObserverMayEndTheLeaseFromTheRenewalGoroutine(t *testing.T) {
+	for _, how := range []string{"Release", "Stop"} {
+		t.Run(how, func(t *testing.T) {
+			const ttl = time.Second
+			ctx := t.Context()
+			var target atomic.Pointer[leasehold.Lease]
+			var targetKA atomic.Pointer[leasehold.KeepAlive]
+			otherRenewed := make(chan struct{}, 64)
+			ended := make(chan error, 1)
+			obs := leasehold.Observer{OnRenew: func(_ context.Context, ev leasehold.RenewEvent) {
+				if ev.Key == "other" {
+					select {
+					case otherRenewed <- struct{}{}:
+					default:
+					}
+				}
+				if l := target.Load(); l != nil && ev.Key == l.Key() && target.CompareAndSwap(l, nil) {
+					if how == "Stop" {
+						targetKA.Load().Stop()
+						ended <- nil
+						return
+					}
+					ended <- l.Release(context.Background())
+				}
+			}}
+			mem := memstore.New()
+			c := leasehold.New(mem, leasehold.WithObserver(obs))
+			defer c.Close()
+			a, err := c.TryAcquire(ctx, "a", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := c.TryAcquire(ctx, "other", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kb, err := b.KeepAlive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ka, err := a.KeepAlive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			targetKA.Store(ka)
+			target.Store(a)
+			select {
+			case err := <-ended:
+				if err != nil {
+					t.Fatalf("%s from OnRenew: %v", how, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s from OnRenew has not returned after 10 s", how)
+			}
+			if ka.Context().Err() == nil {
+				t.Errorf("a's KeepAlive context is live after %s", how)
+			}
+			if info, _ := mem.Inspect(ctx, "a"); info.Held != (how == "Stop") {
+				t.Errorf("a held = %v after %s", info.Held, how)
+			}
+			// The engine still renews the other lease: two more renewals,
+			// about 0.7 s on a quiet machine.
+			for len(otherRenewed) > 0 {
+				<-otherRenewed
+			}
+			timeout := time.After(10 * time.Second)
+			for i := range 2 {
+				select {
+				case <-otherRenewed:
+				case <-timeout:
+					t.Fatalf("the other lease was renewed %d times in 10 s after %s from OnRenew; want 2", i, how)
+				}
+			}
+			if err := kb.Context().Err(); err != nil {
+				t.Fatalf("the other lease's KeepAlive ended: %v", context.Cause(kb.Context()))
+			}
+		})
+	}
+}
