@@ -139,7 +139,8 @@ func (l *Lease) finish() { <-l.op }
 
 // Renew resets the lease's remaining time to ttl if the key still holds its
 // token, and returns ErrNotOwned if not. The fence does not change. While a
-// KeepAlive runs, Renew is refused without calling the store.
+// KeepAlive runs, Renew is refused without calling the store; after one
+// stopped, Renew first waits for its renewal still in flight, if any.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -151,11 +152,21 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	l.mu.Lock()
-	running, released := l.r.keeper != nil, l.released
+	running, released, inflight := l.r.keeper != nil, l.released, l.r.inflight
 	l.mu.Unlock()
 	if running {
 		l.finish()
 		return fmt.Errorf("leasehold: %q is renewed by its KeepAlive; stop it before renewing by hand", l.key)
+	}
+	if inflight != nil {
+		// A stopped KeepAlive's renewal still in flight could land after
+		// this one and set the TTL it was sent with.
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			l.finish()
+			return fmt.Errorf("leasehold: renew %q: a renewal of its stopped KeepAlive is still in flight: %w", l.key, context.Cause(ctx))
+		}
 	}
 	sent := time.Now()
 	err := l.client.storeCall(ctx, "renew", 1, func() error { return l.client.store.Renew(ctx, l.key, l.token, ttl) })

@@ -86,6 +86,10 @@ type renewal struct {
 	failures   int
 	next       time.Time // when the next renewal is due
 	phase      renewPhase
+	// inflight is closed when the engine's last call for the lease returns,
+	// which a stopped KeepAlive leaves running: a Renew by hand waits for
+	// it, lest it land after and cut the TTL back.
+	inflight <-chan struct{}
 }
 
 // deadline is when the fence policy gives up: the server's TTL restarted no
@@ -561,12 +565,14 @@ func (r *renewer) idle(running chan struct{}) bool {
 
 // renewCall is one store call: a chunk of leases renewed together.
 type renewCall struct {
-	leases  []*KeepAlive
-	items   []driver.RenewItem
-	errs    []error
-	timeout time.Duration
-	sent    time.Time // when the call was made: every item's send time
-	done    time.Time // when it returned
+	leases   []*KeepAlive
+	items    []driver.RenewItem
+	errs     []error
+	timeout  time.Duration
+	limit    time.Time     // the earliest limit of its leases: the call ends by it
+	returned chan struct{} // closed when the call returns
+	sent     time.Time     // when the call was made: every item's send time
+	done     time.Time     // when it returned
 }
 
 // run sleeps until a lease needs attention, ends the lapsed ones and sends
@@ -587,7 +593,7 @@ func (r *renewer) run(running chan struct{}) {
 		clear(due) // drop the references
 		for inFlight < r.concurrency && len(queue) > 0 {
 			var c *renewCall
-			if c, queue = r.chunk(queue); c != nil {
+			if c, queue = r.chunk(queue, now); c != nil {
 				inFlight++
 				go r.call(c)
 			}
@@ -672,24 +678,40 @@ func (r *renewer) nextWake() time.Time {
 }
 
 // chunk takes up to r.size live leases from queue into a call; nil if none.
-func (r *renewer) chunk(queue []*KeepAlive) (c *renewCall, rest []*KeepAlive) {
+// The call ends by the earliest limit of its leases (their local deadline,
+// or under the continue policy their certain expiry), so a lease near its
+// limit, which only a failed renewal brings there, goes in a call with
+// others near theirs, and does not cut the others' call short.
+func (r *renewer) chunk(queue []*KeepAlive, now time.Time) (c *renewCall, rest []*KeepAlive) {
 	n := min(r.size, len(queue))
-	c = &renewCall{leases: make([]*KeepAlive, 0, n), items: make([]driver.RenewItem, 0, n)}
+	c = &renewCall{leases: make([]*KeepAlive, 0, n), items: make([]driver.RenewItem, 0, n), returned: make(chan struct{})}
 	i := 0
+	var urgent bool // the call's leases have a limit within their timeout
 	for ; i < len(queue) && len(c.leases) < r.size; i++ {
 		k := queue[i]
-		queue[i] = nil
 		l := k.lease
 		l.mu.Lock()
 		live := l.r.keeper == k && l.r.phase == phaseQueued
 		if live {
+			limit := l.r.limit()
+			u := limit.Before(now.Add(l.r.timeout))
+			if len(c.leases) > 0 && u != urgent {
+				l.mu.Unlock()
+				break // the next call takes it
+			}
+			urgent = u
 			l.r.phase = phaseInFlight
+			l.r.inflight = c.returned
 			c.items = append(c.items, driver.RenewItem{Key: l.key, Token: l.token, TTL: l.r.ttl})
 			if c.timeout == 0 || l.r.timeout < c.timeout {
 				c.timeout = l.r.timeout
 			}
+			if c.limit.IsZero() || limit.Before(c.limit) {
+				c.limit = limit
+			}
 		}
 		l.mu.Unlock()
+		queue[i] = nil
 		if live {
 			c.leases = append(c.leases, k)
 		}
@@ -715,14 +737,20 @@ func batchErr(errs []error) error {
 	return nil
 }
 
-// call makes one store call, bounded by its leases' smallest renewal timeout;
-// their deadlines are kept by run, so one lease cannot cut a batch short.
+// call makes one store call, bounded by its leases' smallest renewal timeout
+// and their earliest limit: a renewal never runs past the point where its
+// lease is given up (see chunk).
 func (r *renewer) call(c *renewCall) {
-	ctx, cancel := context.WithTimeout(r.calls, c.timeout)
-	defer cancel()
 	c.sent = time.Now()
+	end := c.sent.Add(c.timeout)
+	if c.limit.Before(end) {
+		end = c.limit
+	}
+	ctx, cancel := context.WithDeadline(r.calls, end)
+	defer cancel()
 	c.errs = r.send(ctx, c.items)
 	c.done = time.Now()
+	close(c.returned)
 	r.results <- c // never blocks: room for every call in flight
 }
 
