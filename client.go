@@ -160,7 +160,8 @@ func WithOwnedStore() Option {
 }
 
 // New returns a Client that takes leases from store. A bad option is an
-// *ArgumentError naming it, returned by every call of the Client.
+// *ArgumentError naming it, returned by every call of the Client; a nil
+// option is skipped.
 func New(store driver.Store, opts ...Option) *Client {
 	if store == nil {
 		store = nilStore{}
@@ -181,7 +182,9 @@ func New(store driver.Store, opts ...Option) *Client {
 	}
 	c.storeName = storeName(store)
 	for _, o := range opts {
-		o(c)
+		if o != nil { // as Hold skips a nil HoldOption
+			o(c)
+		}
 	}
 	for _, o := range c.observers {
 		c.watchStore = c.watchStore || o.OnStoreCall != nil

@@ -142,3 +142,47 @@ func TestLeasePrintsNoTokenAndTheClientIsQuiet(t *testing.T) {
 		t.Errorf("a nil lease prints %q", s)
 	}
 }
+
+// Close ends the Client's waiting Acquires at once with ErrClosed, the head
+// of its line and the waiters behind it, on a store with a queue and on one
+// without; before, each went on until its next backoff step, up to the
+// maximum backoff later.
+func TestCloseEndsWaitingAcquires(t *testing.T) {
+	for name, store := range map[string]func() driver.Store{
+		"memstore":         func() driver.Store { return memstore.New() },
+		"no release watch": func() driver.Store { return struct{ driver.Store }{memstore.New()} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := store()
+			holder := leasehold.New(s)
+			defer holder.Close()
+			if _, err := holder.TryAcquire(t.Context(), "k", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			c := leasehold.New(s, leasehold.WithBackoff(time.Minute, time.Minute))
+			const waiters = 3
+			errs := make(chan error, waiters)
+			for range waiters {
+				go func() {
+					_, err := c.Acquire(t.Context(), "k", time.Minute)
+					errs <- err
+				}()
+			}
+			// Close may come before a waiter joined (it then finds the
+			// Client closed) or while it sleeps a minute's backoff.
+			time.Sleep(100 * time.Millisecond)
+			c.Close()
+			timeout := time.After(10 * time.Second)
+			for i := range waiters {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, leasehold.ErrClosed) {
+						t.Errorf("waiter %d: %v, want ErrClosed", i, err)
+					}
+				case <-timeout:
+					t.Fatalf("%d of %d waiters still waiting 10 s after Close", waiters-i, waiters)
+				}
+			}
+		})
+	}
+}

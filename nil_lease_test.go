@@ -82,3 +82,16 @@ func TestNilKeepAliveNeverPanics(t *testing.T) {
 		t.Fatalf("Renew after the failed KeepAlive: %v", err)
 	}
 }
+
+// A nil Option is skipped, as a nil HoldOption is, not a panic in New.
+func TestNilOptionIsSkipped(t *testing.T) {
+	c := leasehold.New(memstore.New(), nil, leasehold.WithLogger(quietLogger()), nil)
+	defer c.Close()
+	l, err := c.TryAcquire(t.Context(), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

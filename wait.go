@@ -281,6 +281,11 @@ func (w *waiter) wait(ctx context.Context) (*handed, error) {
 				return nil, ctxNotAcquired(ctx, w.key)
 			}
 			// A hand-off to w began just now: take its answer.
+		case sleptClosed:
+			if w.quit() {
+				return nil, ErrClosed
+			}
+			// A hand-off to w began just now: take its answer.
 		case sleptWoken:
 			w.woken = true
 			w.backoff = min(w.c.minBackoff, w.maxBackoff)
@@ -298,10 +303,11 @@ const (
 	sleptCtx
 	sleptWoken
 	sleptTimer
+	sleptClosed
 )
 
-// sleep waits for ctx's end, a kick, a wake-up from the store, or wait to
-// pass (0: no timer).
+// sleep waits for ctx's end, a kick, a wake-up from the store, the
+// Client's Close, or wait to pass (0: no timer).
 func (w *waiter) sleep(ctx context.Context, wait time.Duration) int {
 	var timer <-chan time.Time
 	if wait > 0 {
@@ -316,6 +322,8 @@ func (w *waiter) sleep(ctx context.Context, wait time.Duration) int {
 		return sleptKick
 	case <-w.released():
 		return sleptWoken
+	case <-w.c.renew.quit:
+		return sleptClosed
 	case <-timer:
 		return sleptTimer
 	}
