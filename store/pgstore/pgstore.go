@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -539,6 +540,10 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 			err = s.pool.QueryRow(ctx, s.acquireQueueSQL, key, token, interval(ttl)).Scan(&fence, &remaining)
 		}
 	}
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == numericOutOfRange {
+		// The only arithmetic that can overflow here is the fence's + 1.
+		return 0, fmt.Errorf("pgstore: acquire %q: its fence is at %d and cannot rise; nothing was written: %w", key, int64(math.MaxInt64), err)
+	}
 	if err != nil {
 		return 0, s.opError(fmt.Sprintf("acquire %q", key), err)
 	}
@@ -552,9 +557,10 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	return 0, held
 }
 
-// PostgreSQL's SQLSTATEs for a table, a column and a function that do not
-// exist.
+// PostgreSQL's SQLSTATEs this Store tells apart: a number out of range,
+// and a table, a column and a function that do not exist.
 const (
+	numericOutOfRange = "22003" // a bigint past MaxInt64
 	undefinedTable    = "42P01"
 	undefinedColumn   = "42703"
 	undefinedFunction = "42883"
