@@ -316,7 +316,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 			return struct{}{}, s.checkEviction(ctx)
 		}, nil)
 		if err != nil {
-			return 0, acquireError(key, err)
+			return 0, opError("acquire", key, err)
 		}
 	}
 	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
@@ -332,7 +332,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 			}
 		}, "acquire", acquireWrote, s.undoAcquire(key, token)).Slice()
 	if err != nil {
-		return 0, acquireError(key, err)
+		return 0, opError("acquire", key, err)
 	}
 	switch fence, granted, pttl := acquireReply(res); {
 	case granted:
@@ -388,17 +388,18 @@ func parseFence(s string) (int64, bool) {
 	return f, err == nil
 }
 
-// acquireError explains the acquire script's refusals of a bad counter.
-func acquireError(key string, err error) error {
+// opError is err of op ("acquire", "hand off") on key, with the scripts'
+// refusals of a bad counter explained.
+func opError(op, key string, err error) error {
 	if v, ok := strings.CutPrefix(err.Error(), "LEASEHOLD_BADFENCE "); ok {
-		return fmt.Errorf("redisstore: acquire %q: fence counter %q holds %s, not a decimal in 1..%d; nothing was written (delete the counter to restart it from the server clock)",
-			key, FenceKey(key), v, int64(math.MaxInt64))
+		return fmt.Errorf("redisstore: %s %q: fence counter %q holds %s, not a decimal in 1..%d; nothing was written (delete the counter to restart it from the server clock)",
+			op, key, FenceKey(key), v, int64(math.MaxInt64))
 	}
 	if _, ok := strings.CutPrefix(err.Error(), "LEASEHOLD_FENCE_EXHAUSTED "); ok {
-		return fmt.Errorf("redisstore: acquire %q: fence counter %q is at %d and cannot rise; nothing was written (delete the counter to restart it from the server clock)",
-			key, FenceKey(key), int64(math.MaxInt64))
+		return fmt.Errorf("redisstore: %s %q: fence counter %q is at %d and cannot rise; nothing was written (delete the counter to restart it from the server clock)",
+			op, key, FenceKey(key), int64(math.MaxInt64))
 	}
-	return fmt.Errorf("redisstore: acquire %q: %w", key, err)
+	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }
 
 // run runs sc through the Store's Batcher, or alone under ctx with
@@ -448,7 +449,7 @@ func (s *Store) HandOff(ctx context.Context, key, token, next string, ttl time.D
 	// (the key is then free) and the error matches ErrNotReplicated.
 	res, err := s.runAckedOn(ctx, handOffScript, keys, args, nil, "hand-off", handOffWrote, s.undoAcquire(key, next), true).Slice()
 	if err != nil {
-		return 0, "", acquireError(key, err)
+		return 0, "", opError("hand off", key, err)
 	}
 	if len(res) == 0 {
 		return 0, "", fmt.Errorf("redisstore: hand-off %q: empty reply", key)
