@@ -120,6 +120,10 @@ func TestPostgresInspectAndLs(t *testing.T) {
 
 	failsWith(t, 1, []string{"postgres", `"nope" does not exist`, "leasehold migrate --postgres DSN --pg-table nope"},
 		"ls", "--postgres", srv.DSN(), "--pg-table", "nope", "*:*")
+	// A table name pgstore refuses is a usage error naming the flag, before
+	// anything is read or written.
+	failsWith(t, 2, []string{"--pg-table: ", "more than one dot"},
+		"inspect", "--postgres", srv.DSN(), "--pg-table", "a.b.c", "k")
 }
 
 // startEtcdStore starts an etcd with a client and an etcdstore on it, all

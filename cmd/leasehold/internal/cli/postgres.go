@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
 
@@ -34,6 +35,9 @@ func openPostgres(ctx context.Context, name, dsn, table string, timeout time.Dur
 	st, err := pgstore.New(pool, pgstore.WithTable(table))
 	if err != nil {
 		pool.Close()
+		if ae := (*leasehold.ArgumentError)(nil); errors.As(err, &ae) && ae.Arg == "table" {
+			return nil, usagef("--pg-table: %s", ae.Reason)
+		}
 		return nil, err
 	}
 	// pgstore's errors name a missing table and how to make it.
