@@ -11,7 +11,10 @@ import (
 // Observer receives a Client's lock events, each with the caller's context,
 // for metrics, traces and logs. Every field is optional. The funcs run
 // inline, some on the renewal goroutine: they must be quick and safe for
-// concurrent use. A func that panics loses that event (OnError hears of it).
+// concurrent use. One that blocks there holds up the renewal of every lease
+// of the Client and the cancelling of their contexts at their deadlines:
+// hand slow work (an exporter's I/O) to a goroutine of its own. A func that
+// panics loses that event (OnError hears of it).
 type Observer struct {
 	// OnAcquireStart precedes every Acquire call (Hold's too), which may
 	// wait; its OnAcquire, with Blocking set, follows. Fence is 0.
