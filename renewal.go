@@ -197,6 +197,11 @@ func (l *Lease) keepAlive(ctx context.Context, onLoss func(error), configure fun
 	k.mu.Lock()
 	k.unwatch = context.AfterFunc(ctx, func() { k.shut(context.Cause(ctx)) })
 	k.mu.Unlock()
+	if k.ctx.Err() != nil {
+		// Shut (by Close) before the watch was in place: it found none to
+		// end, and the watch would hold k until ctx ends.
+		k.unwatch()
+	}
 	return k, nil
 }
 
