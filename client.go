@@ -388,8 +388,19 @@ func (c *Client) acquireFailed(ctx context.Context, key string, err error) error
 }
 
 func ctxNotAcquired(ctx context.Context, key string) error {
-	return errors.Join(&HeldError{Key: key}, ctxError(ctx, expired(ctx)))
+	return errors.Join(notAcquiredInTime{key}, ctxError(ctx, expired(ctx)))
 }
+
+// notAcquiredInTime is an Acquire that ended with its context: it matches
+// ErrNotAcquired, and says nothing of a holder, which there may not be (the
+// context may have ended during the store call).
+type notAcquiredInTime struct{ key string }
+
+func (e notAcquiredInTime) Error() string {
+	return fmt.Sprintf("leasehold: not acquired: %q: the context ended first", e.key)
+}
+
+func (e notAcquiredInTime) Is(target error) bool { return target == ErrNotAcquired }
 
 // ctxError is err (ctx's error, or DeadlineExceeded from expired) joined with
 // ctx's cause when that says more.
