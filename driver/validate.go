@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -115,4 +116,16 @@ func ValidateRelease(key, token string) error {
 		return err
 	}
 	return ValidateToken(token)
+}
+
+// ParseFence reads a fence as a store writes it in text: a canonical
+// decimal in 1..math.MaxInt64, with no sign, no leading zero and nothing
+// around it. A store refuses anything else rather than use it (design.md
+// §3, "Fences"): a counter leasehold did not write.
+func ParseFence(s string) (int64, bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	f, err := strconv.ParseInt(s, 10, 64)
+	return f, err == nil
 }

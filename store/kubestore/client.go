@@ -64,16 +64,16 @@ func parseServer(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// redactURL is s without its user info, for messages.
+// redactURL is s for messages: its scheme and host alone, since a user
+// info, a path, a query or a fragment may hold a password or a token; or
+// nothing of it when it has no host to show (a scheme forgotten or
+// mistyped reads as user info elsewhere in the text).
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil {
-		if i := strings.LastIndexByte(s, '@'); i >= 0 {
-			return "…" + s[i:]
-		}
-		return s
+	if err != nil || u.Host == "" || u.Scheme == "" {
+		return "(not shown: it has no scheme://host, and may hold a password)"
 	}
-	return u.Redacted()
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
 }
 
 // apiError is the API server's answer to a request it refused: its HTTP

@@ -245,8 +245,8 @@ func decode(key string, lease *lease) (lockState, error) {
 			lease.namespace(), lease.name(), got, key)
 	}
 	fs, _ := lease.annotation(AnnotationFence)
-	f, err := strconv.ParseInt(fs, 10, 64)
-	if err != nil || f <= 0 {
+	f, ok := driver.ParseFence(fs)
+	if !ok {
 		return st, fmt.Errorf("the Lease %s/%s: annotation %s = %q is not a positive fence: nothing was written",
 			lease.namespace(), lease.name(), AnnotationFence, fs)
 	}

@@ -374,6 +374,8 @@ func TestForeignLeaseIsRefused(t *testing.T) {
 		{kubestore.AnnotationKey: "another key", kubestore.AnnotationFence: "7"},
 		nil,
 		{kubestore.AnnotationKey: key, kubestore.AnnotationFence: "-3"},
+		{kubestore.AnnotationKey: key, kubestore.AnnotationFence: "007"}, // not as leasehold writes it
+		{kubestore.AnnotationKey: key, kubestore.AnnotationFence: "+5"},
 	} {
 		_ = leases.Delete(ctx, s.Name(key), metav1.DeleteOptions{})
 		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: s.Name(key), Annotations: ann}}
@@ -387,8 +389,8 @@ func TestForeignLeaseIsRefused(t *testing.T) {
 			t.Errorf("annotations %v: Inspect succeeded", ann)
 		}
 		got, err := leases.Get(ctx, s.Name(key), metav1.GetOptions{})
-		if err != nil || got.Spec.HolderIdentity != nil {
-			t.Errorf("annotations %v: the Lease was written: %+v, %v", ann, got.Spec, err)
+		if err != nil || got.Spec.HolderIdentity != nil || got.Annotations[kubestore.AnnotationFence] != ann[kubestore.AnnotationFence] {
+			t.Errorf("annotations %v: the Lease was written: %+v %v, %v", ann, got.Spec, got.Annotations, err)
 		}
 	}
 }

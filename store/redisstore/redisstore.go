@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -356,7 +355,7 @@ func acquireReply(res []any) (fence int64, granted bool, pttl *int64) {
 		}
 	case 1:
 		if f, ok := res[1].(string); ok {
-			fence, granted = parseFence(f)
+			fence, granted = driver.ParseFence(f)
 			return fence, granted, nil
 		}
 	}
@@ -376,16 +375,6 @@ func (s *Store) releaseLate(key, token string) {
 		s.opts.log.Warn("redisstore: could not release a key taken after its acquire was left at its deadline; it stays held until its TTL runs out",
 			slog.String("key", key), slog.Any("error", err))
 	}
-}
-
-// parseFence reads a fence as the scripts write it: a canonical decimal in
-// 1..math.MaxInt64.
-func parseFence(s string) (int64, bool) {
-	if s == "" || s[0] < '1' || s[0] > '9' { // no sign, no leading zero
-		return 0, false
-	}
-	f, err := strconv.ParseInt(s, 10, 64)
-	return f, err == nil
 }
 
 // opError is err of op ("acquire", "hand off") on key, with the scripts'
@@ -459,7 +448,7 @@ func (s *Store) HandOff(ctx context.Context, key, token, next string, ttl time.D
 		return 0, "", driver.ErrNotOwned
 	case got == 1 && len(res) == 2:
 		if f, _ := res[1].(string); f != "" {
-			if fence, ok := parseFence(f); ok {
+			if fence, ok := driver.ParseFence(f); ok {
 				return fence, "", nil
 			}
 		}
@@ -624,7 +613,7 @@ func inspectReply(key string, res []any) (info driver.Info, pttl int64, err erro
 	}
 	if f, ok := res[2].(string); ok {
 		var ok bool
-		if info.Fence, ok = parseFence(f); !ok {
+		if info.Fence, ok = driver.ParseFence(f); !ok {
 			return info, pttl, fmt.Errorf("fence counter %q holds %.32q, not a decimal in 1..%d", FenceKey(key), f, int64(math.MaxInt64))
 		}
 	}
