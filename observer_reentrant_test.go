@@ -2,6 +2,7 @@ package leasehold_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,5 +92,42 @@ func TestObserverMayEndTheLeaseFromTheRenewalGoroutine(t *testing.T) {
 				t.Fatalf("the other lease's KeepAlive ended: %v", context.Cause(kb.Context()))
 			}
 		})
+	}
+}
+
+// An Observer may Close the Client from the renewal goroutine: Close
+// returns, and every KeepAlive's context ends with ErrClosed.
+func TestObserverMayCloseTheClientFromTheRenewalGoroutine(t *testing.T) {
+	var c *leasehold.Client
+	closed := make(chan struct{})
+	var once atomic.Bool
+	obs := leasehold.Observer{OnRenew: func(context.Context, leasehold.RenewEvent) {
+		if once.CompareAndSwap(false, true) {
+			c.Close()
+			close(closed)
+		}
+	}}
+	c = leasehold.New(memstore.New(), leasehold.WithObserver(obs))
+	var kas []*leasehold.KeepAlive
+	for _, key := range []string{"a", "b"} {
+		l, err := c.TryAcquire(t.Context(), key, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := l.KeepAlive(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		kas = append(kas, k)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close from OnRenew has not returned after 10 s")
+	}
+	for i, k := range kas {
+		if !errors.Is(context.Cause(k.Context()), leasehold.ErrClosed) {
+			t.Errorf("KeepAlive %d: cause %v, want ErrClosed", i, context.Cause(k.Context()))
+		}
 	}
 }

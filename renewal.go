@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,9 +128,8 @@ type KeepAlive struct {
 	cancel context.CancelCauseFunc
 	onLoss func(error) // told of a loss that leaves ctx alone (continue policy); may be nil
 
-	// report is held while an outcome is decided and acted on (never while
-	// the Observer runs); stopped, set under it, ends decisions once Stop
-	// has begun.
+	// report is held while an outcome is decided and reported; stopped,
+	// set under it, silences reports once Stop has begun.
 	report  sync.Mutex
 	stopped bool
 	lost    error // why ownership is no longer trusted; under report
@@ -230,10 +232,9 @@ func (k *KeepAlive) Context() context.Context {
 	return k.ctx
 }
 
-// Stop ends renewal and cancels Context without releasing the lease; no
-// renewal outcome is decided for the lease after it returns (one decided
-// just before may still be reaching the Observer). It is safe to call
-// twice, and from an Observer method.
+// Stop ends renewal and cancels Context without releasing the lease; nothing
+// is reported for the lease after it returns. It is safe to call twice, and
+// from an Observer method.
 func (k *KeepAlive) Stop() {
 	if k.isNil() {
 		return
@@ -244,10 +245,23 @@ func (k *KeepAlive) Stop() {
 // shut ends renewal and cancels Context with cause before detaching k from
 // its lease, so a Release that finds no KeepAlive finds its Context cancelled.
 func (k *KeepAlive) shut(cause error) {
-	k.report.Lock()
-	k.stopped = true
-	k.report.Unlock()
 	l := k.lease
+	switch {
+	case k.report.TryLock():
+		k.stopped = true
+		k.report.Unlock()
+	case l.client.renew.onEngine():
+		// An Observer Stops or Releases the lease it is told about: the
+		// engine holds k.report on this very goroutine, in decide, which
+		// reads stopped on it.
+		k.stopped = true
+	default:
+		// A report is under way on the engine: wait for it, so that
+		// nothing is reported once Stop has returned.
+		k.report.Lock()
+		k.stopped = true
+		k.report.Unlock()
+	}
 	l.client.renew.remove(k)
 	k.cancel(cause)
 	k.mu.Lock()
@@ -336,41 +350,29 @@ func (r *renewal) settle(err error, sent, done time.Time) outcome {
 // errExpiredContinuing is the loss of a lease under the continue policy.
 var errExpiredContinuing = fmt.Errorf("%w: the lease expired while the critical section kept running (continue policy)", ErrNotOwned)
 
-// decide runs f on k's renewal state, if k still renews its lease, acts on
-// a loss (the holder is told before decide returns) and then reports the
-// outcome; it says whether the lease ended. Nothing is decided once Stop has
-// begun. The Observer is called after k.report is let go, so an Observer
-// may Stop or Release the lease it is told about.
+// decide runs f on k's renewal state, if k still renews its lease, and
+// reports the outcome; it says whether the lease ended. Nothing is reported
+// once Stop has begun.
 func (k *KeepAlive) decide(f func(r *renewal) outcome) (ended bool) {
 	l := k.lease
 	k.report.Lock()
+	defer k.report.Unlock()
 	if k.stopped {
-		k.report.Unlock()
 		return true
 	}
 	l.mu.Lock()
 	if l.r.keeper != k {
 		l.mu.Unlock()
-		k.report.Unlock()
 		return true
 	}
 	o := f(&l.r)
 	l.mu.Unlock()
-	if o.lost != nil {
-		k.lost = o.lost
-		if o.fenced {
-			k.cancel(o.lost)
-		} else if k.onLoss != nil {
-			k.onLoss(o.lost)
-		}
-	}
-	k.report.Unlock()
-	k.reportOutcome(o)
+	k.reportLocked(o)
 	return o.lost != nil
 }
 
-// reportOutcome reports o: the one path of every renewal event.
-func (k *KeepAlive) reportOutcome(o outcome) {
+// reportLocked reports o: the one path of every renewal event. k.report is held.
+func (k *KeepAlive) reportLocked(o outcome) {
 	l := k.lease
 	c := l.client
 	if o.renewed {
@@ -387,10 +389,15 @@ func (k *KeepAlive) reportOutcome(o outcome) {
 	if o.lost == nil {
 		return
 	}
+	k.lost = o.lost
 	if o.fenced {
+		k.cancel(o.lost)
 		observe(c, k.ctx, AbandonEvent{Event: l.event(), Reason: o.lost},
 			func(o *Observer) func(context.Context, AbandonEvent) { return o.OnAbandon })
 	} else {
+		if k.onLoss != nil {
+			k.onLoss(o.lost)
+		}
 		observe(c, k.ctx, LeaseExpiredEvent{Event: l.event(), Overrun: o.overrun, Why: o.why},
 			func(o *Observer) func(context.Context, LeaseExpiredEvent) { return o.OnLeaseExpired })
 	}
@@ -457,6 +464,7 @@ type renewer struct {
 	mu      sync.Mutex
 	heap    renewHeap     // every KeepAlive running, by the time it needs attention
 	running chan struct{} // closed when the running goroutine returns; nil: none runs
+	engine  atomic.Uint64 // the running goroutine's id (goid), 0 when none runs
 
 	closed      atomic.Bool
 	closeOnce   sync.Once
@@ -500,11 +508,35 @@ func (r *renewer) close() (first bool) {
 			k.shut(ErrClosed)
 		}
 		close(r.quit)
-		if running != nil {
+		if running != nil && !r.onEngine() { // from an Observer, the engine ends once it returns
 			<-running
 		}
 	})
 	return first
+}
+
+// onEngine says whether the caller runs on r's goroutine: an Observer
+// method called by the engine. It is asked only when a KeepAlive's report
+// lock is taken, so its cost (a stack header) is off the common path.
+func (r *renewer) onEngine() bool {
+	id := r.engine.Load()
+	return id != 0 && id == goid()
+}
+
+// goid is the calling goroutine's id, read from its stack header
+// ("goroutine 18 [running]:"), or 0 if that cannot be read.
+func goid() uint64 {
+	var buf [64]byte
+	b, ok := strings.CutPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	if !ok {
+		return 0
+	}
+	b, _, _ = strings.Cut(b, " ")
+	id, err := strconv.ParseUint(b, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return id
 }
 
 // len returns the number of leases being renewed.
@@ -584,6 +616,8 @@ type renewCall struct {
 // the due ones in chunks.
 func (r *renewer) run(running chan struct{}) {
 	defer close(running)
+	r.engine.Store(goid())
+	defer r.engine.Store(0)
 	var (
 		queue    []*KeepAlive // due, waiting for a free call, oldest first
 		due      []*KeepAlive // scratch
