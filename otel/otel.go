@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -178,14 +179,21 @@ func (t *Telemetry) keyHash(key string) string {
 	return hex.EncodeToString(m.Sum(nil)[:8])
 }
 
-// errText is err's text, with the key replaced by its hash under WithHashedKeys.
+// errText is err's text, with the key replaced by its hash under
+// WithHashedKeys: the key as stores quote it (%q, %+q, and the escaped body
+// of either) as well as raw, since a key with a quote, a backslash or an
+// unprinted rune reads escaped in their errors.
 func (t *Telemetry) errText(key string, err error) string {
 	if err == nil {
 		return ""
 	}
 	s := err.Error()
 	if t.hash && key != "" {
-		s = strings.ReplaceAll(s, key, "key_hash:"+t.keyHash(key))
+		h := "key_hash:" + t.keyHash(key)
+		q, a := strconv.Quote(key), strconv.QuoteToASCII(key)
+		for _, form := range []string{q, a, q[1 : len(q)-1], a[1 : len(a)-1], key} {
+			s = strings.ReplaceAll(s, form, h)
+		}
 	}
 	return s
 }

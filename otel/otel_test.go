@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/otel"
 	"github.com/leasehold/leasehold/store/memstore"
@@ -536,5 +537,38 @@ func TestConcurrentHolds(t *testing.T) {
 	}
 	if _, ok := f.collect(t)["leasehold_build_info"]; ok {
 		t.Error("build_info still observed after Close")
+	}
+}
+
+// quotingStore fails every renewal with an error that quotes the key as
+// the stores do (%q), so a key with a quote, a backslash or an unprinted
+// rune reads escaped in it.
+type quotingStore struct{ driver.Store }
+
+func (s quotingStore) Renew(_ context.Context, key, _ string, _ time.Duration) error {
+	return fmt.Errorf("redisstore: renew %q: i/o timeout", key)
+}
+
+// With hashed keys, a key the stores' errors quote with escapes is
+// replaced too: the raw key alone once reached the span event.
+func TestHashedKeysInQuotedErrors(t *testing.T) {
+	for _, key := range []string{`jobs:tenant"acme\payroll`, "jobs:tenant\u00a0acme", "jobs:tenant\u2028acme", "jobs:tenant-é-acme"} {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture(t, otel.WithHashedKeys([]byte("s3cret")))
+			c := f.client(t, quotingStore{memstore.New()})
+			_ = c.Hold(t.Context(), key, time.Minute, func(ctx context.Context, _ *leasehold.Lease) error {
+				<-ctx.Done()
+				return nil
+			})
+			hold := f.one(t, "leasehold.hold")
+			if len(hold.Events) == 0 {
+				t.Fatal("no renew failure event")
+			}
+			for _, s := range f.spans.GetSpans() {
+				if dump := tree(tracetest.SpanStubs{s}); strings.Contains(dump, "acme") {
+					t.Errorf("key %q: span %s carries it:\n%s", key, s.Name, dump)
+				}
+			}
+		})
 	}
 }
