@@ -99,9 +99,15 @@ type waiter struct {
 	tryNow    bool // the next wait returns at once
 	woken     bool // it took a wake-up and no attempt has answered since
 	heldUntil time.Time
-	turn      <-chan struct{} // its own turn watch (Queuer)
-	stopTurn  func()
-	turnTried bool
+	// unsureSince is when a hand-off to it of unknown outcome was sent, if
+	// one was and it did not find the key its: the hand-off may land
+	// later, and the key then holds its token, which its own attempts are
+	// refused by. A refused attempt looks again (claim), and leave gives
+	// its token back in case.
+	unsureSince time.Time
+	turn        <-chan struct{} // its own turn watch (Queuer)
+	stopTurn    func()
+	turnTried   bool
 }
 
 // join puts a new waiter for key at the back of its line.
@@ -535,6 +541,12 @@ func (w *waiter) leave() {
 	if w.stopTurn != nil {
 		w.stopTurn()
 	}
+	if !w.unsureSince.IsZero() && !w.acquired {
+		// A hand-off of unknown outcome may have given it the key since it
+		// last looked: give its token back rather than leave the key held
+		// for a TTL by a token no one has.
+		c.cleanUp(context.Background(), w.key, w.token, 0)
+	}
 	if w.inQueue {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
 		_ = c.storeCall(ctx, "leave", 1, func() error { return c.queuer.LeaveQueue(ctx, w.key, w.token) })
@@ -570,6 +582,22 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		w.prewatch()
 		l, err := c.try(ctx, key, w.token, ttl, w.stay)
 		w.endTry()
+		if !w.unsureSince.IsZero() && errors.Is(err, ErrNotAcquired) && expired(ctx) == nil {
+			// Refused, perhaps by its own token: a hand-off of unknown
+			// outcome to it that landed late.
+			if l := w.claim(ctx, w.unsureSince); l != nil {
+				sent := w.unsureSince
+				w.unsureSince = time.Time{}
+				if time.Since(sent) < w.ttl/2 {
+					w.acquired, w.heldUntil = true, time.Now().Add(w.ttl)
+					return l, nil
+				}
+				// Counted from the hand-off's send time, as it must be, half
+				// its TTL or more is gone: give it back and take it anew.
+				_ = l.release(ctx, c.cleanupTimeout)
+				w.tryNow = true
+			}
+		}
 		if w.answered(err) {
 			continue
 		}
@@ -585,7 +613,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 func (w *waiter) take(ctx context.Context, h *handed) *Lease {
 	l := h.lease
 	if h.unsure {
-		l = w.claim(ctx, h.sent)
+		if l = w.claim(ctx, h.sent); l == nil && w.unsureSince.IsZero() {
+			w.unsureSince = h.sent
+		}
 	}
 	if l == nil {
 		w.tryNow = true // the key may be free
