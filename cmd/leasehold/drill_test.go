@@ -133,4 +133,26 @@ func TestDrillHTMLReport(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a bad --report path left something behind: %v", err)
 	}
+
+	// A drill that fails leaves a report already there as it was, and no
+	// temporary file beside it.
+	for _, args := range [][]string{
+		{"--processes", "3"},                           // usage: no shared store
+		{"--jobs-postgres", "postgres://%zz@h/db"},     // usage: a DSN that does not parse
+		{"--redis", "redis://" + closedAddr(t) + "/0"}, // the store cannot be reached
+	} {
+		if err := os.WriteFile(path, []byte("the last report"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := run(t, append([]string{"drill", "--report", path}, args...)...)
+		if res.code == 0 {
+			t.Fatalf("drill %q: exit 0", args)
+		}
+		if page, err := os.ReadFile(path); err != nil || string(page) != "the last report" {
+			t.Errorf("drill %q (exit %d) changed the report already there: %q, %v", args, res.code, page, err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+			t.Errorf("drill %q left %d files in the report's directory, want 1", args, len(entries))
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -89,17 +90,37 @@ says which.`,
 			if flagSet(cmd.Flags(), "takeover-slo") && cfg.TakeoverSLO <= 0 {
 				return usagef("--takeover-slo must be positive, not %v", cfg.TakeoverSLO)
 			}
+			// Every check that writes nothing comes before anything is
+			// created, opened or written.
+			if htmlPath != "" {
+				if fi, err := os.Stat(htmlPath); err == nil && fi.IsDir() {
+					return usagef("--report: %s is a directory", htmlPath)
+				}
+				if fi, err := os.Stat(filepath.Dir(htmlPath)); err != nil || !fi.IsDir() {
+					return usagef("--report: %s: no such directory", filepath.Dir(htmlPath))
+				}
+			}
+			if cfg.Processes > 0 && (!anyStoreFlag(cmd) || jobsPG == "") {
+				return usagef("--processes needs a shared lock store (--redis, --etcd or --postgres) and --jobs-postgres: worker processes cannot share in-process ones")
+			}
+			if jobsPG != "" {
+				if _, _, err := parsePostgres("--jobs-postgres", jobsPG, a.global.timeout); err != nil {
+					return err
+				}
+			}
 			var html *os.File
 			if htmlPath != "" {
-				// Created before the drill runs: a path that cannot be
-				// written fails at once, not after the drill.
-				if html, err = os.Create(htmlPath); err != nil {
+				// A temporary file beside the report, made before the drill
+				// runs, so that a directory that cannot be written fails at
+				// once; it replaces the report only once written, and a
+				// report already there is left alone on any failure.
+				if html, err = os.CreateTemp(filepath.Dir(htmlPath), "."+filepath.Base(htmlPath)+".*.tmp"); err != nil {
 					return usagef("--report: %v", err)
 				}
 				defer func() {
-					if html != nil { // never written: leave no empty page
+					if html != nil { // never written
 						_ = html.Close()
-						_ = os.Remove(htmlPath)
+						_ = os.Remove(html.Name())
 					}
 				}()
 			}
@@ -140,9 +161,6 @@ says which.`,
 				cfg.StorageName = "postgres"
 			}
 			if cfg.Processes > 0 {
-				if !anyStoreFlag(cmd) || jobsPG == "" {
-					return usagef("--processes needs a shared lock store (--redis, --etcd or --postgres) and --jobs-postgres: worker processes cannot share in-process ones")
-				}
 				exe, err := os.Executable()
 				if err != nil {
 					return fmt.Errorf("--processes: cannot find this program to start workers: %w", err)
@@ -175,7 +193,15 @@ says which.`,
 				f := html
 				html = nil
 				if err := writeHTMLReport(f, rep); err != nil {
-					_ = os.Remove(htmlPath)
+					_ = os.Remove(f.Name())
+					return fmt.Errorf("--report: %w", err)
+				}
+				if err := os.Chmod(f.Name(), 0o644); err != nil { // CreateTemp makes it 0600
+					_ = os.Remove(f.Name())
+					return fmt.Errorf("--report: %w", err)
+				}
+				if err := os.Rename(f.Name(), htmlPath); err != nil {
+					_ = os.Remove(f.Name())
 					return fmt.Errorf("--report: %w", err)
 				}
 			}
