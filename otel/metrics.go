@@ -25,7 +25,7 @@ const Other = "other"
 const DefaultMaxNamespaces = 20
 
 func defaultStores() []string {
-	return []string{"memstore", "redisstore", "etcdstore", "pgstore", "memory", "redis", "postgres", "etcd"}
+	return []string{"memstore", "redisstore", "etcdstore", "pgstore", "kubestore", "memory", "redis", "postgres", "etcd"}
 }
 
 var (

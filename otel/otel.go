@@ -84,7 +84,7 @@ func WithHashedKeys(secret []byte) Option {
 // WithStores adds names to the allowed values of the store label of
 // leasehold_store_call_seconds (a store type's package name) and of
 // leasehold_fence_rejected_total. Default: memstore, redisstore, etcdstore,
-// pgstore and memory, redis, postgres, etcd (and other).
+// pgstore, kubestore and memory, redis, postgres, etcd (and other).
 func WithStores(names ...string) Option {
 	return func(c *config) { c.stores = append(c.stores, names...) }
 }

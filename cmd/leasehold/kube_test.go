@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,4 +72,25 @@ func TestKube(t *testing.T) {
 			t.Fatalf("drill --kube: exit %d, cleanup %q; stderr:\n%s", r.code, rep.Cleanup, r.stderr)
 		}
 	})
+}
+
+// A namespace or name prefix kubestore refuses is a usage error naming the
+// flag, before anything is sent.
+func TestKubeBadNamespaceAndPrefix(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
+		"clusters:\n- name: k\n  cluster:\n    server: https://" + closedAddr(t) + "\n    insecure-skip-tls-verify: true\n" +
+		"users:\n- name: u\n  user:\n    token: Zq8tokenZq8\n" +
+		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for flag, args := range map[string][]string{
+		"--kube-namespace": {"inspect", "--kube", path, "--kube-namespace", "Bad_NS", "k"},
+		"--kube-prefix":    {"inspect", "--kube", path, "--kube-prefix", "-x", "k"},
+	} {
+		r := failsWith(t, 2, []string{flag + ": "}, args...)
+		checkNoLeak(t, r, args, nil, "Zq8tokenZq8")
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // Config says how the Store reaches the API server.
@@ -40,11 +42,11 @@ type leaseClient struct {
 // user info (a password) never reaches them.
 func newLeaseClient(cfg Config, namespace string) (leaseClient, error) {
 	if cfg.Client == nil {
-		return leaseClient{}, errors.New("kubestore: Config.Client is nil")
+		return leaseClient{}, &driver.ArgumentError{Arg: "Config.Client", Reason: "nil"}
 	}
 	u, err := parseServer(cfg.Server)
 	if err != nil {
-		return leaseClient{}, fmt.Errorf("kubestore: Config.Server %w", err)
+		return leaseClient{}, &driver.ArgumentError{Arg: "Config.Server", Reason: err.Error()}
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/apis/coordination.k8s.io/v1/namespaces/" + namespace + "/leases"
 	u.RawPath = ""

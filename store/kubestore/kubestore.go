@@ -141,7 +141,9 @@ func New(cfg Config, namespace string, opts ...Option) (*Store, error) {
 // checkNamespace checks New's namespace: a DNS label (RFC 1123), as
 // Kubernetes requires of a namespace's name.
 func checkNamespace(ns string) error {
-	bad := func(why string) error { return fmt.Errorf("kubestore: invalid namespace %q: %s", ns, why) }
+	bad := func(why string) error {
+		return &driver.ArgumentError{Arg: "namespace", Reason: fmt.Sprintf("%q: %s", ns, why)}
+	}
 	switch {
 	case ns == "":
 		return bad("empty")
@@ -160,7 +162,9 @@ func checkNamespace(ns string) error {
 
 // checkNamePrefix checks a WithNamePrefix value.
 func checkNamePrefix(p string) error {
-	bad := func(why string) error { return fmt.Errorf("kubestore: invalid name prefix %q: %s", p, why) }
+	bad := func(why string) error {
+		return &driver.ArgumentError{Arg: "WithNamePrefix", Reason: fmt.Sprintf("%q: %s", p, why)}
+	}
 	switch {
 	case p == "":
 		return bad("empty")

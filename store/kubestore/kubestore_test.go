@@ -162,22 +162,23 @@ func TestClient(t *testing.T) {
 
 func TestNewRefusesBadArguments(t *testing.T) {
 	c := kubestore.Config{Server: "https://127.0.0.1:1", Client: http.DefaultClient}
-	if _, err := kubestore.New(kubestore.Config{Server: c.Server}, "default"); err == nil || !strings.Contains(err.Error(), "Config.Client") {
+	if _, err := kubestore.New(kubestore.Config{Server: c.Server}, "default"); !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "Config.Client") {
 		t.Errorf("New without a Client: %v, want an error naming Config.Client", err)
 	}
-	for _, server := range []string{"", "127.0.0.1:6443", "ftp://h", "https://", "https://u:hunter2@h:1", "https://h:1/?q=1", "https://h:1/#f", "://h"} {
+	for _, server := range []string{"", "127.0.0.1:6443", "ftp://h", "https://", "https://u:hunter2@h:1", "https://h:1/?q=1", "https://h:1/#f", "://h",
+		"u:hunter2@h:1", "https:/u:hunter2@h:1", "https://h:1/?token=hunter2", "https://h:1/#hunter2"} {
 		_, err := kubestore.New(kubestore.Config{Server: server, Client: http.DefaultClient}, "default")
-		if err == nil || !strings.Contains(err.Error(), "Config.Server") || strings.Contains(err.Error(), "hunter2") {
+		if !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "Config.Server") || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("New with Server %q: %v, want an error naming Config.Server, without the password", server, err)
 		}
 	}
 	for _, ns := range []string{"", "Default", "a_b", strings.Repeat("n", 64)} {
-		if _, err := kubestore.New(c, ns); err == nil || !strings.Contains(err.Error(), "namespace") {
+		if _, err := kubestore.New(c, ns); !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "namespace") {
 			t.Errorf("New with namespace %q: %v, want an error naming the namespace", ns, err)
 		}
 	}
 	for _, p := range []string{"", "-x", "Locks-", "a.b", strings.Repeat("p", 64)} {
-		if _, err := kubestore.New(c, "default", kubestore.WithNamePrefix(p)); err == nil || !strings.Contains(err.Error(), "prefix") {
+		if _, err := kubestore.New(c, "default", kubestore.WithNamePrefix(p)); !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithNamePrefix") {
 			t.Errorf("New with name prefix %q: %v, want an error naming the prefix", p, err)
 		}
 	}

@@ -3,9 +3,11 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/kubestore"
 )
 
@@ -29,6 +31,14 @@ func openKube(_ context.Context, name, path, namespace, prefix string, timeout t
 	}
 	// New refuses a bad --kube-namespace or --kube-prefix.
 	st, err := kubestore.New(cfg, namespace, kubestore.WithNamePrefix(prefix))
+	if ae := (*leasehold.ArgumentError)(nil); errors.As(err, &ae) {
+		switch ae.Arg {
+		case "namespace":
+			return nil, usagef("--kube-namespace: %s (kubeconfig %s)", ae.Reason, path)
+		case "WithNamePrefix":
+			return nil, usagef("--kube-prefix: %s", ae.Reason)
+		}
+	}
 	if err != nil {
 		return nil, usagef("%s: %v (kubeconfig %s)", name, err, path)
 	}
