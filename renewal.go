@@ -616,8 +616,9 @@ type renewCall struct {
 // the due ones in chunks.
 func (r *renewer) run(running chan struct{}) {
 	defer close(running)
-	r.engine.Store(goid())
-	defer r.engine.Store(0)
+	id := goid()
+	r.engine.Store(id)
+	defer r.engine.CompareAndSwap(id, 0) // a next run may have started already
 	var (
 		queue    []*KeepAlive // due, waiting for a free call, oldest first
 		due      []*KeepAlive // scratch
