@@ -140,7 +140,9 @@ func (l *Lease) finish() { <-l.op }
 // Renew resets the lease's remaining time to ttl if the key still holds its
 // token, and returns ErrNotOwned if not. The fence does not change. While a
 // KeepAlive runs, Renew is refused without calling the store; after one
-// stopped, Renew first waits for its renewal still in flight, if any.
+// stopped, Renew first waits for its renewal still in flight, if any. A
+// Renew whose outcome is unknown (a lost reply) may have been applied: when
+// that would shorten the lease, the lease counts as shortened.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := l.valid(); err != nil {
 		return err
@@ -170,13 +172,23 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	err := l.client.storeCall(ctx, "renew", 1, func() error { return l.client.store.Renew(ctx, l.key, l.token, ttl) })
-	if err == nil {
+	switch {
+	case err == nil:
 		// A KeepAlive started later counts its deadline from this renewal.
 		done := time.Now()
 		l.mu.Lock()
 		l.r.ttl, l.r.sent, l.r.done = ttl, sent, done
 		l.mu.Unlock()
 		l.renewed(ctx, ttl)
+	case unknownOutcome(err):
+		// It may have been applied: when that would end the lease sooner,
+		// count from it, so that the local deadline (and a KeepAlive
+		// started later) never outlasts the store's.
+		l.mu.Lock()
+		if sent.Add(ttl).Before(l.r.sent.Add(l.r.ttl)) {
+			l.r.ttl, l.r.sent = ttl, sent
+		}
+		l.mu.Unlock()
 	}
 	l.finish()
 	if errors.Is(err, ErrNotOwned) && !released { // after our own release it is no wrong owner

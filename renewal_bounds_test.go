@@ -151,3 +151,49 @@ func TestRenewWaitsForAStoppedKeepAlivesRenewal(t *testing.T) {
 		}
 	})
 }
+
+// lostRenewStore applies the first Renew and loses its reply.
+type lostRenewStore struct {
+	driver.Store
+	once sync.Once
+}
+
+func (s *lostRenewStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	lost := false
+	s.once.Do(func() { lost = true })
+	if err := s.Store.Renew(ctx, key, token, ttl); err != nil || !lost {
+		return err
+	}
+	return errors.New("no reply: it may still be applied")
+}
+
+// A Renew to a shorter TTL whose reply is lost may have shortened the
+// lease: the lease and a KeepAlive started after count from it. Before, they
+// counted from the longer TTL, and another Client took the key while the
+// KeepAlive's context was live.
+func TestLostRenewToAShorterTTLCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		c := leasehold.New(&lostRenewStore{Store: mem}, leasehold.WithLogger(quietLogger()))
+		defer c.Close()
+		other := leasehold.New(mem)
+		defer other.Close()
+		ctx := t.Context()
+		l, err := c.TryAcquire(ctx, "k", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Renew(ctx, 3*time.Second); err == nil {
+			t.Fatal("the lost renewal reported no error")
+		}
+		k, err := l.KeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Stop()
+		time.Sleep(4 * time.Second)
+		if l2, err := other.TryAcquire(ctx, "k", time.Second); err == nil && k.Context().Err() == nil {
+			t.Fatalf("another Client took the key (fence %d) while the KeepAlive (fence %d) was live", l2.Fence(), l.Fence())
+		}
+	})
+}
