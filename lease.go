@@ -121,15 +121,23 @@ func (l *Lease) LogValue() slog.Value {
 
 // begin takes the lease's operation slot, giving up when done is closed first.
 func (l *Lease) begin(done <-chan struct{}) bool {
-	select {
-	case l.op <- struct{}{}:
+	if l.tryBegin() {
 		return true
-	default:
 	}
 	select {
 	case l.op <- struct{}{}:
 		return true
 	case <-done:
+		return false
+	}
+}
+
+// tryBegin takes the lease's operation slot if it is free.
+func (l *Lease) tryBegin() bool {
+	select {
+	case l.op <- struct{}{}:
+		return true
+	default:
 		return false
 	}
 }
@@ -220,8 +228,23 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 	rctx, cancel := l.client.releaseContext(ctx, timeout)
 	defer cancel()
-	if !l.begin(rctx.Done()) {
-		return fmt.Errorf("leasehold: release %q: still waiting for another call on the lease: %w", l.key, context.DeadlineExceeded)
+	if !l.tryBegin() {
+		if l.client.renew.onEngine() {
+			// An Observer's Release while another call holds the lease (its
+			// holder's Release, which may be waiting for this very report):
+			// waiting would hold up every lease's renewal. Renewal stops;
+			// the other call ends the lease.
+			l.mu.Lock()
+			k := l.r.keeper
+			l.mu.Unlock()
+			if k != nil {
+				k.shut(context.Canceled)
+			}
+			return fmt.Errorf("leasehold: release %q: another call on the lease is under way, not waited for on the renewal goroutine", l.key)
+		}
+		if !l.begin(rctx.Done()) {
+			return fmt.Errorf("leasehold: release %q: still waiting for another call on the lease: %w", l.key, context.DeadlineExceeded)
+		}
 	}
 	l.mu.Lock()
 	k, released := l.r.keeper, l.released

@@ -170,6 +170,19 @@ func (l *Lease) keepAlive(ctx context.Context, onLoss func(error), configure fun
 		return nil, fmt.Errorf("leasehold: KeepAlive of %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	defer l.finish()
+	l.mu.Lock()
+	inflight := l.r.inflight
+	l.mu.Unlock()
+	if inflight != nil {
+		// A stopped KeepAlive's renewal still in flight: a Renew by hand
+		// waits for it, and so must a KeepAlive, or the Renew after this
+		// one stops would wait for this one's call alone.
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("leasehold: KeepAlive of %q: a renewal of its stopped KeepAlive is still in flight: %w", l.key, context.Cause(ctx))
+		}
+	}
 	pol, err := configure(l.TTL())
 	if err != nil {
 		return nil, err
@@ -199,10 +212,11 @@ func (l *Lease) keepAlive(ctx context.Context, onLoss func(error), configure fun
 	k.mu.Lock()
 	k.unwatch = context.AfterFunc(ctx, func() { k.shut(context.Cause(ctx)) })
 	k.mu.Unlock()
-	if k.ctx.Err() != nil {
-		// Shut (by Close) before the watch was in place: it found none to
-		// end, and the watch would hold k until ctx ends.
-		k.unwatch()
+	if k.ctx.Err() != nil && k.unwatch() {
+		// Ended before the watch was in place (by Close, or ctx's end,
+		// which the watch then never saw): shut it again, now with the
+		// watch ended too (shut may run twice).
+		k.shut(context.Cause(k.ctx))
 	}
 	return k, nil
 }
@@ -250,7 +264,7 @@ func (k *KeepAlive) shut(cause error) {
 	case k.report.TryLock():
 		k.stopped = true
 		k.report.Unlock()
-	case l.client.renew.onEngine():
+	case l.client.renew.reporting.Load() == k && l.client.renew.onEngine():
 		// An Observer Stops or Releases the lease it is told about: the
 		// engine holds k.report on this very goroutine, in decide, which
 		// reads stopped on it.
@@ -355,8 +369,13 @@ var errExpiredContinuing = fmt.Errorf("%w: the lease expired while the critical 
 // once Stop has begun.
 func (k *KeepAlive) decide(f func(r *renewal) outcome) (ended bool) {
 	l := k.lease
+	r := &l.client.renew
 	k.report.Lock()
-	defer k.report.Unlock()
+	r.reporting.Store(k)
+	defer func() {
+		r.reporting.Store(nil)
+		k.report.Unlock()
+	}()
 	if k.stopped {
 		return true
 	}
@@ -467,11 +486,13 @@ type renewer struct {
 	engine  atomic.Uint64 // the running goroutine's id (goid), 0 when none runs
 
 	closed      atomic.Bool
-	closeOnce   sync.Once
-	poke        chan struct{}   // the heap's head moved earlier
-	results     chan *renewCall // finished store calls
-	quit        chan struct{}   // closed by Close
-	calls       context.Context // the store calls' parent; cancelled by Close
+	closing     atomic.Bool               // the first close has begun
+	closeDone   chan struct{}             // closed when the first close has returned
+	reporting   atomic.Pointer[KeepAlive] // the KeepAlive the engine decides and reports, if any
+	poke        chan struct{}             // the heap's head moved earlier
+	results     chan *renewCall           // finished store calls
+	quit        chan struct{}             // closed by Close
+	calls       context.Context           // the store calls' parent; cancelled by Close
 	cancelCalls context.CancelFunc
 }
 
@@ -491,28 +512,36 @@ func (r *renewer) init(c *Client) {
 	r.poke = make(chan struct{}, 1)
 	r.results = make(chan *renewCall, max(r.concurrency, 1))
 	r.quit = make(chan struct{})
+	r.closeDone = make(chan struct{})
 	r.calls, r.cancelCalls = context.WithCancel(context.Background())
 }
 
 // close stops every lease's renewal and the goroutine, and refuses new
 // leases; it reports whether this was the first call.
+// A later call returns once the first has, or at once on the engine's
+// goroutine (an Observer's Close while another is under way, which may be
+// waiting for that goroutine).
 func (r *renewer) close() (first bool) {
-	r.closeOnce.Do(func() {
-		first = true
-		r.mu.Lock()
-		r.closed.Store(true)
-		live := append([]*KeepAlive(nil), r.heap...)
-		running := r.running
-		r.mu.Unlock()
-		for _, k := range live {
-			k.shut(ErrClosed)
+	if !r.closing.CompareAndSwap(false, true) {
+		if !r.onEngine() {
+			<-r.closeDone
 		}
-		close(r.quit)
-		if running != nil && !r.onEngine() { // from an Observer, the engine ends once it returns
-			<-running
-		}
-	})
-	return first
+		return false
+	}
+	defer close(r.closeDone)
+	r.mu.Lock()
+	r.closed.Store(true)
+	live := append([]*KeepAlive(nil), r.heap...)
+	running := r.running
+	r.mu.Unlock()
+	for _, k := range live {
+		k.shut(ErrClosed)
+	}
+	close(r.quit)
+	if running != nil && !r.onEngine() { // from an Observer, the engine ends once it returns
+		<-running
+	}
+	return true
 }
 
 // onEngine says whether the caller runs on r's goroutine: an Observer
@@ -694,15 +723,20 @@ func (r *renewer) sort(now time.Time, due, queue []*KeepAlive) []*KeepAlive {
 		if ended {
 			continue
 		}
-		if queued {
-			queue = append(queue, k)
-		}
 		r.mu.Lock()
-		if !k.removed {
+		closed := r.closed.Load() // Close took its list of leases from the heap, without k
+		if !k.removed && !closed {
 			k.wakeAt = wake
 			heap.Push(&r.heap, k)
 		}
 		r.mu.Unlock()
+		if closed {
+			k.shut(ErrClosed)
+			continue
+		}
+		if queued {
+			queue = append(queue, k)
+		}
 	}
 	return queue
 }
@@ -719,47 +753,54 @@ func (r *renewer) nextWake() time.Time {
 
 // chunk takes up to r.size live leases from queue into a call; nil if none.
 // The call ends by the earliest limit of its leases (their local deadline,
-// or under the continue policy their certain expiry), so a lease near its
-// limit, which only a failed renewal brings there, goes in a call with
-// others near theirs, and does not cut the others' call short.
+// or under the continue policy their certain expiry), so the leases near
+// their limit, which only failed renewals bring there, go in calls of their
+// own and do not cut a healthy call short: a call takes the leases of the
+// first one's kind, and leaves the others queued in order.
 func (r *renewer) chunk(queue []*KeepAlive, now time.Time) (c *renewCall, rest []*KeepAlive) {
-	n := min(r.size, len(queue))
-	c = &renewCall{leases: make([]*KeepAlive, 0, n), items: make([]driver.RenewItem, 0, n), returned: make(chan struct{})}
-	i := 0
-	var urgent bool // the call's leases have a limit within their timeout
-	for ; i < len(queue) && len(c.leases) < r.size; i++ {
-		k := queue[i]
+	c = &renewCall{leases: make([]*KeepAlive, 0, min(r.size, len(queue))), returned: make(chan struct{})}
+	c.items = make([]driver.RenewItem, 0, cap(c.leases))
+	var urgent bool // the kind of the call's leases: a limit within their timeout
+	kept := 0
+	for _, k := range queue {
+		if len(c.leases) == r.size {
+			queue[kept] = k
+			kept++
+			continue
+		}
 		l := k.lease
 		l.mu.Lock()
 		live := l.r.keeper == k && l.r.phase == phaseQueued
+		take := false
 		if live {
 			limit := l.r.limit()
 			u := limit.Before(now.Add(l.r.timeout))
-			if len(c.leases) > 0 && u != urgent {
-				l.mu.Unlock()
-				break // the next call takes it
+			if len(c.leases) == 0 {
+				urgent = u
 			}
-			urgent = u
-			l.r.phase = phaseInFlight
-			l.r.inflight = c.returned
-			c.items = append(c.items, driver.RenewItem{Key: l.key, Token: l.token, TTL: l.r.ttl})
-			if c.timeout == 0 || l.r.timeout < c.timeout {
-				c.timeout = l.r.timeout
-			}
-			if c.limit.IsZero() || limit.Before(c.limit) {
-				c.limit = limit
+			if take = u == urgent; take {
+				l.r.phase = phaseInFlight
+				l.r.inflight = c.returned
+				c.items = append(c.items, driver.RenewItem{Key: l.key, Token: l.token, TTL: l.r.ttl})
+				if c.timeout == 0 || l.r.timeout < c.timeout {
+					c.timeout = l.r.timeout
+				}
+				if c.limit.IsZero() || limit.Before(c.limit) {
+					c.limit = limit
+				}
 			}
 		}
 		l.mu.Unlock()
-		queue[i] = nil
-		if live {
+		switch {
+		case take:
 			c.leases = append(c.leases, k)
+		case live: // of the other kind: the next call takes it
+			queue[kept] = k
+			kept++
 		}
 	}
-	rest = queue[i:]
-	if len(rest) == 0 {
-		rest = queue[:0] // reuse the array
-	}
+	clear(queue[kept:]) // drop the references
+	rest = queue[:kept]
 	if len(c.leases) == 0 {
 		return nil, rest
 	}

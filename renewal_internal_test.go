@@ -2,8 +2,12 @@ package leasehold
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/store/memstore"
 )
 
 func TestHoldConfigDefaults(t *testing.T) {
@@ -167,5 +171,46 @@ func TestQueueStayIsBoundedWhateverTheBackoff(t *testing.T) {
 		if stay != tc.stay || refreshEvery(tc.backoff, stay) != tc.refresh {
 			t.Errorf("backoff %v: stay %v refresh %v, want %v %v", tc.backoff, stay, refreshEvery(tc.backoff, stay), tc.stay, tc.refresh)
 		}
+	}
+}
+
+// chunk puts the leases near their limit in calls of their own and the
+// others in theirs, however the two kinds alternate in the queue: it once
+// stopped at the first lease of the other kind, and a queue that alternated
+// went out one lease a call.
+func TestChunkSplitsByKindNotByRun(t *testing.T) {
+	c := New(memstore.New())
+	defer c.Close()
+	now := time.Now()
+	pol := policy{maxFailures: 3, interval: time.Second, timeout: time.Second, margin: time.Second}
+	var queue []*KeepAlive
+	for i := range 8 {
+		l := &Lease{client: c, key: fmt.Sprint("k", i), token: "t", op: make(chan struct{}, 1)}
+		k := &KeepAlive{lease: l, index: -1}
+		sent := now // limit now + ttl − margin: far
+		if i%2 == 0 {
+			sent = now.Add(-58*time.Second - 500*time.Millisecond) // limit within the timeout: near
+		}
+		l.r = renewal{ttl: time.Minute, sent: sent, done: sent, keeper: k, policy: pol, phase: phaseQueued}
+		queue = append(queue, k)
+	}
+	c.renew.size = 100
+	var sizes []int
+	for len(queue) > 0 && len(sizes) < 10 {
+		var call *renewCall
+		call, queue = c.renew.chunk(queue, now)
+		if call == nil {
+			break
+		}
+		sizes = append(sizes, len(call.leases))
+		for _, k := range call.leases {
+			near := k.lease.r.limit().Before(now.Add(pol.timeout))
+			if near != call.limit.Before(now.Add(pol.timeout)) {
+				t.Errorf("call %d mixes leases near and far from their limit", len(sizes))
+			}
+		}
+	}
+	if !slices.Equal(sizes, []int{4, 4}) {
+		t.Fatalf("calls of %v leases, want [4 4]", sizes)
 	}
 }

@@ -586,15 +586,20 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 			// Refused, perhaps by its own token: a hand-off of unknown
 			// outcome to it that landed late.
 			if l := w.claim(ctx, w.unsureSince); l != nil {
-				sent := w.unsureSince
-				w.unsureSince = time.Time{}
-				if time.Since(sent) < w.ttl/2 {
+				if w.stay > 0 {
+					w.inQueue = true // the refused attempt joined the queue again: leave takes it out
+				}
+				if time.Since(w.unsureSince) < w.ttl/2 {
+					w.unsureSince = time.Time{}
 					w.acquired, w.heldUntil = true, time.Now().Add(w.ttl)
 					return l, nil
 				}
 				// Counted from the hand-off's send time, as it must be, half
-				// its TTL or more is gone: give it back and take it anew.
-				_ = l.release(ctx, c.cleanupTimeout)
+				// its TTL or more is gone: give it back and take it anew
+				// (if the release fails, leave gives the token back).
+				if l.release(ctx, c.cleanupTimeout) == nil {
+					w.unsureSince = time.Time{}
+				}
 				w.tryNow = true
 			}
 		}
