@@ -82,34 +82,37 @@ const (
 
 // wrap puts the fence check around body. The caller's keys come first and
 // the mark's key last; the fence and the mode follow the caller's arguments.
-// They are removed from KEYS and ARGV before body runs. An error reply that
+// They are removed from KEYS and ARGV before body runs, and the wrapper's
+// own locals are named lh_fw_*, out of the way of a body that assigns a
+// global by mistake. An error reply that
 // body returns (redis.pcall's, redis.error_reply's) is passed on as it is,
 // and the mark is not raised: the write failed and may be retried with the
 // same fence. An error body raises aborts the script before the mark too.
 func wrap(body string) string {
-	return rscript.Int64Lib + `local hwm = table.remove(KEYS)
-local same = table.remove(ARGV) == '1'
-local fence = table.remove(ARGV)
-local cur = redis.call('GET', hwm) or '0'
-if cur ~= '0' and not lh_int(cur) then
-  return {` + strconv.Itoa(replyBadMark) + `, lh_show(cur)}
+	return rscript.Int64Lib + `local lh_fw_hwm = table.remove(KEYS)
+local lh_fw_same = table.remove(ARGV) == '1'
+local lh_fw_fence = table.remove(ARGV)
+local lh_fw_cur = redis.call('GET', lh_fw_hwm) or '0'
+if lh_fw_cur ~= '0' and not lh_int(lh_fw_cur) then
+  return {` + strconv.Itoa(replyBadMark) + `, lh_show(lh_fw_cur)}
 end
-local c = lh_cmp(fence, cur)
-if c < 0 or (c == 0 and not same) then
-  return {` + strconv.Itoa(replyStale) + `, cur}
+local lh_fw_c = lh_cmp(lh_fw_fence, lh_fw_cur)
+if lh_fw_c < 0 or (lh_fw_c == 0 and not lh_fw_same) then
+  return {` + strconv.Itoa(replyStale) + `, lh_fw_cur}
 end
-local result = (function()
+local lh_fw_result = (function()
 ` + body + `
 end)()
-if type(result) == 'table' and result.err then
-  return result
+if type(lh_fw_result) == 'table' and lh_fw_result.err then
+  return lh_fw_result
 end
-if c > 0 then
-  redis.call('SET', hwm, fence)
+if lh_fw_c > 0 then
+  redis.call('SET', lh_fw_hwm, lh_fw_fence)
 end
-return {` + strconv.Itoa(replyRan) + `, result}
+return {` + strconv.Itoa(replyRan) + `, lh_fw_result}
 `
 }
+
 
 var (
 	setScript  = NewScript(`redis.call('SET', KEYS[1], ARGV[1]) return 1`)

@@ -293,6 +293,7 @@ func TestFailedScriptKeepsTheMark(t *testing.T) {
 		{"forged refusal", `return redis.error_reply('LEASEHOLD_STALE 3')`},
 		{"forged bad mark", `return redis.error_reply('LEASEHOLD_BADMARK x')`},
 		{"raised", `error({err = 'LEASEHOLD_STALE 3'})`},
+		{"assigns names the wrapper once used", `c = -1 fence = '99' hwm = KEYS[1] return 1`}, // a global: refused by Redis
 	} {
 		key := fencetest.Key(t)
 		if _, err := shared.Do("SET", key, "not a number"); err != nil {

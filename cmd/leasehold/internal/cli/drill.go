@@ -196,7 +196,11 @@ says which.`,
 					_ = os.Remove(f.Name())
 					return fmt.Errorf("--report: %w", err)
 				}
-				if err := os.Chmod(f.Name(), 0o644); err != nil { // CreateTemp makes it 0600
+				mode := os.FileMode(0o644) // CreateTemp makes it 0600; a report replaced keeps its mode
+				if fi, err := os.Stat(htmlPath); err == nil {
+					mode = fi.Mode().Perm()
+				}
+				if err := os.Chmod(f.Name(), mode); err != nil {
 					_ = os.Remove(f.Name())
 					return fmt.Errorf("--report: %w", err)
 				}

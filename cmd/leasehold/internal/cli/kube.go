@@ -26,6 +26,7 @@ func openKube(_ context.Context, name, path, namespace, prefix string, timeout t
 		// the flag and then its value.
 		return nil, usagef("%s: %s", name, strings.TrimPrefix(err.Error(), "kubestore: "))
 	}
+	fromContext := namespace == "" && ctxNamespace != ""
 	if namespace == "" {
 		namespace = cmp.Or(ctxNamespace, "default")
 	}
@@ -34,6 +35,9 @@ func openKube(_ context.Context, name, path, namespace, prefix string, timeout t
 	if ae := (*leasehold.ArgumentError)(nil); errors.As(err, &ae) {
 		switch ae.Arg {
 		case "namespace":
+			if fromContext {
+				return nil, usagef("%s: the namespace of the kubeconfig's context: %s", name, ae.Reason)
+			}
 			return nil, usagef("--kube-namespace: %s (kubeconfig %s)", ae.Reason, path)
 		case "WithNamePrefix":
 			return nil, usagef("--kube-prefix: %s", ae.Reason)
