@@ -5,9 +5,11 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -130,4 +132,56 @@ func TestObserverMayCloseTheClientFromTheRenewalGoroutine(t *testing.T) {
 			t.Errorf("KeepAlive %d: cause %v, want ErrClosed", i, context.Cause(k.Context()))
 		}
 	}
+}
+
+// failRenewOf fails every renewal of one key.
+type failRenewOf struct {
+	driver.Store
+	key string
+}
+
+func (s failRenewOf) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if key == s.key {
+		return errors.New("store unreachable")
+	}
+	return s.Store.Renew(ctx, key, token, ttl)
+}
+
+// A Close from OnAbandon, while the engine holds another lease it has taken
+// out of its heap to renew, ends that lease's KeepAlive too: it was put back
+// in the heap after Close had taken its list, and was neither renewed nor
+// fenced again, its context live.
+func TestObserverCloseEndsTheLeasesTheEngineHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c *leasehold.Client
+		closed := make(chan struct{})
+		obs := leasehold.Observer{OnAbandon: func(context.Context, leasehold.AbandonEvent) {
+			c.Close()
+			close(closed)
+		}}
+		c = leasehold.New(failRenewOf{memstore.New(), "a"}, leasehold.WithObserver(obs), leasehold.WithLogger(quietLogger()))
+		ctx := t.Context()
+		// a: renewals fail, given up at 270 ms; b: its renewal due at
+		// 280 ms, taken out of the heap with a (a 20 ms batch window).
+		la, err := c.TryAcquire(ctx, "a", 300*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, err := c.TryAcquire(ctx, "b", 840*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := la.KeepAlive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		kb, err := lb.KeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-closed
+		synctest.Wait()
+		if !errors.Is(context.Cause(kb.Context()), leasehold.ErrClosed) {
+			t.Fatalf("b's KeepAlive after Close: cause %v, want ErrClosed", context.Cause(kb.Context()))
+		}
+	})
 }

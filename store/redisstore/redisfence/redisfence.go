@@ -113,7 +113,6 @@ return {` + strconv.Itoa(replyRan) + `, lh_fw_result}
 `
 }
 
-
 var (
 	setScript  = NewScript(`redis.call('SET', KEYS[1], ARGV[1]) return 1`)
 	hsetScript = NewScript(`return redis.call('HSET', KEYS[1], unpack(ARGV))`)
