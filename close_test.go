@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/leasehold/leasehold"
@@ -153,36 +154,36 @@ func TestCloseEndsWaitingAcquires(t *testing.T) {
 		"no release watch": func() driver.Store { return struct{ driver.Store }{memstore.New()} },
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := store()
-			holder := leasehold.New(s)
-			defer holder.Close()
-			if _, err := holder.TryAcquire(t.Context(), "k", time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			c := leasehold.New(s, leasehold.WithBackoff(time.Minute, time.Minute))
-			const waiters = 3
-			errs := make(chan error, waiters)
-			for range waiters {
-				go func() {
-					_, err := c.Acquire(t.Context(), "k", time.Minute)
-					errs <- err
-				}()
-			}
-			// Close may come before a waiter joined (it then finds the
-			// Client closed) or while it sleeps a minute's backoff.
-			time.Sleep(100 * time.Millisecond)
-			c.Close()
-			timeout := time.After(10 * time.Second)
-			for i := range waiters {
-				select {
-				case err := <-errs:
-					if !errors.Is(err, leasehold.ErrClosed) {
-						t.Errorf("waiter %d: %v, want ErrClosed", i, err)
-					}
-				case <-timeout:
-					t.Fatalf("%d of %d waiters still waiting 10 s after Close", waiters-i, waiters)
+			synctest.Test(t, func(t *testing.T) {
+				s := store()
+				holder := leasehold.New(s)
+				defer holder.Close()
+				if _, err := holder.TryAcquire(t.Context(), "k", time.Minute); err != nil {
+					t.Fatal(err)
 				}
-			}
+				c := leasehold.New(s, leasehold.WithBackoff(time.Minute, time.Minute))
+				const waiters = 3
+				errs := make(chan error, waiters)
+				for range waiters {
+					go func() {
+						_, err := c.Acquire(t.Context(), "k", time.Minute)
+						errs <- err
+					}()
+				}
+				synctest.Wait() // every waiter asleep, a minute's backoff ahead
+				c.Close()
+				timeout := time.After(10 * time.Second)
+				for i := range waiters {
+					select {
+					case err := <-errs:
+						if !errors.Is(err, leasehold.ErrClosed) {
+							t.Errorf("waiter %d: %v, want ErrClosed", i, err)
+						}
+					case <-timeout:
+						t.Fatalf("%d of %d waiters still waiting 10 s after Close", waiters-i, waiters)
+					}
+				}
+			})
 		})
 	}
 }

@@ -142,6 +142,25 @@ func (l *Lease) tryBegin() bool {
 	}
 }
 
+// awaitInflight waits, until ctx's end, for the renewal a stopped
+// KeepAlive left in flight, if any: landing after a Renew or a new
+// KeepAlive, it would set the TTL it was sent with. The operation slot is
+// held.
+func (l *Lease) awaitInflight(ctx context.Context) error {
+	l.mu.Lock()
+	inflight := l.r.inflight
+	l.mu.Unlock()
+	if inflight == nil {
+		return nil
+	}
+	select {
+	case <-inflight:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("a renewal of its stopped KeepAlive is still in flight: %w", context.Cause(ctx))
+	}
+}
+
 // finish gives the operation slot back.
 func (l *Lease) finish() { <-l.op }
 
@@ -162,21 +181,15 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	l.mu.Lock()
-	running, released, inflight := l.r.keeper != nil, l.released, l.r.inflight
+	running, released := l.r.keeper != nil, l.released
 	l.mu.Unlock()
 	if running {
 		l.finish()
 		return fmt.Errorf("leasehold: %q is renewed by its KeepAlive; stop it before renewing by hand", l.key)
 	}
-	if inflight != nil {
-		// A stopped KeepAlive's renewal still in flight could land after
-		// this one and set the TTL it was sent with.
-		select {
-		case <-inflight:
-		case <-ctx.Done():
-			l.finish()
-			return fmt.Errorf("leasehold: renew %q: a renewal of its stopped KeepAlive is still in flight: %w", l.key, context.Cause(ctx))
-		}
+	if err := l.awaitInflight(ctx); err != nil {
+		l.finish()
+		return fmt.Errorf("leasehold: renew %q: %w", l.key, err)
 	}
 	sent := time.Now()
 	err := l.client.storeCall(ctx, "renew", 1, func() error { return l.client.store.Renew(ctx, l.key, l.token, ttl) })

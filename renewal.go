@@ -170,18 +170,10 @@ func (l *Lease) keepAlive(ctx context.Context, onLoss func(error), configure fun
 		return nil, fmt.Errorf("leasehold: KeepAlive of %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	defer l.finish()
-	l.mu.Lock()
-	inflight := l.r.inflight
-	l.mu.Unlock()
-	if inflight != nil {
-		// A stopped KeepAlive's renewal still in flight: a Renew by hand
-		// waits for it, and so must a KeepAlive, or the Renew after this
-		// one stops would wait for this one's call alone.
-		select {
-		case <-inflight:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("leasehold: KeepAlive of %q: a renewal of its stopped KeepAlive is still in flight: %w", l.key, context.Cause(ctx))
-		}
+	// As a Renew does, or the Renew after this KeepAlive stops would wait
+	// for this one's call alone.
+	if err := l.awaitInflight(ctx); err != nil {
+		return nil, fmt.Errorf("leasehold: KeepAlive of %q: %w", l.key, err)
 	}
 	pol, err := configure(l.TTL())
 	if err != nil {
