@@ -29,6 +29,9 @@ type queueStore struct {
 	handOffs  atomic.Int64             // HandOff calls
 	panicking atomic.Bool              // HandOff panics
 	stayArg   atomic.Int64             // the last stay, in ns
+	// beforeQueued, if set, runs at the start of each AcquireQueued, before
+	// the store looks at anything: a test holds an attempt up there.
+	beforeQueued func(ctx context.Context, token string)
 	// watchTrips: a turn watch takes a round trip, so WatchTurn with a
 	// done context fails (driver.Queuer), as on a Redis Store before its
 	// turn channel is up.
@@ -114,6 +117,9 @@ func (s *queueStore) Acquire(ctx context.Context, key, token string, ttl time.Du
 }
 
 func (s *queueStore) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	if s.beforeQueued != nil {
+		s.beforeQueued(ctx, token)
+	}
 	s.queued.Add(1)
 	s.stayArg.Store(int64(stay))
 	return s.acquire(ctx, key, token, ttl, stay)
@@ -424,6 +430,81 @@ func TestPanickingHandOffLeavesNoWaiterHanging(t *testing.T) {
 		}
 		if waited := time.Since(start); waited > 11*time.Second {
 			t.Fatalf("the waiter got the key %v after the panic, want by the holder's TTL", waited)
+		}
+	})
+}
+
+// queueOrder is key's queue, as the names of its waiters' tokens.
+func (s *queueStore) queueOrder(key string, names map[string]string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var order []string
+	for _, e := range s.queues[key] {
+		order = append(order, names[e.token])
+	}
+	return order
+}
+
+// A Client's waiters reach the store's queue in the order they joined its
+// line: the second waiter's first attempt is held up on its way, and the
+// third waits for its answer instead of taking a place ahead of it. Then the
+// holder's release serves them in arrival order.
+func TestOneClientsWaitersQueueInArrivalOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newQueueStore()
+		gate := make(chan struct{})
+		open := sync.OnceFunc(func() { close(gate) })
+		defer open()
+		var mu sync.Mutex
+		names := map[string]string{} // token → waiter
+		c := leasehold.New(s, leasehold.WithBackoff(time.Hour, time.Hour))
+		defer c.Close()
+		s.beforeQueued = func(ctx context.Context, token string) {
+			name, _ := ctx.Value(waiterName{}).(string)
+			mu.Lock()
+			names[token] = name
+			mu.Unlock()
+			if name == "A2" {
+				<-gate
+			}
+		}
+		const key = "queue:one-client-order"
+		holder, err := leasehold.New(s).TryAcquire(t.Context(), key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]<-chan *leasehold.Lease{}
+		for _, n := range []string{"A1", "A2", "A3"} {
+			got[n] = acquireIn(t, t.Context(), c, key, n)
+			synctest.Wait()
+		}
+		mu.Lock()
+		order := s.queueOrder(key, names)
+		mu.Unlock()
+		if !slices.Equal(order, []string{"A1"}) {
+			t.Fatalf("with A2's first attempt on its way, the store's queue is %v, want [A1]: A3 went ahead of A2", order)
+		}
+		open()
+		synctest.Wait()
+		mu.Lock()
+		order = s.queueOrder(key, names)
+		mu.Unlock()
+		if want := []string{"A1", "A2", "A3"}; !slices.Equal(order, want) {
+			t.Fatalf("the store's queue is %v, want %v", order, want)
+		}
+		for _, n := range []string{"A1", "A2", "A3"} {
+			if err := holder.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			l, ok := received(got[n])
+			if !ok || l == nil {
+				t.Fatalf("%s was not served next", n)
+			}
+			holder = l
+		}
+		if err := holder.Release(t.Context()); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -93,6 +93,7 @@ type waiter struct {
 	answer  *handed // a hand-off's answer, not yet taken
 	nudged  bool    // the store woke it (a hand-off went to the store's head, this waiter)
 
+	placed    bool // an attempt of it was answered: it has taken its place in the store's queue (Queuer)
 	inQueue   bool // the store may hold its entry: leave takes it out
 	acquired  bool // it got the key
 	behind    bool // the store has a live head of another Client before it
@@ -205,7 +206,12 @@ func (w *waiter) poke() {
 // view is what a waiter sees of its line at one moment.
 type view struct {
 	head, held, handing bool
-	answer              *handed
+	// early: on a store with a queue, the waiter before w in the line has
+	// not taken its place in the store's queue yet, so w's first attempt
+	// waits for it: a Client's waiters reach the store's queue in the
+	// order they joined its line.
+	early  bool
+	answer *handed
 }
 
 // look returns w's view, taking a hand-off's answer and, at the head, the
@@ -216,6 +222,11 @@ func (w *waiter) look() view {
 	defer ls.mu.Unlock()
 	v := view{head: w.ln.waiters.Front() == w.elem, held: w.ln.held > 0, handing: w.handing, answer: w.answer}
 	w.answer = nil
+	if w.stay > 0 && !w.placed {
+		if p := w.elem.Prev(); p != nil && !p.Value.(*waiter).placed {
+			v.early = true
+		}
+	}
 	if w.nudged {
 		w.nudged, w.tryNow = false, true
 	}
@@ -242,7 +253,7 @@ func (w *waiter) wait(ctx context.Context) (*handed, error) {
 		case v.handing:
 			<-w.kick // the releaser answers within its release timeout
 			continue
-		case w.tryNow:
+		case w.tryNow && !v.early:
 			w.tryNow = false
 			return nil, nil
 		}
@@ -252,7 +263,10 @@ func (w *waiter) wait(ctx context.Context) (*handed, error) {
 			// Waits for its turn in process; the head talks to the store.
 		case !v.head:
 			// Queued in the store behind another waiter of this Client: it
-			// only keeps its entry alive until it is the head.
+			// only keeps its entry alive until it is the head. Early, it
+			// waits for the waiter before it to take its place (placed
+			// kicks it), at most a refresh: a stalled attempt of another
+			// waiter holds up its place in the order, never its wait.
 			wait = jitter(w.refresh)
 		default:
 			if !v.held && w.watch(ctx) {
@@ -293,10 +307,11 @@ func (w *waiter) wait(ctx context.Context) (*handed, error) {
 			}
 			// A hand-off to w began just now: take its answer.
 		case sleptWoken:
-			w.woken = true
+			w.woken, w.tryNow = true, false
 			w.backoff = min(w.c.minBackoff, w.maxBackoff)
 			return nil, nil
 		case sleptTimer:
+			w.tryNow = false // an early waiter's wait ran out: it attempts now
 			w.backoff = min(2*w.backoff, w.maxBackoff)
 			return nil, nil
 		}
@@ -473,6 +488,9 @@ func (w *waiter) answered(err error) (busy bool) {
 		// Granted, the script took the entry out; refused, it made or
 		// refreshed it; failed, it may have.
 		w.inQueue = err != nil && !errors.Is(err, ErrInvalidArgument)
+		if !w.placed {
+			w.place()
+		}
 	}
 	switch {
 	case err == nil:
@@ -498,6 +516,18 @@ func (w *waiter) answered(err error) (busy bool) {
 	return true
 }
 
+// place records that w's attempt was answered and kicks the waiter after
+// it in the line, whose first attempt may wait for this (view.early).
+func (w *waiter) place() {
+	ls := &w.c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	w.placed = true
+	if n := w.elem.Next(); n != nil {
+		n.Value.(*waiter).poke()
+	}
+}
+
 // toFront moves w, which the store says is the head of its queue, to the
 // front of its line: two waiters of one Client can reach the store in the
 // other order than they joined the line, and the head of the line is the
@@ -520,6 +550,9 @@ func (w *waiter) leave() {
 	ls.mu.Lock()
 	w.leaving = true
 	wasHead := w.ln.waiters.Front() == w.elem
+	if n := w.elem.Next(); n != nil && w.stay > 0 && !w.placed && !wasHead {
+		n.Value.(*waiter).poke() // it may wait for w's place (view.early): no longer
+	}
 	w.ln.waiters.Remove(w.elem)
 	if wasHead {
 		w.ln.heldUntil = w.heldUntil
