@@ -39,7 +39,7 @@ func TestNumericFlagBounds(t *testing.T) {
 		{"--drill-timeout", []string{"drill", "--report", badReport},
 			[]bound{{"-1s", false}, {"0s", false}, {"1ns", true}, {"24h", true}, {"24h0m0.000000001s", false}}},
 		{"--time-scale", []string{"drill", "--report", badReport},
-			[]bound{{"0", false}, {"-1/100", false}, {"1/10001", false}, {"1/10000", true}, {"0.0001", true}, {"1", true}, {"1.0001", false}, {"NaN", false}, {"1/NaN", false}, {"Inf", false}}},
+			[]bound{{"0", false}, {"-1/100", false}, {"1/10001", false}, {"1/10000", true}, {"0.0001", true}, {"1", true}, {"1.0001", false}, {"NaN", false}, {"1/NaN", false}, {"Inf", false}, {"-1/-100", false}, {"+1/100", false}, {"1/+100", false}, {"1/-100", false}, {"0x1p-7", false}, {" 1 / 100 ", true}}},
 		{"--exec-p99", []string{"ttl", "--jitter", "0s", "--guard", "0s"},
 			[]bound{{"-1s", false}, {"0s", false}, {"999us", false}, {"1ms", true}, {"24h", true}, {"24h0m0.000000001s", false}}},
 		{"--jitter", []string{"ttl", "--exec-p99", "1ms", "--guard", "0s"},

@@ -382,13 +382,21 @@ func openJobsPool(cmd *cobra.Command, dsn string, timeout time.Duration) (*pgxpo
 	return pool, nil
 }
 
-// parseScale reads "1/100" or "0.01".
+// parseScale reads "1/100" or "0.01": decimal digits and a point only, so
+// no sign ("-1/-100" is not a scale anyone means), exponent, hex or Inf.
 func parseScale(s string) (float64, error) {
 	num, den, isFraction := strings.Cut(s, "/")
-	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	num, den = strings.TrimSpace(num), strings.TrimSpace(den)
+	plain := func(p string) bool {
+		return p != "" && strings.Trim(p, "0123456789.") == ""
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if !plain(num) || (isFraction && !plain(den)) {
+		err = fmt.Errorf("not a plain fraction")
+	}
 	if err == nil && isFraction {
 		var d float64
-		if d, err = strconv.ParseFloat(strings.TrimSpace(den), 64); err == nil && d != 0 {
+		if d, err = strconv.ParseFloat(den, 64); err == nil && d != 0 {
 			n /= d
 		} else if err == nil {
 			err = fmt.Errorf("division by zero")
