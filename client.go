@@ -113,11 +113,16 @@ func WithNamespace(f func(key string) string) Option {
 }
 
 // WithBackoff sets the bounds of a waiting Acquire's jittered exponential
-// backoff. Default: 10 ms to 1 s.
+// backoff, at most driver.MaxTTL (a day: no lease outlives it, so no
+// waiter needs to sleep longer). Default: 10 ms to 1 s.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) {
-		if min <= 0 || max < min {
+		switch {
+		case min <= 0 || max < min:
 			c.setErr(&ArgumentError{Arg: "WithBackoff", Reason: fmt.Sprintf("%v to %v is not a positive range", min, max)})
+			return
+		case max > driver.MaxTTL:
+			c.setErr(&ArgumentError{Arg: "WithBackoff", Reason: fmt.Sprintf("a maximum of %v is longer than the longest lease, %v", max, driver.MaxTTL)})
 			return
 		}
 		c.minBackoff, c.maxBackoff = min, max
@@ -423,8 +428,9 @@ func expired(ctx context.Context) error {
 	return nil
 }
 
-// jitter returns a wait in [d/2, d].
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+// jitter returns a duration in [d/2, d], and at least 1 ns: a wait of 0 is
+// no timer at all (waiter.sleep).
+func jitter(d time.Duration) time.Duration { return max(d/2+rand.N(max(d, 0)/2+1), 1) }
 
 func validateKeyTTL(key string, ttl time.Duration) error {
 	if err := driver.ValidateKey(key); err != nil {

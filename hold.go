@@ -46,6 +46,7 @@ type holdConfig struct {
 	ttl            time.Duration // RunLoop and Lead; 0: their default
 	calling        optCalls      // the call being configured
 	misfit         string        // the first option it does not take
+	badFenceAfter  *int          // a FenceAfter count below 1
 }
 
 // option is an option named name that applies to calls.
@@ -64,9 +65,15 @@ func option(name string, calls optCalls, apply func(*holdConfig)) HoldOption {
 // FenceAfter selects the fence policy (the default): the lease is given up
 // after n consecutive renewal failures (default 3) or at its local deadline,
 // cancelling the critical section with cause ErrAbandoned, without a release.
-// For Hold, KeepAlive and Lead.
+// n below 1 is an *ArgumentError. For Hold, KeepAlive and Lead.
 func FenceAfter(n int) HoldOption {
-	return option("FenceAfter", optRenewing, func(c *holdConfig) { c.maxFailures = n })
+	return option("FenceAfter", optRenewing, func(c *holdConfig) {
+		if n < 1 {
+			c.badFenceAfter = &n
+			return
+		}
+		c.maxFailures = n
+	})
 }
 
 // ContinueOnRenewFailure selects the continue policy: failures are reported,
@@ -156,8 +163,8 @@ func newHoldConfig(ttl time.Duration, opts []HoldOption, name string, call optCa
 		c.margin = ttl / DefaultDriftDivisor
 	}
 	switch {
-	case c.maxFailures < 0:
-		return c, &ArgumentError{Arg: "FenceAfter", Reason: fmt.Sprintf("%d is negative", c.maxFailures)}
+	case c.badFenceAfter != nil:
+		return c, &ArgumentError{Arg: "FenceAfter", Reason: fmt.Sprintf("%d is not positive: the fence policy gives up after 1 or more failures (ContinueOnRenewFailure never does)", *c.badFenceAfter)}
 	case c.margin < 0:
 		return c, &ArgumentError{Arg: "WithDriftMargin", Reason: fmt.Sprintf("%v is negative", c.margin)}
 	case c.waitBudget < 0:
@@ -174,7 +181,9 @@ func newHoldConfig(ttl time.Duration, opts []HoldOption, name string, call optCa
 	switch {
 	case c.interval <= 0:
 		return c, &ArgumentError{Arg: "WithRenewInterval", Reason: fmt.Sprintf("%v is not positive", c.interval)}
-	case c.interval+c.margin >= ttl:
+	case c.margin >= ttl:
+		return c, &ArgumentError{Arg: "WithDriftMargin", Reason: fmt.Sprintf("%v leaves nothing of a %v lease", c.margin, ttl)}
+	case c.interval >= ttl-c.margin: // not interval+margin >= ttl: the sum can overflow
 		return c, &ArgumentError{Arg: "WithRenewInterval", Reason: fmt.Sprintf(
 			"%v plus the drift margin %v leaves no time to renew a %v lease before its deadline", c.interval, c.margin, ttl)}
 	case c.timeout <= 0:

@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -319,6 +320,12 @@ func TestHoldRejectsBadInputBeforeAcquiring(t *testing.T) {
 		{"fn", f.c.Hold(t.Context(), key, ttl, nil), "fn"},
 		{"interval", f.c.Hold(t.Context(), key, ttl, fn, leasehold.WithRenewInterval(ttl)), "WithRenewInterval"},
 		{"FenceAfter", f.c.Hold(t.Context(), key, ttl, fn, leasehold.FenceAfter(-2)), "FenceAfter"},
+		// FenceAfter(0) is not the continue policy, which never fences.
+		{"FenceAfter 0", f.c.Hold(t.Context(), key, ttl, fn, leasehold.FenceAfter(0)), "FenceAfter"},
+		// interval + margin past MaxInt64 must not wrap round to a small sum.
+		{"huge interval", f.c.Hold(t.Context(), key, ttl, fn, leasehold.WithRenewInterval(math.MaxInt64)), "WithRenewInterval"},
+		{"huge margin", f.c.Hold(t.Context(), key, ttl, fn, leasehold.WithDriftMargin(math.MaxInt64)), "WithDriftMargin"},
+		{"margin of the TTL", f.c.Hold(t.Context(), key, ttl, fn, leasehold.WithDriftMargin(ttl)), "WithDriftMargin"},
 	}
 	for _, tc := range cases {
 		var ae *leasehold.ArgumentError

@@ -52,6 +52,12 @@ const (
 	// enough for 100 000 leases at ttl/3 for any TTL above 5 s.
 	defaultFallbackConcurrency = 64
 
+	// maxRenewConcurrency bounds WithRenewConcurrency: each call in flight
+	// is a goroutine and a slot of a channel made up front, and 4 096 Renew
+	// calls at once already keep up with 10⁶ leases at a 1 s interval on a
+	// store that answers in 4 ms.
+	maxRenewConcurrency = 4096
+
 	// maxBatchWindow bounds WithBatchWindow: a longer window is a unit mistake.
 	maxBatchWindow = time.Minute
 
@@ -436,13 +442,18 @@ func WithBatchSize(n int) Option {
 	}
 }
 
-// WithRenewConcurrency caps the renewal calls in flight. Default: 4 batch
-// calls, or 64 Renew calls for a store without driver.BatchRenewer.
+// WithRenewConcurrency caps the renewal calls in flight, at most 4 096.
+// Default: 4 batch calls, or 64 Renew calls for a store without
+// driver.BatchRenewer.
 func WithRenewConcurrency(n int) Option {
 	return func(c *Client) {
-		c.renew.concurrency = n
-		if n < 1 {
+		switch {
+		case n < 1:
 			c.setErr(&ArgumentError{Arg: "WithRenewConcurrency", Reason: fmt.Sprintf("%d is not positive", n)})
+		case n > maxRenewConcurrency:
+			c.setErr(&ArgumentError{Arg: "WithRenewConcurrency", Reason: fmt.Sprintf("%d is more than %d", n, maxRenewConcurrency)})
+		default:
+			c.renew.concurrency = n
 		}
 	}
 }

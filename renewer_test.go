@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -562,7 +563,10 @@ func TestRenewerRejectsBadInput(t *testing.T) {
 		{leasehold.WithBatchWindow(time.Hour), "WithBatchWindow"},
 		{leasehold.WithBatchSize(0), "WithBatchSize"},
 		{leasehold.WithRenewConcurrency(0), "WithRenewConcurrency"},
+		{leasehold.WithRenewConcurrency(math.MaxInt), "WithRenewConcurrency"},
 		{leasehold.WithBackoff(0, time.Second), "WithBackoff"},
+		{leasehold.WithBackoff(time.Millisecond, math.MaxInt64), "WithBackoff"},
+		{leasehold.WithBackoff(time.Millisecond, 24*time.Hour+1), "WithBackoff"},
 		{leasehold.WithBackoff(time.Second, time.Millisecond), "WithBackoff"},
 	} {
 		mem := memstore.New()

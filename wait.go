@@ -472,10 +472,17 @@ func (w *waiter) startTry() bool {
 	return true
 }
 
-func (w *waiter) endTry() {
+// endTry marks w's attempt answered. An answer other than "busy" is final
+// (the key is w's, or the call returns an error): w is leaving from then
+// on, in the same step, so that no release hands the key to a token whose
+// call has returned.
+func (w *waiter) endTry(err error) {
 	ls := &w.c.lines
 	ls.mu.Lock()
 	w.trying = false
+	if !errors.Is(err, ErrNotAcquired) {
+		w.leaving = true
+	}
 	ls.mu.Unlock()
 }
 
@@ -614,7 +621,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		}
 		w.prewatch()
 		l, err := c.try(ctx, key, w.token, ttl, w.stay)
-		w.endTry()
+		w.endTry(err)
 		if !w.unsureSince.IsZero() && errors.Is(err, ErrNotAcquired) && expired(ctx) == nil {
 			// Refused, perhaps by its own token: a hand-off of unknown
 			// outcome to it that landed late.
