@@ -56,6 +56,7 @@ type Client struct {
 	storeName      string          // the store's package, for StoreCallEvent
 	watchStore     bool            // an Observer has OnStoreCall: time every store call
 	ownStore       bool            // Close closes the store too
+	gate           storeGate       // with ownStore: the store calls in flight, which Close waits for
 	lines          lines           // the Client's waiters, per key (wait.go)
 	renew          renewer         // renews every kept-alive lease of the Client (renewal.go)
 	deadlines      sharedDeadlines // of releases (release_context.go)
@@ -113,13 +114,17 @@ func WithNamespace(f func(key string) string) Option {
 }
 
 // WithBackoff sets the bounds of a waiting Acquire's jittered exponential
-// backoff, at most driver.MaxTTL (a day: no lease outlives it, so no
-// waiter needs to sleep longer). Default: 10 ms to 1 s.
+// backoff: at least driver.MinTTL (1 ms: no lease expires sooner, and
+// releases wake waiters without polling) and at most driver.MaxTTL (a day:
+// no lease outlives it). Default: 10 ms to 1 s.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *Client) {
 		switch {
 		case min <= 0 || max < min:
 			c.setErr(&ArgumentError{Arg: "WithBackoff", Reason: fmt.Sprintf("%v to %v is not a positive range", min, max)})
+			return
+		case min < driver.MinTTL:
+			c.setErr(&ArgumentError{Arg: "WithBackoff", Reason: fmt.Sprintf("a minimum of %v is shorter than the shortest lease, %v", min, driver.MinTTL)})
 			return
 		case max > driver.MaxTTL:
 			c.setErr(&ArgumentError{Arg: "WithBackoff", Reason: fmt.Sprintf("a maximum of %v is longer than the longest lease, %v", max, driver.MaxTTL)})
@@ -164,11 +169,12 @@ func WithOwnedStore() Option {
 	return func(c *Client) { c.ownStore = true }
 }
 
-// New returns a Client that takes leases from store. A bad option is an
-// *ArgumentError naming it, returned by every call of the Client; a nil
-// option is skipped.
+// New returns a Client that takes leases from store. A nil store or a bad
+// option is an *ArgumentError naming it, returned by every call of the
+// Client; a nil option is skipped.
 func New(store driver.Store, opts ...Option) *Client {
-	if store == nil {
+	nilArg := store == nil
+	if nilArg {
 		store = nilStore{}
 	}
 	c := &Client{
@@ -186,6 +192,9 @@ func New(store driver.Store, opts ...Option) *Client {
 		c.handOffer, _ = store.(driver.HandOffer)
 	}
 	c.storeName = storeName(store)
+	if nilArg {
+		c.setErr(&ArgumentError{Arg: "store", Reason: "nil"})
+	}
 	for _, o := range opts {
 		if o != nil { // as Hold skips a nil HoldOption
 			o(c)
@@ -201,6 +210,16 @@ func New(store driver.Store, opts ...Option) *Client {
 
 // storeCall makes one store call with f and reports it (OnStoreCall).
 func (c *Client) storeCall(ctx context.Context, op string, items int, f func() error) error {
+	if c.ownStore {
+		call := f
+		f = func() error {
+			if !c.gate.enter() {
+				return errStoreClosed
+			}
+			defer c.gate.exit()
+			return call()
+		}
+	}
 	if !c.watchStore {
 		return f()
 	}
@@ -461,4 +480,59 @@ func (nilStore) Release(context.Context, string, string) error              { re
 func (nilStore) Renew(context.Context, string, string, time.Duration) error { return errNilStore }
 func (nilStore) Inspect(context.Context, string) (driver.Info, error) {
 	return driver.Info{}, errNilStore
+}
+
+// errStoreClosed is a store call refused by a Client that closed the store
+// it owns: it never reached the store.
+var errStoreClosed = fmt.Errorf("%w: the Client has closed the store it owns", ErrClosed)
+
+// storeGate counts the store calls in flight of a Client that owns its
+// store (WithOwnedStore), so that Close closes the store only after them,
+// and refuses calls once Close has begun.
+type storeGate struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   chan struct{} // closed by the last call to leave after shut
+}
+
+// enter counts a call in, unless the gate is shut.
+func (g *storeGate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.n++
+	return true
+}
+
+func (g *storeGate) exit() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n--; g.n == 0 && g.idle != nil {
+		close(g.idle)
+		g.idle = nil
+	}
+}
+
+// shut refuses later calls and waits for those in flight, at most bound:
+// a call that hangs on a store that does not answer is left to fail when
+// the store closes.
+func (g *storeGate) shut(bound time.Duration) {
+	g.mu.Lock()
+	g.closed = true
+	if g.n == 0 {
+		g.mu.Unlock()
+		return
+	}
+	idle := make(chan struct{})
+	g.idle = idle
+	g.mu.Unlock()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
 }

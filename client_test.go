@@ -187,8 +187,10 @@ func TestClientRejectsBadInputWithoutWriting(t *testing.T) {
 }
 
 func TestNilStoreIsAnErrorNotAPanic(t *testing.T) {
-	if _, err := leasehold.New(nil).TryAcquire(t.Context(), "k", time.Second); err == nil {
-		t.Fatal("TryAcquire on a nil store succeeded")
+	_, err := leasehold.New(nil).TryAcquire(t.Context(), "k", time.Second)
+	var ae *leasehold.ArgumentError
+	if !errors.As(err, &ae) || ae.Arg != "store" {
+		t.Fatalf("TryAcquire on a nil store: %v, want an *ArgumentError naming store", err)
 	}
 }
 

@@ -187,3 +187,103 @@ func TestCloseEndsWaitingAcquires(t *testing.T) {
 		})
 	}
 }
+
+// ownedStore is a memstore a Client owns (WithOwnedStore) that counts the
+// calls it gets once closed.
+type ownedStore struct {
+	*queueStore
+	closed   atomic.Bool
+	afterUse atomic.Int64
+}
+
+func (s *ownedStore) Close() error { s.closed.Store(true); return nil }
+
+func (s *ownedStore) used() {
+	if s.closed.Load() {
+		s.afterUse.Add(1)
+	}
+}
+
+func (s *ownedStore) Release(ctx context.Context, key, token string) error {
+	s.used()
+	return s.queueStore.Release(ctx, key, token)
+}
+
+func (s *ownedStore) LeaveQueue(ctx context.Context, key, token string) error {
+	s.used()
+	return s.queueStore.LeaveQueue(ctx, key, token)
+}
+
+func (s *ownedStore) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	s.used()
+	return s.queueStore.AcquireQueued(ctx, key, token, ttl, stay)
+}
+
+// With WithOwnedStore, Close closes the store only after the Client has
+// stopped using it: a Hold whose fn returns after Close does not release on
+// the closed store, and an Acquire after Close leaves no queue it never
+// joined.
+func TestOwnedStoreIsNotUsedAfterClose(t *testing.T) {
+	s := &ownedStore{queueStore: newQueueStore()}
+	c := leasehold.New(s, leasehold.WithOwnedStore())
+	inFn, closed, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- c.Hold(context.Background(), "owned:hold", time.Minute, func(ctx context.Context, l *leasehold.Lease) error {
+			close(inFn)
+			<-ctx.Done() // cancelled by Close
+			<-closed     // and returns once Close has
+			return nil
+		})
+	}()
+	<-inFn
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(closed)
+	if err := <-done; err != nil {
+		// fn ran exclusively to its end: the lease outlives it.
+		t.Errorf("Hold whose fn returned after Close: %v", err)
+	}
+	if _, err := c.Acquire(t.Context(), "owned:acquire", time.Second); !errors.Is(err, leasehold.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	if n := s.afterUse.Load(); n > 0 {
+		t.Fatalf("the Client made %d store calls after Close closed the store it owns", n)
+	}
+}
+
+// With WithOwnedStore, Close closes the store once the store calls in
+// flight have returned, and no later than 2 s after it began when one hangs.
+func TestOwnedStoreClosesAfterTheCallsInFlight(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			s := &ownedStore{queueStore: newQueueStore()}
+			entered, answer := make(chan struct{}), make(chan struct{})
+			s.beforeQueued = func(context.Context, string) {
+				close(entered)
+				<-answer
+			}
+			defer close(answer)
+			c := leasehold.New(s, leasehold.WithOwnedStore())
+			go func() { _, _ = c.Acquire(context.Background(), "owned:inflight", time.Second) }()
+			<-entered
+			start := time.Now()
+			closed := make(chan struct{})
+			go func() {
+				_ = c.Close()
+				close(closed)
+			}()
+			synctest.Wait()
+			if s.closed.Load() {
+				t.Fatal("Close closed the store under a call in flight")
+			}
+			if !hang {
+				answer <- struct{}{}
+			}
+			<-closed
+			if took := time.Since(start); !s.closed.Load() || (hang && took != 2*time.Second) || (!hang && took != 0) {
+				t.Fatalf("hang %v: Close returned after %v, store closed %v", hang, took, s.closed.Load())
+			}
+		})
+	}
+}

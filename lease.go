@@ -320,7 +320,7 @@ func (c *Client) releaseRetrying(ctx context.Context, key, token string) (err er
 
 // unknownOutcome says whether a call that returned err may have been applied.
 func unknownOutcome(err error) bool {
-	return err != nil && !errors.Is(err, ErrNotOwned) && !errors.Is(err, ErrInvalidArgument) && err != errNilStore
+	return err != nil && !errors.Is(err, ErrNotOwned) && !errors.Is(err, ErrInvalidArgument) && err != errNilStore && err != errStoreClosed
 }
 
 func (l *Lease) event() Event { return l.client.event(l.key, l.fence) }

@@ -34,7 +34,15 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 	if err != nil {
 		return err
 	}
-	if err := validateKeyTTL(key, cfg.ttl); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := driver.ValidateTTL(cfg.ttl); err != nil {
+		var bad *ArgumentError
+		if cfg.ttl == 2*interval && errors.As(err, &bad) {
+			// The TTL is the default, two intervals: the interval is what is bad.
+			return &ArgumentError{Arg: "interval", Reason: fmt.Sprintf("%v gives a TTL of twice that, and %s", interval, bad.Reason)}
+		}
 		return err
 	}
 	next := time.Now()

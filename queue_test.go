@@ -3,6 +3,7 @@ package leasehold_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -507,4 +508,63 @@ func TestOneClientsWaitersQueueInArrivalOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// failingQueue fails AcquireQueued while fail is set, starting onFail just
+// before it answers.
+type failingQueue struct {
+	*queueStore
+	fail   atomic.Bool
+	onFail func()
+}
+
+func (s *failingQueue) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	if s.fail.Load() {
+		go s.onFail()
+		return 0, errors.New("store down")
+	}
+	return s.queueStore.AcquireQueued(ctx, key, token, ttl, stay)
+}
+
+// A release by the Client never hands the key to a waiter whose attempt has
+// just failed: its Acquire returns the failure, and a key handed to its
+// token would be held for a TTL by no one. The release lands at varying
+// moments around the failed attempt's answer.
+func TestNoHandOffToAWaiterWhoseAttemptFailed(t *testing.T) {
+	s := &failingQueue{queueStore: newQueueStore()}
+	c := leasehold.New(s)
+	defer c.Close()
+	orphans := 0
+	const rounds = 3000
+	for i := range rounds {
+		key := fmt.Sprintf("orphan:%d", i)
+		l1, err := c.TryAcquire(t.Context(), key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := make(chan error, 1)
+		delay := time.Duration(i%40) * time.Microsecond
+		s.onFail = func() {
+			for start := time.Now(); time.Since(start) < delay; { // spins: a timer is too coarse
+			}
+			released <- l1.Release(context.Background())
+		}
+		s.fail.Store(true)
+		_, aerr := c.Acquire(t.Context(), key, time.Minute)
+		s.fail.Store(false)
+		if aerr == nil {
+			t.Fatal("an Acquire whose attempt failed returned a lease")
+		}
+		if err := <-released; err != nil {
+			t.Fatal(err)
+		}
+		if info, err := s.Inspect(t.Context(), key); err != nil {
+			t.Fatal(err)
+		} else if info.Held {
+			orphans++
+		}
+	}
+	if orphans > 0 {
+		t.Fatalf("%d of %d keys left held for a minute by the token of an Acquire that failed", orphans, rounds)
+	}
 }

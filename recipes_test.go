@@ -421,6 +421,9 @@ func TestRecipesRejectBadInput(t *testing.T) {
 		"WithTTL  ":          c.RunLoop(t.Context(), "k", time.Second, tick, leasehold.WithTTL(2*time.Nanosecond)),
 		"interval ":          c.RunLoop(t.Context(), "k", math.MaxInt64, tick),
 		"interval  ":         c.RunLoop(t.Context(), "k", math.MaxInt64/2+1, tick),
+		// Its TTL, two intervals, is under driver.MinTTL: RunLoop has no
+		// ttl argument to blame.
+		"interval   ": c.RunLoop(t.Context(), "k", 100*time.Microsecond, tick),
 	}
 	cases["WithWaitBudget "] = c.Hold(t.Context(), "k", time.Second, func(context.Context, *leasehold.Lease) error { return nil },
 		leasehold.WithWaitBudget(-1))
@@ -440,7 +443,7 @@ func TestRecipesOnAnUnusableClient(t *testing.T) {
 	bad := leasehold.New(memstore.New(), leasehold.WithBatchSize(0))
 	tick := func(context.Context, *leasehold.Lease) error { return nil }
 	lead := func(context.Context, *leasehold.Lease) {}
-	for name, c := range map[string]*leasehold.Client{"closed": closed, "bad option": bad} {
+	for name, c := range map[string]*leasehold.Client{"closed": closed, "bad option": bad, "nil store": leasehold.New(nil)} {
 		// ctx bounds the test if a call retries anyway; a call that
 		// returns ctx's error is what this test fails on.
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -449,7 +452,7 @@ func TestRecipesOnAnUnusableClient(t *testing.T) {
 			"RunLoop": c.RunLoop(ctx, "k", time.Millisecond, tick),
 		} {
 			want := leasehold.ErrClosed
-			if name == "bad option" {
+			if name != "closed" {
 				want = leasehold.ErrInvalidArgument
 			}
 			if !errors.Is(err, want) {

@@ -461,11 +461,16 @@ func WithRenewConcurrency(n int) Option {
 // Close stops renewing c's leases, cancelling each KeepAlive's Context with
 // cause ErrClosed, without releasing them, and waits for the renewal calls in
 // flight, which it cancels. Later acquires return ErrClosed. With
-// WithOwnedStore it then closes the store, and returns its error. Calling
-// Close again does nothing.
+// WithOwnedStore every later store call of the Client (a Hold's release
+// after fn returns, say) returns ErrClosed without reaching the store, and
+// Close closes the store once the calls in flight have returned, waiting
+// for them at most 2 s (defaultCleanupTimeout: a call that still runs then
+// is on a store that does not answer), and returns its error. Calling Close
+// again does nothing.
 func (c *Client) Close() error {
 	first := c.renew.close()
 	if first && c.ownStore {
+		c.gate.shut(defaultCleanupTimeout)
 		if cl, ok := c.store.(interface{ Close() error }); ok {
 			return cl.Close()
 		}
@@ -850,10 +855,16 @@ func (r *renewer) send(ctx context.Context, items []driver.RenewItem) []error {
 		return errs
 	}
 	var errs []error
-	_ = cl.storeCall(ctx, "renew_batch", len(items), func() error {
+	err := cl.storeCall(ctx, "renew_batch", len(items), func() error {
 		errs = r.batch.RenewBatch(ctx, items)
 		return batchErr(errs)
 	})
+	if errs == nil && errors.Is(err, ErrClosed) { // refused before the store (WithOwnedStore)
+		errs = make([]error, len(items))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
 	if len(errs) != len(items) {
 		err := fmt.Errorf("leasehold: the store's RenewBatch returned %d results for %d items", len(errs), len(items))
 		errs = make([]error, len(items))

@@ -566,6 +566,7 @@ func TestRenewerRejectsBadInput(t *testing.T) {
 		{leasehold.WithRenewConcurrency(math.MaxInt), "WithRenewConcurrency"},
 		{leasehold.WithBackoff(0, time.Second), "WithBackoff"},
 		{leasehold.WithBackoff(time.Millisecond, math.MaxInt64), "WithBackoff"},
+		{leasehold.WithBackoff(time.Nanosecond, time.Second), "WithBackoff"},
 		{leasehold.WithBackoff(time.Millisecond, 24*time.Hour+1), "WithBackoff"},
 		{leasehold.WithBackoff(time.Second, time.Millisecond), "WithBackoff"},
 	} {

@@ -493,8 +493,11 @@ func (w *waiter) endTry(err error) {
 func (w *waiter) answered(err error) (busy bool) {
 	if w.stay > 0 {
 		// Granted, the script took the entry out; refused, it made or
-		// refreshed it; failed, it may have.
-		w.inQueue = err != nil && !errors.Is(err, ErrInvalidArgument)
+		// refreshed it; failed, it may have; refused by a closed Client, it
+		// did not reach the store, and an entry made before stays as it is.
+		if !errors.Is(err, ErrClosed) {
+			w.inQueue = err != nil && !errors.Is(err, ErrInvalidArgument)
+		}
 		if !w.placed {
 			w.place()
 		}
