@@ -72,7 +72,8 @@ const (
 )
 
 // Accepts reports whether a write presenting fence may be applied over a
-// resource whose newest accepted fence is current.
+// resource whose newest accepted fence is current. A Mode other than Strict
+// and SameHolder accepts as Strict does.
 func (m Mode) Accepts(presented, current int64) bool {
 	if m == SameHolder {
 		return presented >= current
@@ -81,10 +82,13 @@ func (m Mode) Accepts(presented, current int64) bool {
 }
 
 func (m Mode) String() string {
-	if m == SameHolder {
+	switch m {
+	case Strict:
+		return "strict"
+	case SameHolder:
 		return "same-holder"
 	}
-	return "strict"
+	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
 // Validate checks a presented fence: fences issued by leasehold are positive,
@@ -114,7 +118,9 @@ type Config struct {
 // Option configures a fenced store.
 type Option func(*Config)
 
-// WithMode sets which fences are accepted. Default: Strict.
+// WithMode sets which fences are accepted. Default: Strict. A Mode other
+// than Strict and SameHolder is refused by the stores whose constructors
+// return an error (pgfence, redisfence); MemRegister treats it as Strict.
 func WithMode(m Mode) Option { return func(c *Config) { c.Mode = m } }
 
 // OnReject sets a func called, with the write's context, for every write
@@ -124,17 +130,31 @@ func OnReject(f func(context.Context, Rejection)) Option {
 	return func(c *Config) { c.OnReject = f }
 }
 
-// NewConfig applies opts over the defaults. Fenced stores call it.
+// NewConfig applies opts over the defaults, skipping nil ones. Fenced stores
+// call it.
 func NewConfig(opts ...Option) Config {
 	c := Config{Mode: Strict}
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	return c
 }
 
+// Check refuses a Mode that is neither Strict nor SameHolder, naming opts:
+// a store whose constructor can fail calls it, so that a mistaken mode is
+// not silently Strict.
+func (c Config) Check() error {
+	if c.Mode != Strict && c.Mode != SameHolder {
+		return &driver.ArgumentError{Arg: "opts", Reason: fmt.Sprintf("fence.WithMode(%v) is neither Strict nor SameHolder", c.Mode)}
+	}
+	return nil
+}
+
 // Reject reports a refused write to the OnReject hook and returns its
 // *StaleError. store names the storage ("memory", "redis", "postgres").
+// Call it holding no lock of the store's: the hook may read the store.
 func (c Config) Reject(ctx context.Context, store, resource string, presented, current int64) error {
 	if c.OnReject != nil {
 		c.OnReject(ctx, Rejection{Store: store, Resource: resource, Presented: presented, Current: current})

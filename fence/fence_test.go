@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/fencetest"
 )
@@ -48,6 +50,65 @@ func TestRejectionsAreReported(t *testing.T) {
 	want := fence.Rejection{Store: "memory", Resource: "job:1", Presented: 4, Current: 5}
 	if events := obs.Events(); !errors.Is(err, fence.ErrStale) || len(events) != 1 || events[0] != want {
 		t.Fatalf("error %v, events %+v; want one %+v", err, obs.Events(), want)
+	}
+}
+
+// An OnReject hook that reads the register (to log what is stored) does not
+// hang the write it reports.
+func TestOnRejectMayReadTheRegister(t *testing.T) {
+	var r *fence.MemRegister
+	var seen []byte
+	r = fence.NewMemRegister(fence.OnReject(func(ctx context.Context, rej fence.Rejection) {
+		seen, _, _ = r.Read(ctx, rej.Resource)
+	}))
+	if err := r.Write(t.Context(), "job:1", 5, []byte("B")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Write(t.Context(), "job:1", 4, []byte("A")) }()
+	timer := time.NewTimer(5 * time.Second) // a bound, not a wait: a deadlock fails here
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, fence.ErrStale) || string(seen) != "B" {
+			t.Fatalf("stale write = %v, the hook read %q; want ErrStale and B", err, seen)
+		}
+	case <-timer.C:
+		t.Fatal("a stale Write hung: OnReject ran under the register's lock")
+	}
+}
+
+// A nil option is skipped; the others apply.
+func TestNilOptionIsSkipped(t *testing.T) {
+	r := fence.NewMemRegister(nil, fence.WithMode(fence.SameHolder), nil)
+	for range 2 {
+		if err := r.Write(t.Context(), "k", 3, []byte("v")); err != nil {
+			t.Fatalf("SameHolder rewrite: %v", err)
+		}
+	}
+}
+
+// Check refuses an unknown Mode; MemRegister, which cannot refuse it,
+// treats it as Strict, as documented.
+func TestUnknownMode(t *testing.T) {
+	var ae *driver.ArgumentError
+	if err := fence.NewConfig(fence.WithMode(fence.Mode(7))).Check(); !errors.As(err, &ae) || ae.Arg != "opts" {
+		t.Fatalf("Check of Mode(7) = %v, want an error naming opts", err)
+	}
+	for _, m := range []fence.Mode{fence.Strict, fence.SameHolder} {
+		if err := fence.NewConfig(fence.WithMode(m)).Check(); err != nil {
+			t.Errorf("Check of %v: %v", m, err)
+		}
+	}
+	if s := fence.Mode(7).String(); s != "Mode(7)" {
+		t.Errorf("Mode(7).String() = %q", s)
+	}
+	r := fence.NewMemRegister(fence.WithMode(fence.Mode(7)))
+	if err := r.Write(t.Context(), "k", 3, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Write(t.Context(), "k", 3, []byte("w")); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Mode(7) rewrite with an equal fence: %v, want ErrStale as under Strict", err)
 	}
 }
 

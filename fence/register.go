@@ -38,7 +38,10 @@ type memEntry struct {
 
 var _ Register = (*MemRegister)(nil)
 
-// NewMemRegister returns an empty MemRegister.
+// NewMemRegister returns an empty MemRegister. Options: WithMode (default
+// Strict) and OnReject; a nil one is skipped. It cannot fail, so a Mode
+// other than Strict and SameHolder is not refused: it accepts as Strict
+// does.
 func NewMemRegister(opts ...Option) *MemRegister {
 	return &MemRegister{cfg: NewConfig(opts...), entries: make(map[string]memEntry)}
 }
@@ -55,12 +58,16 @@ func (r *MemRegister) Write(ctx context.Context, key string, fence int64, value 
 		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	cur := r.entries[key].fence
-	if !r.cfg.Mode.Accepts(fence, cur) {
+	ok := r.cfg.Mode.Accepts(fence, cur)
+	if ok {
+		r.entries[key] = memEntry{value: bytes.Clone(value), fence: fence}
+	}
+	r.mu.Unlock()
+	// The hook runs unlocked: one that reads the register must not hang.
+	if !ok {
 		return r.cfg.Reject(ctx, "memory", key, fence, cur)
 	}
-	r.entries[key] = memEntry{value: bytes.Clone(value), fence: fence}
 	return nil
 }
 

@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/pgfence"
 )
 
 // bound is how long a step that should be instant may take before the test
@@ -182,7 +185,9 @@ func TestInTxDeadlineWhileWaitingForRow(t *testing.T) {
 }
 
 // An fn that ends the transaction itself commits the raised fence with its
-// write, or rolls both back: never its write without the fence.
+// write, or rolls both back: never its write without the fence. InTx returns
+// an error either way, as it does when fn returns nil from a failed
+// transaction.
 func TestInTxFnEndsTheTransaction(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -192,8 +197,10 @@ func TestInTxFnEndsTheTransaction(t *testing.T) {
 		fenceNow int64
 	}{
 		{"Commit", func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }, true, "by 9", 9},
-		{"COMMIT statement", func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "COMMIT"); return err }, false, "by 9", 9},
+		{"COMMIT statement", func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "COMMIT"); return err }, true, "by 9", 9},
 		{"Rollback", func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }, true, "by 4", 4},
+		{"ROLLBACK statement", func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "ROLLBACK"); return err }, true, "by 4", 4},
+		{"failed statement ignored", func(ctx context.Context, tx pgx.Tx) error { _, _ = tx.Exec(ctx, "SELECT 1/0"); return nil }, true, "by 4", 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,4 +237,76 @@ func TestInTxFnEndsTheTransaction(t *testing.T) {
 			closeWithin(t, own)
 		})
 	}
+}
+
+// Once fn commits through tx, the pool may give the connection to another
+// caller at once: InTx returns its error without looking at the connection
+// (the race detector catches a read of its transaction status).
+func TestInTxFnCommitsThenThePoolReusesTheConnection(t *testing.T) {
+	tbl, name := runsTable(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id) VALUES ('R1')"); err != nil {
+		t.Fatal(err)
+	}
+	own := onePool(t)
+	other := make(chan error, 1)
+	err := tbl.InTx(ctx, own, "R1", 9, func(ctx context.Context, tx pgx.Tx) error {
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		go func() {
+			other <- pgx.BeginFunc(ctx, own, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "SELECT 1")
+				return err
+			})
+		}()
+		return nil
+	})
+	if err == nil {
+		t.Fatal("InTx = nil after fn committed tx itself")
+	}
+	if err := <-other; err != nil {
+		t.Fatalf("the next caller on the connection: %v", err)
+	}
+	closeWithin(t, own)
+}
+
+// onePool is a pool for one test with a single connection, so that a
+// connection InTx does not give back blocks the next caller.
+func onePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	p, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The OnReject hook of a stale InTx runs after the rollback: with the row
+// unlocked and the connection back in the pool, it may read the table.
+func TestInTxRejectionHookRunsUnlocked(t *testing.T) {
+	own := onePool(t)
+	var tbl *pgfence.Table
+	var seen int64
+	var hookErr error
+	tbl, name := runsTable(t, fence.OnReject(func(ctx context.Context, rej fence.Rejection) {
+		ctx, cancel := context.WithTimeout(ctx, bound) // a bound, so that a hang fails the test
+		defer cancel()
+		seen, hookErr = tbl.Fence(ctx, own, "R1")
+	}))
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id, fence_token) VALUES ('R1', 7)"); err != nil {
+		t.Fatal(err)
+	}
+	err := tbl.InTx(ctx, own, "R1", 5, func(context.Context, pgx.Tx) error { return nil })
+	wantStale(t, err, 5, 7)
+	if hookErr != nil || seen != 7 {
+		t.Fatalf("the hook read fence %d, %v; want 7 (it ran while InTx held the pool's only connection)", seen, hookErr)
+	}
+	closeWithin(t, own)
 }

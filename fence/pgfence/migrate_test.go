@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -176,4 +177,67 @@ func TestRegisterMigrateRepairs(t *testing.T) {
 	if v, f, err := reg.Read(ctx, "w"); err != nil || string(v) != "x" || f != 0 {
 		t.Fatalf("Read after Migrate = (%q, %d, %v), want (x, 0, nil)", v, f, err)
 	}
+}
+
+// Migrate refuses a key column that two rows could share, naming the table
+// and the column, and adds no fence column then; a primary key or a unique
+// index on the column alone is accepted.
+func TestMigrateChecksTheKeyIsUnique(t *testing.T) {
+	cases := []struct {
+		name, ddl string // ddl after CREATE TABLE <name> (run_id text, other text); %s is the table
+		ok        bool
+	}{
+		{"no index", "", false},
+		{"plain index", "CREATE INDEX ON %s (run_id)", false},
+		{"unique with another column", "CREATE UNIQUE INDEX ON %s (run_id, other)", false},
+		{"partial unique", "CREATE UNIQUE INDEX ON %s (run_id) WHERE other IS NULL", false},
+		{"unique on an expression", "CREATE UNIQUE INDEX ON %s (lower(run_id))", false},
+		{"deferrable unique", "ALTER TABLE %s ADD UNIQUE (run_id) DEFERRABLE", false},
+		{"unique on another column", "CREATE UNIQUE INDEX ON %s (other)", false},
+		{"primary key", "ALTER TABLE %s ADD PRIMARY KEY (run_id)", true},
+		{"unique constraint", "ALTER TABLE %s ADD UNIQUE (run_id)", true},
+		{"unique index including another column", "CREATE UNIQUE INDEX ON %s (run_id) INCLUDE (other)", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "key_" + strings.ToLower(rand.Text()[:8])
+			sql := "CREATE TABLE " + name + " (run_id text, other text)"
+			if tc.ddl != "" {
+				sql += "; " + fmt.Sprintf(tc.ddl, name)
+			}
+			if _, err := pool.Exec(t.Context(), sql); err != nil {
+				t.Fatal(err)
+			}
+			tbl, err := pgfence.NewTable(name, "run_id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tbl.Migrate(t.Context(), pool)
+			var has bool
+			if err := pool.QueryRow(t.Context(), "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'fence_token')", name).Scan(&has); err != nil {
+				t.Fatal(err)
+			}
+			if tc.ok {
+				if err != nil || !has {
+					t.Fatalf("Migrate = %v (column added: %v), want the column added", err, has)
+				}
+				return
+			}
+			want := "key column " + name + ".run_id is not unique"
+			if err == nil || !strings.Contains(err.Error(), want) || has {
+				t.Fatalf("Migrate = %v (column added: %v), want an error with %q and no column", err, has, want)
+			}
+		})
+	}
+	t.Run("missing key column", func(t *testing.T) {
+		_, name := runsTable(t)
+		other, err := pgfence.NewTable(name, "no_such_column")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "table " + name + " has no key column no_such_column"
+		if err := other.Migrate(t.Context(), pool); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Migrate = %v, want an error with %q", err, want)
+		}
+	})
 }

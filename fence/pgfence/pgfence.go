@@ -13,8 +13,8 @@
 // Table.Update and Table.Upsert fence one statement; Table.InTx checks the
 // fence and locks the row (SELECT … FOR UPDATE) so that several statements
 // commit under one fence. Table.Migrate adds the column to an existing table,
-// or makes a nullable one NOT NULL DEFAULT 0. A NULL fence, in a column added
-// by hand, reads as 0.
+// or makes a nullable one NOT NULL DEFAULT 0, and checks that the key column
+// is unique. A NULL fence, in a column added by hand, reads as 0.
 // Register is a fenced key-value table for fence.Register users.
 package pgfence
 
@@ -30,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/fence"
 )
@@ -63,14 +64,26 @@ type Table struct {
 }
 
 // NewTable describes the fenced table name (optionally "schema.table") whose
-// rows are identified by keyColumn. Options: fence.WithMode (default
-// fence.Strict) and fence.OnReject. It does not touch the database;
-// Migrate adds the fence column.
+// rows are identified by keyColumn. keyColumn must be unique: the primary
+// key, or a column with a unique index on it alone. A fence is a row's, so
+// two rows with one key would each keep a fence of their own: Migrate
+// refuses such a table, and Update that writes two rows and InTx that finds
+// two return an error saying so. Options: fence.WithMode (default
+// fence.Strict) and fence.OnReject; a nil one is skipped, and a Mode other
+// than those two is refused. It does not touch the database; Migrate adds
+// the fence column.
 func NewTable(name, keyColumn string, opts ...fence.Option) (*Table, error) {
 	if err := checkIdent("table", name, true); err != nil {
 		return nil, err
 	}
 	if err := checkIdent("keyColumn", keyColumn, false); err != nil {
+		return nil, err
+	}
+	if keyColumn == Column {
+		return nil, &driver.ArgumentError{Arg: "keyColumn", Reason: fmt.Sprintf("%q is the fence column", keyColumn)}
+	}
+	cfg := fence.NewConfig(opts...)
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	t := &Table{
@@ -79,7 +92,7 @@ func NewTable(name, keyColumn string, opts ...fence.Option) (*Table, error) {
 		qname: pgx.Identifier(strings.Split(name, ".")).Sanitize(),
 		qkey:  pgx.Identifier{keyColumn}.Sanitize(),
 		cmp:   ">",
-		cfg:   fence.NewConfig(opts...),
+		cfg:   cfg,
 	}
 	if t.cfg.Mode == fence.SameHolder {
 		t.cmp = ">="
@@ -99,6 +112,24 @@ func checkIdent(arg, s string, qualified bool) error {
 		if p == "" || strings.ContainsRune(p, 0) || len(p) > 63 {
 			return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is not a PostgreSQL identifier", s)}
 		}
+	}
+	return nil
+}
+
+// checkDB refuses a nil Querier or Beginner, including a nil pool or conn
+// in the interface, which would panic on first use.
+func checkDB(arg string, db any) error {
+	isNil := false
+	switch db := db.(type) {
+	case nil:
+		isNil = true
+	case *pgxpool.Pool:
+		isNil = db == nil
+	case *pgx.Conn:
+		isNil = db == nil
+	}
+	if isNil {
+		return &driver.ArgumentError{Arg: arg, Reason: "nil"}
 	}
 	return nil
 }
@@ -123,7 +154,17 @@ func fenceOf(alias string) string {
 // with the caller's transaction). A column of any other type is refused with
 // an error naming the table and the column, and left as it is. A column that
 // is already right is left alone without locking the table.
+//
+// Before it changes anything, Migrate refuses a table whose key column is
+// missing or not unique: it needs the primary key, or a unique index on that
+// column alone (not partial, not deferrable).
 func (t *Table) Migrate(ctx context.Context, q Querier) error {
+	if err := checkDB("q", q); err != nil {
+		return err
+	}
+	if err := t.checkKey(ctx, q); err != nil {
+		return err
+	}
 	for range 2 { // the second look checks a column just added
 		typ, notNull, def, err := t.column(ctx, q)
 		switch {
@@ -150,6 +191,28 @@ ALTER TABLE %[1]s ALTER COLUMN %[2]s SET DEFAULT 0, ALTER COLUMN %[2]s SET NOT N
 	return fmt.Errorf("pgfence: migrate: column %s.%s is still missing after adding it", t.name, Column)
 }
 
+// checkKey refuses a key column that is missing or that two rows may share.
+// A partial index leaves the rows outside it free to share a key, and a
+// deferrable one lets them until the commit, so neither counts.
+func (t *Table) checkKey(ctx context.Context, q Querier) error {
+	var unique bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i
+			WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indimmediate AND i.indisvalid
+			AND i.indpred IS NULL AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum)
+		FROM pg_attribute a
+		WHERE a.attrelid = $1::regclass AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, t.qname, t.key).Scan(&unique)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("pgfence: migrate: table %s has no key column %s", t.name, t.key)
+	case err != nil:
+		return t.translate("migrate", err)
+	case !unique:
+		return fmt.Errorf("pgfence: migrate: key column %s.%s is not unique: fencing needs it to be the primary key "+
+			"or to have a unique index on it alone", t.name, t.key)
+	}
+	return nil
+}
+
 // column describes the fence column: its type, whether it is NOT NULL, and
 // its default ("" for none). pgx.ErrNoRows means the table lacks it.
 func (t *Table) column(ctx context.Context, q Querier) (typ string, notNull bool, def string, err error) {
@@ -165,8 +228,14 @@ func (t *Table) column(ctx context.Context, q Querier) (typ string, notNull bool
 //
 // It returns nil when the row was written, a *fence.StaleError when its fence
 // was not accepted, ErrNoRow when no row has the key, and an
-// *driver.ArgumentError for a fence that is not positive or an empty set.
+// *driver.ArgumentError for a nil q, a fence that is not positive or an
+// empty set. When the key column is not unique and the statement wrote
+// several rows, it returns an error saying so and how many: those writes
+// stand unless q is a transaction the caller rolls back.
 func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64, set string, args ...any) error {
+	if err := checkDB("q", q); err != nil {
+		return err
+	}
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
 	}
@@ -176,12 +245,19 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64,
 	n := len(args)
 	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND $%d %s %s",
 		t.qname, set, qcol, n+2, t.qkey, n+1, n+2, t.cmp, fenceOf(""))
-	tag, err := q.Exec(ctx, sql, append(args, id, fenceToken)...)
+	// A copy: appending to args would write into a caller's spare capacity,
+	// which callers sharing one slice would then see.
+	all := append(append(make([]any, 0, n+2), args...), id, fenceToken)
+	tag, err := q.Exec(ctx, sql, all...)
 	if err != nil {
 		return t.translate("update", err)
 	}
-	if tag.RowsAffected() == 1 {
+	switch rows := tag.RowsAffected(); {
+	case rows == 1:
 		return nil
+	case rows > 1:
+		return fmt.Errorf("pgfence: update %s: key column %s is not unique: %d rows were written (Migrate refuses such a table)",
+			t.resource(id), t.key, rows)
 	}
 	return t.refused(ctx, q, id, fenceToken, "update")
 }
@@ -189,8 +265,12 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64,
 // Upsert inserts row (column → value, the key column among them) with the
 // fence, or, when a row with that key exists, updates it to row only if the
 // fence is accepted. It returns a *fence.StaleError, writing nothing, when
-// the fence is not accepted.
+// the fence is not accepted. PostgreSQL refuses the statement when the key
+// column is not unique, and nothing is written then either.
 func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map[string]any) error {
+	if err := checkDB("q", q); err != nil {
+		return err
+	}
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
 	}
@@ -242,8 +322,15 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 // panic in fn (which InTx then lets continue) or runtime.Goexit.
 //
 // fn sees the row's fence already raised. fn must not commit or roll back
-// tx; if it does, the fence goes with its writes, and InTx returns an error.
+// tx, by its methods or with a COMMIT or ROLLBACK statement; if it does, the
+// fence goes with its writes, and InTx returns an error. So it does when fn
+// returns nil from a transaction a statement failed in. Two rows with the
+// key (a key column that is not unique) are refused with an error, and fn is
+// not called.
 func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	if err := checkDB("db", db); err != nil {
+		return err
+	}
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
 	}
@@ -255,20 +342,32 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 		return fmt.Errorf("pgfence: begin: %w", err)
 	}
 	// Every way out but a commit rolls back: an error, a panic, a Goexit.
-	committed := false
-	defer func() {
-		if !committed {
+	ended := false
+	end := func() {
+		if !ended {
+			ended = true
 			rollback(ctx, tx)
 		}
-	}()
-	var cur int64
-	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 FOR UPDATE", fenceOf(""), t.qname, t.qkey), id).Scan(&cur)
+	}
+	defer end()
+	// Two rows are read, if there are two, to refuse a key that is not
+	// unique: locking and raising one row would leave the other's fence.
+	rows, _ := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 LIMIT 2 FOR UPDATE", fenceOf(""), t.qname, t.qkey), id)
+	fences, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)
 	case err != nil:
 		return t.translate("lock row", err)
-	case !t.cfg.Mode.Accepts(fenceToken, cur):
+	case len(fences) == 0:
+		return fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)
+	case len(fences) > 1:
+		return fmt.Errorf("pgfence: in tx %s: key column %s is not unique: more than one row has the key; rolled back (Migrate refuses such a table)",
+			t.resource(id), t.key)
+	}
+	cur := fences[0]
+	if !t.cfg.Mode.Accepts(fenceToken, cur) {
+		// The hook runs with the row unlocked and the connection given
+		// back: one that reads the table must not wait for InTx.
+		end()
 		return t.cfg.Reject(ctx, "postgres", t.resource(id), fenceToken, cur)
 	}
 	// The fence is raised before fn runs, so that it commits with fn's
@@ -278,14 +377,44 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 			return t.translate("raise fence", err)
 		}
 	}
-	if err = fn(ctx, tx); err != nil {
+	watched := &watchedTx{Tx: tx}
+	if err = fn(ctx, watched); err != nil {
 		return err
+	}
+	if watched.ended {
+		return fmt.Errorf("pgfence: in tx %s: fn committed or rolled back tx itself; the fence went with its writes", t.resource(id))
+	}
+	// A COMMIT or ROLLBACK statement ends the transaction behind pgx's
+	// back, and Commit would then run COMMIT outside one, which succeeds.
+	switch tx.Conn().PgConn().TxStatus() {
+	case 'I':
+		return fmt.Errorf("pgfence: in tx %s: fn ended the transaction with a statement; the fence went with its writes", t.resource(id))
+	case 'E':
+		return fmt.Errorf("pgfence: in tx %s: a statement failed in fn, which returned nil; rolled back", t.resource(id))
 	}
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgfence: commit: %w", err)
 	}
-	committed = true
+	ended = true
 	return nil
+}
+
+// watchedTx is the tx fn gets: it tells InTx that fn committed or rolled
+// back, after which a pool's connection may already be another caller's and
+// must not be looked at.
+type watchedTx struct {
+	pgx.Tx
+	ended bool
+}
+
+func (w *watchedTx) Commit(ctx context.Context) error {
+	w.ended = true
+	return w.Tx.Commit(ctx)
+}
+
+func (w *watchedTx) Rollback(ctx context.Context) error {
+	w.ended = true
+	return w.Tx.Rollback(ctx)
 }
 
 // rollbackTimeout bounds the rollback of a transaction InTx gives up on, so
@@ -302,6 +431,9 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 
 // Fence returns the fence of the row with key id (0 for NULL), or ErrNoRow.
 func (t *Table) Fence(ctx context.Context, q Querier, id any) (int64, error) {
+	if err := checkDB("q", q); err != nil {
+		return 0, err
+	}
 	var cur int64
 	err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", fenceOf(""), t.qname, t.qkey), id).Scan(&cur)
 	switch {
@@ -339,6 +471,8 @@ func (t *Table) translate(op string, err error) error {
 			return fmt.Errorf("pgfence: %s: table %s does not exist: %w", op, t.name, err)
 		case "42703": // undefined_column
 			return fmt.Errorf("pgfence: %s: %s lacks a column (run Migrate to add %s): %w", op, t.name, Column, err)
+		case "42P10": // invalid_column_reference: ON CONFLICT found no unique index
+			return fmt.Errorf("pgfence: %s: key column %s.%s is not unique (Migrate refuses such a table): %w", op, t.name, t.key, err)
 		}
 	}
 	return fmt.Errorf("pgfence: %s %s: %w", op, t.name, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -258,6 +259,177 @@ func TestBadInputWritesNothing(t *testing.T) {
 		if _, err := pgfence.NewTable(bad[0], bad[1]); !errors.Is(err, leasehold.ErrInvalidArgument) {
 			t.Errorf("NewTable(%q, %q): %v", bad[0], bad[1], err)
 		}
+	}
+	// The fence column cannot be the key too: every write would change the key.
+	var ae *leasehold.ArgumentError
+	if _, err := pgfence.NewTable("runs", pgfence.Column); !errors.As(err, &ae) || ae.Arg != "keyColumn" {
+		t.Errorf("NewTable(runs, %q): %v, want an error naming keyColumn", pgfence.Column, err)
+	}
+}
+
+// A nil option is skipped; an unknown Mode is refused, not taken as Strict.
+func TestNewTableOptions(t *testing.T) {
+	tbl, err := pgfence.NewTable("runs", "run_id", nil, fence.WithMode(fence.SameHolder), nil)
+	if err != nil || tbl == nil {
+		t.Fatalf("NewTable with nil options: %v", err)
+	}
+	if _, err := pgfence.NewRegister(pool, "register", nil); err != nil {
+		t.Fatalf("NewRegister with a nil option: %v", err)
+	}
+	var ae *leasehold.ArgumentError
+	if _, err := pgfence.NewTable("runs", "run_id", fence.WithMode(fence.Mode(7))); !errors.As(err, &ae) || ae.Arg != "opts" {
+		t.Errorf("NewTable with Mode(7): %v, want an error naming opts", err)
+	}
+	if _, err := pgfence.NewRegister(pool, "register", fence.WithMode(fence.Mode(7))); !errors.As(err, &ae) || ae.Arg != "opts" {
+		t.Errorf("NewRegister with Mode(7): %v, want an error naming opts", err)
+	}
+}
+
+// A nil Querier or Beginner, or a nil pool or conn in one, is refused by
+// name, not a panic.
+func TestNilQuerierOrBeginner(t *testing.T) {
+	tbl, name := runsTable(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO "+name+" (run_id, payload) VALUES ('R1', 'kept')"); err != nil {
+		t.Fatal(err)
+	}
+	var nilPool *pgxpool.Pool
+	var nilConn *pgx.Conn
+	for _, db := range []struct {
+		name string
+		q    pgfence.Querier
+		b    pgfence.Beginner
+	}{{"nil interface", nil, nil}, {"nil pool", nilPool, nilPool}, {"nil conn", nilConn, nilConn}} {
+		for call, fn := range map[string]func() error{
+			"Update": func() error { return tbl.Update(ctx, db.q, "R1", 5, "payload = $1", "x") },
+			"Upsert": func() error { return tbl.Upsert(ctx, db.q, 5, map[string]any{"run_id": "R1", "payload": "x"}) },
+			"InTx": func() error {
+				return tbl.InTx(ctx, db.b, "R1", 5, func(context.Context, pgx.Tx) error { return nil })
+			},
+			"Fence":       func() error { _, err := tbl.Fence(ctx, db.q, "R1"); return err },
+			"Migrate":     func() error { return tbl.Migrate(ctx, db.q) },
+			"NewRegister": func() error { _, err := pgfence.NewRegister(db.q, "register"); return err },
+		} {
+			want := "q"
+			if call == "InTx" {
+				want = "db"
+			}
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Errorf("%s with a %s: panic %v", call, db.name, p)
+					}
+				}()
+				var ae *leasehold.ArgumentError
+				if err := fn(); !errors.As(err, &ae) || ae.Arg != want {
+					t.Errorf("%s with a %s: %v, want an error naming %s", call, db.name, err, want)
+				}
+			}()
+		}
+	}
+	if p, f := row(t, name, "R1"); p != "kept" || f != 0 {
+		t.Fatalf("row = (%q, %d) after refused calls", p, f)
+	}
+}
+
+// Update leaves the caller's args alone, spare capacity included, so that
+// callers sharing one slice do not send each other's key and fence.
+func TestUpdateLeavesCallersArgs(t *testing.T) {
+	tbl, name := runsTable(t)
+	if _, err := pool.Exec(t.Context(), "INSERT INTO "+name+" (run_id) VALUES ('A'), ('B')"); err != nil {
+		t.Fatal(err)
+	}
+	args := make([]any, 1, 3)
+	args[0] = "p"
+	if err := tbl.Update(t.Context(), pool, "A", 7, "payload = $1", args...); err != nil {
+		t.Fatal(err)
+	}
+	if spare := args[:3]; spare[1] != nil || spare[2] != nil {
+		t.Fatalf("Update wrote %v and %v into the caller's slice past its length", spare[1], spare[2])
+	}
+
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		id   string
+		base int64
+	}{{"A", 7}, {"B", 1000}} {
+		wg.Go(func() {
+			for i := range int64(100) {
+				if err := tbl.Update(t.Context(), pool, w.id, w.base+i+1, "payload = $1", args...); err != nil {
+					t.Errorf("%s, fence %d: %v", w.id, w.base+i+1, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, f := row(t, name, "A"); f != 107 {
+		t.Fatalf("row A carries fence %d, want its own last, 107", f)
+	}
+}
+
+// dupTable is a table made by hand whose key column is not unique, with
+// rows as given; Migrate would refuse it.
+func dupTable(t *testing.T, rows string, opts ...fence.Option) (*pgfence.Table, string) {
+	t.Helper()
+	name := "dup_" + strings.ToLower(rand.Text()[:8])
+	if _, err := pool.Exec(t.Context(), "CREATE TABLE "+name+" (run_id text, payload text, fence_token bigint NOT NULL DEFAULT 0); "+
+		"INSERT INTO "+name+" (run_id, payload, fence_token) VALUES "+rows); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgfence.NewTable(name, "run_id", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl, name
+}
+
+// On a key column that is not unique, Update that writes two rows says so,
+// and is not a stale write.
+func TestUpdateOfAKeyThatIsNotUnique(t *testing.T) {
+	obs := &fencetest.Rejections{}
+	tbl, name := dupTable(t, "('R1', 'a', 0), ('R1', 'b', 0)", fence.OnReject(obs.Record))
+	err := tbl.Update(t.Context(), pool, "R1", 5, "payload = $1", "new")
+	if err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "not unique: 2 rows were written") {
+		t.Fatalf("Update = %v, want an error saying the key is not unique and 2 rows were written", err)
+	}
+	if events := obs.Events(); len(events) != 0 {
+		t.Fatalf("OnReject got %+v for a write that was not stale", events)
+	}
+	var n int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+name+" WHERE payload = 'new'").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d rows written (%v), want the 2 the error reports", n, err)
+	}
+}
+
+// On a key column that is not unique, InTx refuses before fn and never
+// lowers either row's fence.
+func TestInTxOfAKeyThatIsNotUnique(t *testing.T) {
+	tbl, name := dupTable(t, "('R1', 'first', 0), ('R1', 'second', 10)")
+	called := false
+	err := tbl.InTx(t.Context(), pool, "R1", 5, func(context.Context, pgx.Tx) error { called = true; return nil })
+	if err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "not unique") || called {
+		t.Fatalf("InTx = %v (fn called: %v), want an error saying the key is not unique, fn not called", err, called)
+	}
+	var lo, hi int64
+	if err := pool.QueryRow(t.Context(), "SELECT min(fence_token), max(fence_token) FROM "+name).Scan(&lo, &hi); err != nil {
+		t.Fatal(err)
+	}
+	if lo != 0 || hi != 10 {
+		t.Fatalf("fences now %d and %d, want 0 and 10 left as they were", lo, hi)
+	}
+}
+
+// On a key column that is not unique, Upsert is refused by PostgreSQL and
+// says why.
+func TestUpsertOfAKeyThatIsNotUnique(t *testing.T) {
+	tbl, name := dupTable(t, "('R1', 'a', 0)")
+	err := tbl.Upsert(t.Context(), pool, 5, map[string]any{"run_id": "R1", "payload": "new"})
+	if err == nil || !strings.Contains(err.Error(), "key column "+name+".run_id is not unique") {
+		t.Fatalf("Upsert = %v, want an error saying the key column is not unique", err)
+	}
+	if p, f := row(t, name, "R1"); p != "a" || f != 0 {
+		t.Fatalf("row = (%q, %d), want it unchanged", p, f)
 	}
 }
 

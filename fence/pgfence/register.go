@@ -21,11 +21,11 @@ type Register struct {
 var _ fence.Register = (*Register)(nil)
 
 // NewRegister returns a Register on table through q (a pool, usually).
-// Options: fence.WithMode and fence.OnReject. Call Migrate once to
-// create the table.
+// Options: fence.WithMode and fence.OnReject, as for NewTable. Call Migrate
+// once to create the table.
 func NewRegister(q Querier, table string, opts ...fence.Option) (*Register, error) {
-	if q == nil {
-		return nil, &driver.ArgumentError{Arg: "q", Reason: "nil"}
+	if err := checkDB("q", q); err != nil {
+		return nil, err
 	}
 	t, err := NewTable(table, "key", opts...)
 	if err != nil {

@@ -50,13 +50,18 @@ var _ fence.Register = (*Writer)(nil)
 // New returns a Writer on client, made as the application already makes it.
 // Every call returns by the end of its context, and New refuses the clients
 // redisstore.New refuses, for the same reasons (see there). Options:
-// fence.WithMode (default fence.Strict) and fence.OnReject.
+// fence.WithMode (default fence.Strict) and fence.OnReject; a nil one is
+// skipped, and a Mode other than those two is refused.
 func New(client redis.UniversalClient, opts ...fence.Option) (*Writer, error) {
 	calls, err := rscript.CheckClient(client)
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{client: client, calls: calls, cfg: fence.NewConfig(opts...)}, nil
+	cfg := fence.NewConfig(opts...)
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	return &Writer{client: client, calls: calls, cfg: cfg}, nil
 }
 
 // Script is a Lua script whose writes are fenced: it runs only when the
@@ -144,8 +149,14 @@ func (w *Writer) Del(ctx context.Context, key string, fence int64) error {
 
 // Run runs script with keys and args if fence is accepted for keys[0], and
 // returns what the script returned (nil for a nil reply). It returns a
-// *fence.StaleError, having run nothing, when the fence is refused.
+// *fence.StaleError, having run nothing, when the fence is refused, and an
+// *driver.ArgumentError for a script not made by NewScript.
 func (w *Writer) Run(ctx context.Context, script *Script, keys []string, fenceToken int64, args ...any) (any, error) {
+	// Checked here: a nil script would panic on the goroutine rscript.Do
+	// may run it on, out of the caller's reach.
+	if script == nil || script.s.Script == nil {
+		return nil, &driver.ArgumentError{Arg: "script", Reason: "nil, or not made by NewScript"}
+	}
 	if len(keys) == 0 {
 		return nil, &driver.ArgumentError{Arg: "keys", Reason: "empty: a fenced script needs the key its fence guards"}
 	}

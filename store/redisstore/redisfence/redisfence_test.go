@@ -228,6 +228,39 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 }
 
+// A script that NewScript did not make is refused by name, not run: a nil
+// one panicked on the goroutine the call runs on, which crashed the process.
+func TestRunRefusesAScriptNotMadeByNewScript(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	w := newWriter(t, single(srv.Addr()))
+	for _, script := range []*redisfence.Script{nil, {}} {
+		var ae *leasehold.ArgumentError
+		if _, err := w.Run(t.Context(), script, []string{"k"}, 1); !errors.As(err, &ae) || ae.Arg != "script" {
+			t.Errorf("Run(%v): %v, want an error naming script", script, err)
+		}
+	}
+	if n, _ := srv.Do("DBSIZE"); n != "0" {
+		t.Fatalf("DBSIZE = %s after refused calls", n)
+	}
+}
+
+// A nil option is skipped; an unknown Mode is refused, not taken as Strict.
+func TestNewOptions(t *testing.T) {
+	w := newWriter(t, single(shared.Addr()), nil, fence.WithMode(fence.SameHolder), nil)
+	key := fencetest.Key(t)
+	for range 2 {
+		if err := w.Set(t.Context(), key, 3, "v"); err != nil {
+			t.Fatalf("SameHolder rewrite: %v", err)
+		}
+	}
+	client := single(shared.Addr())
+	defer client.Close()
+	var ae *leasehold.ArgumentError
+	if _, err := redisfence.New(client, fence.WithMode(fence.Mode(7))); !errors.As(err, &ae) || ae.Arg != "opts" {
+		t.Fatalf("New with Mode(7): %v, want an error naming opts", err)
+	}
+}
+
 // A fenced write aimed at another key's mark, or at a lock's fence counter,
 // is refused; the victim's mark keeps refusing its stale writer.
 func TestInternalKeysAreOutOfReach(t *testing.T) {
