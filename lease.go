@@ -294,6 +294,9 @@ func (c *Client) releaseContext(ctx context.Context, timeout time.Duration) (con
 	if dl, ok := ctx.Deadline(); ok && expired(ctx) == nil && dl.Before(now.Add(timeout)) {
 		return context.WithDeadline(context.WithoutCancel(ctx), dl)
 	}
+	if timeout > maxSharedBound {
+		return context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	}
 	return &detachedContext{Context: context.WithoutCancel(ctx), end: c.deadlines.within(now, timeout)}, func() {}
 }
 

@@ -31,6 +31,13 @@ type sharedDeadline struct {
 // is 0.05 %. A bound under 16 ms shares a sixteenth of itself instead.
 const maxDeadlineShare = time.Millisecond
 
+// maxSharedBound is the longest release bound that shares deadlines: a
+// shared context lives until its bound has passed, one for each
+// millisecond of releases, so this bounds them to 10 000 live (about
+// 3 MB) however long WithReleaseTimeout is. A longer bound gets a context
+// of its own, cancelled when its release returns.
+const maxSharedBound = 10 * time.Second
+
 // deadlineShare is how early a deadline of bound may end.
 func deadlineShare(bound time.Duration) time.Duration { return min(bound/16, maxDeadlineShare) }
 

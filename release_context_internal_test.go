@@ -123,3 +123,23 @@ func BenchmarkReleaseContext(b *testing.B) {
 		})
 	})
 }
+
+// A release bound longer than maxSharedBound gets a context of its own,
+// cancelled when the release returns, so that a long WithReleaseTimeout
+// does not keep a shared context alive per millisecond of releases.
+func TestLongReleaseBoundsAreNotShared(t *testing.T) {
+	c := New(nil)
+	ctx, cancel := c.releaseContext(context.Background(), time.Hour)
+	if _, shared := ctx.(*detachedContext); shared {
+		t.Fatal("a 1 h release bound got a shared deadline")
+	}
+	cancel()
+	if ctx.Err() == nil {
+		t.Fatal("cancelling a release's own context did not end it")
+	}
+	ctx, cancel = c.releaseContext(context.Background(), maxSharedBound)
+	defer cancel()
+	if _, shared := ctx.(*detachedContext); !shared {
+		t.Fatal("a release bound of maxSharedBound did not share its deadline")
+	}
+}
