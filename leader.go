@@ -41,7 +41,7 @@ func (c *Client) Lead(ctx context.Context, key string, lead func(ctx context.Con
 				return uerr
 			}
 			// A store failure: try again after a backoff step.
-			if err := sleepUntil(ctx, time.Now().Add(jitter(c.maxBackoff))); err != nil {
+			if err := c.sleepUntil(ctx, time.Now().Add(jitter(c.maxBackoff))); err != nil {
 				return err
 			}
 			continue

@@ -47,7 +47,7 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 	}
 	next := time.Now()
 	for {
-		if err := sleepUntil(ctx, next); err != nil {
+		if err := c.sleepUntil(ctx, next); err != nil {
 			return err
 		}
 		next = next.Add(interval)
@@ -95,8 +95,9 @@ func (c *Client) tick(ctx context.Context, l *Lease, deadline time.Time, release
 	}
 }
 
-// sleepUntil waits until t or ctx is done, whichever is first.
-func sleepUntil(ctx context.Context, t time.Time) error {
+// sleepUntil waits until t, the end of ctx (its error) or the Client's
+// Close, whichever is first.
+func (c *Client) sleepUntil(ctx context.Context, t time.Time) error {
 	d := time.Until(t)
 	if d <= 0 {
 		return ctx.Err()
@@ -106,6 +107,8 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-c.renew.quit: // Close: the next attempt says so
+		return nil
 	case <-timer.C:
 		return nil
 	}

@@ -462,3 +462,29 @@ func TestRecipesOnAnUnusableClient(t *testing.T) {
 		cancel()
 	}
 }
+
+// RunLoop and Lead, between ticks or attempts, return at Close, not at their
+// next tick an hour on.
+func TestRecipesReturnAtClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := leasehold.New(memstore.New())
+		held, err := leasehold.New(c.Store()).TryAcquire(t.Context(), "close:lead", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release(context.Background())
+		loop, lead := make(chan error, 1), make(chan error, 1)
+		go func() {
+			loop <- c.RunLoop(t.Context(), "close:loop", time.Hour, func(context.Context, *leasehold.Lease) error { return nil })
+		}()
+		go func() { lead <- c.Lead(t.Context(), "close:lead", func(context.Context, *leasehold.Lease) {}) }()
+		synctest.Wait() // the loop ran its first tick; the leader waits
+		start := time.Now()
+		c.Close()
+		for name, ch := range map[string]chan error{"RunLoop": loop, "Lead": lead} {
+			if err := <-ch; !errors.Is(err, leasehold.ErrClosed) || time.Since(start) != 0 {
+				t.Errorf("%s after Close: %v, %v later", name, err, time.Since(start))
+			}
+		}
+	})
+}
