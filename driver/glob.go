@@ -49,6 +49,19 @@ func ValidateList(pattern string, limit int) (*Glob, error) {
 	return ParseGlob(pattern)
 }
 
+// ValidateAfterKey checks List's after for a store whose next is the last
+// key it listed: "" (the start) or a key ValidateKey accepts, which is all
+// such a store can have returned. A bad one is an *ArgumentError for "after".
+func ValidateAfterKey(after string) error {
+	if after == "" {
+		return nil
+	}
+	if err := ValidateKey(after); err != nil {
+		return &ArgumentError{Arg: "after", Reason: err.(*ArgumentError).Reason}
+	}
+	return nil
+}
+
 // ParseGlob compiles a pattern in the syntax of Lister; a bad one is an
 // *ArgumentError for "pattern".
 func ParseGlob(pattern string) (*Glob, error) {

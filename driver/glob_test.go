@@ -86,6 +86,21 @@ func TestValidateListLimit(t *testing.T) {
 	}
 }
 
+// An after is "" or a key: anything else is an *ArgumentError for "after".
+func TestValidateAfterKey(t *testing.T) {
+	for _, after := range []string{"", "a", "jobs:42", "é世", strings.Repeat("k", MaxKeyLen)} {
+		if err := ValidateAfterKey(after); err != nil {
+			t.Errorf("ValidateAfterKey(%q): %v", after, err)
+		}
+	}
+	for _, after := range []string{"\x00", "a\nb", "\xff\xfe", ReservedPrefix + "x", strings.Repeat("k", MaxKeyLen+1)} {
+		var ae *ArgumentError
+		if err := ValidateAfterKey(after); !errors.As(err, &ae) || ae.Arg != "after" || !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ValidateAfterKey(%.20q) = %v, want an *ArgumentError for the after", after, err)
+		}
+	}
+}
+
 // TestMatchAgreesWithRegexp compares Match with a regexp built from the same
 // pattern, over every key made of a small alphabet up to length 4.
 func TestMatchAgreesWithRegexp(t *testing.T) {

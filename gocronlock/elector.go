@@ -2,6 +2,7 @@ package gocronlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -21,8 +22,9 @@ type Elector struct {
 	stop   context.CancelFunc
 	done   chan struct{} // closed when the campaign has ended
 
-	mu   sync.Mutex
-	term *term // the current term; nil while not leading
+	mu     sync.Mutex
+	term   *term // the current term; nil while not leading
+	failed error // why Lead returned, when not for Close: a bad or closed Client
 }
 
 var _ gocron.Elector = (*Elector)(nil)
@@ -61,10 +63,11 @@ func NewElector(c *leasehold.Client, key string, opts ...ElectorOption) (*Electo
 	return e, nil
 }
 
-// campaign leads, term after term, until ctx ends.
+// campaign leads, term after term, until ctx ends, or until Lead returns
+// for a reason of its own, which it keeps for IsLeader and Lease.
 func (e *Elector) campaign(ctx context.Context, cfg electorConfig) {
 	defer close(e.done)
-	_ = e.client.Lead(ctx, e.key, func(ctx context.Context, l *leasehold.Lease) {
+	err := e.client.Lead(ctx, e.key, func(ctx context.Context, l *leasehold.Lease) {
 		t := &term{ctx: ctx, lease: l, jobs: make(map[context.Context]*jobContext)}
 		e.mu.Lock()
 		e.term = t
@@ -79,30 +82,41 @@ func (e *Elector) campaign(ctx context.Context, cfg electorConfig) {
 			j.unwatch() // the job contexts, children of the term's, are done
 		}
 	}, leasehold.WithTTL(cfg.ttl))
+	if err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+		e.mu.Lock()
+		e.failed = err
+		e.mu.Unlock()
+	}
+}
+
+// notLeader is the error of IsLeader and Lease while this process does not
+// lead: it matches ErrNotLeader, and the campaign's error when Lead has
+// returned (a Client made with a bad option, or closed before the Elector),
+// for which the Elector will never lead. e.mu must be held.
+func (e *Elector) notLeader() error {
+	if e.failed != nil {
+		return fmt.Errorf("gocronlock: %q: %w: the campaign has stopped: %w", e.key, ErrNotLeader, e.failed)
+	}
+	return fmt.Errorf("gocronlock: %q: %w", e.key, ErrNotLeader)
 }
 
 var errNilElector = &leasehold.ArgumentError{Arg: "Elector", Reason: "nil, or not made by NewElector"}
 
 // IsLeader returns nil while this process leads, and an error matching
-// ErrNotLeader otherwise; gocron asks before each run.
+// ErrNotLeader otherwise; gocron asks before each run. When the campaign
+// has stopped for good because Lead returned an error (the Client's bad
+// option or ErrClosed, not the Elector's Close), the error matches that
+// one too.
 func (e *Elector) IsLeader(context.Context) error {
 	if e == nil || e.client == nil {
 		return errNilElector
 	}
-	if e.current() == nil {
-		return fmt.Errorf("gocronlock: %q: %w", e.key, ErrNotLeader)
-	}
-	return nil
-}
-
-// current is the live term, or nil.
-func (e *Elector) current() *term {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.term == nil || e.term.ctx.Err() != nil {
-		return nil
+		return e.notLeader()
 	}
-	return e.term
+	return nil
 }
 
 // Lease returns the leader's lease for a job to use, given the job's
@@ -110,7 +124,7 @@ func (e *Elector) current() *term {
 // given up under the fence policy with cause matching
 // leasehold.ErrAbandoned, or Close), and the term's lease, whose Fence goes
 // with every write. It returns ErrNotLeader, and a done context, while this
-// process does not lead.
+// process does not lead (matching Lead's error too, as IsLeader's does).
 func (e *Elector) Lease(ctx context.Context) (context.Context, *leasehold.Lease, error) {
 	switch {
 	case e == nil || e.client == nil:
@@ -123,7 +137,7 @@ func (e *Elector) Lease(ctx context.Context) (context.Context, *leasehold.Lease,
 	defer e.mu.Unlock()
 	t := e.term
 	if t == nil || t.ctx.Err() != nil {
-		err := fmt.Errorf("gocronlock: %q: %w", e.key, ErrNotLeader)
+		err := e.notLeader()
 		return doneContext(err), nil, err
 	}
 	// One merged context per job context and term: gocron hands a job the

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -103,6 +104,65 @@ func TestBadArguments(t *testing.T) {
 		if info, err := store.Inspect(ctx, strings.ToValidUTF8(key, "")); err == nil && info.Fence != 0 {
 			t.Errorf("%q was written: %+v", key, info)
 		}
+	}
+}
+
+// An Elector on a Client that can never lead (a bad option, or closed
+// before the Elector) says why in IsLeader and Lease, not only that it is
+// not the leader: Lead returned at once, and its error is kept.
+func TestElectorReportsWhyItCannotLead(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func() *leasehold.Client
+		want   func(error) bool
+	}{
+		{"a bad option", func() *leasehold.Client {
+			return leasehold.New(memstore.New(), leasehold.WithBackoff(0, 0))
+		}, func(err error) bool {
+			var ae *leasehold.ArgumentError
+			return errors.As(err, &ae) && ae.Arg == "WithBackoff"
+		}},
+		{"a closed Client", func() *leasehold.Client {
+			c := leasehold.New(memstore.New())
+			_ = c.Close()
+			return c
+		}, func(err error) bool { return errors.Is(err, leasehold.ErrClosed) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := tc.client()
+				defer c.Close()
+				e, err := gocronlock.NewElector(c, "leader")
+				if err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait() // the campaign has ended
+				err = e.IsLeader(t.Context())
+				if !tc.want(err) || !errors.Is(err, gocronlock.ErrNotLeader) {
+					t.Errorf("IsLeader = %v, want an error matching ErrNotLeader and Lead's error", err)
+				}
+				if _, _, err := e.Lease(t.Context()); !tc.want(err) || !errors.Is(err, gocronlock.ErrNotLeader) {
+					t.Errorf("Lease = %v, want an error matching ErrNotLeader and Lead's error", err)
+				}
+				if err := e.Close(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+	// Close is no failure: an Elector closed on a good Client is only not
+	// the leader.
+	c := leasehold.New(memstore.New())
+	defer c.Close()
+	e, err := gocronlock.NewElector(c, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.IsLeader(t.Context()); !errors.Is(err, gocronlock.ErrNotLeader) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "stopped") {
+		t.Errorf("IsLeader after Close = %v, want ErrNotLeader alone", err)
 	}
 }
 

@@ -109,11 +109,14 @@ type Telemetry struct {
 var mixed = new(string)
 
 // New creates the instruments on the meter provider and returns the
-// Telemetry. It fails only when the meter provider refuses an instrument.
+// Telemetry. It fails only when the meter provider refuses an instrument. A
+// nil option is skipped.
 func New(opts ...Option) (*Telemetry, error) {
 	cfg := config{}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil {
+			o(&cfg)
+		}
 	}
 	if cfg.tp == nil {
 		cfg.tp = gotel.GetTracerProvider()

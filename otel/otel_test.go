@@ -415,6 +415,25 @@ func TestFenceRejected(t *testing.T) {
 	}
 }
 
+// A nil option is skipped, as leasehold.New skips one, not a panic: the
+// options around it still count.
+func TestNilOptionIsSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []otel.Option
+		store string // how a rejection of the store "mine" is counted
+	}{
+		{"nil alone", []otel.Option{nil}, "store=other"},
+		{"nil around WithStores", []otel.Option{nil, otel.WithStores("mine"), nil}, "store=mine"},
+	} {
+		f := newFixture(t, tc.opts...)
+		f.tel.FenceRejected(t.Context(), fence.Rejection{Store: "mine"})
+		if got := points(t, f.collect(t), "leasehold_fence_rejected_total"); got[tc.store] != 1 || len(got) != 1 {
+			t.Errorf("%s: fence_rejected = %v, want 1 at %s", tc.name, got, tc.store)
+		}
+	}
+}
+
 // The instruments are those the package doc lists, and include every series
 // of package prom, so that dashboards and alerts work on either. prom's
 // source is read from the repository (absent from a module download).

@@ -2,7 +2,6 @@ package prom
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -106,6 +105,25 @@ type config struct {
 	fixed      bool // WithNamespaces was given
 	stores     []string
 	now        func() time.Time // the clock of lease expiry; tests set it
+	err        error            // the first bad option; New returns it
+}
+
+// setErr records the first bad option.
+func (c *config) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// checkNames records an *leasehold.ArgumentError naming option for the first
+// of names that is not valid UTF-8: Prometheus takes no such label value.
+func (c *config) checkNames(option string, names []string) {
+	for _, name := range names {
+		if !utf8.ValidString(name) {
+			c.setErr(&leasehold.ArgumentError{Arg: option, Reason: fmt.Sprintf("%q is not valid UTF-8, which a Prometheus label value must be", name)})
+			return
+		}
+	}
 }
 
 // WithNamespace derives each event's namespace from its key with f, instead
@@ -119,17 +137,25 @@ func WithNamespace(f func(key string) string) Option {
 
 // WithNamespaces fixes the allowed namespaces to names (and "other"), their
 // series created at zero in New; every other namespace counts as "other".
-// Default: the first DefaultMaxNamespaces namespaces the events carry.
+// Default: the first DefaultMaxNamespaces namespaces the events carry. A
+// name that is not valid UTF-8 is an *leasehold.ArgumentError from New.
 func WithNamespaces(names ...string) Option {
-	return func(c *config) { c.fixed, c.namespaces = true, append(c.namespaces, names...) }
+	return func(c *config) {
+		c.checkNames("WithNamespaces", names)
+		c.fixed, c.namespaces = true, append(c.namespaces, names...)
+	}
 }
 
 // WithStores adds store names to the allowed set of the store label of
 // leasehold_fence_rejected_total, for a fenced store of the caller's own
 // (fence.Config.Reject's store argument). Default: memory, redis, postgres,
-// etcd (and other).
+// etcd (and other). A name that is not valid UTF-8 is an
+// *leasehold.ArgumentError from New.
 func WithStores(names ...string) Option {
-	return func(c *config) { c.stores = append(c.stores, names...) }
+	return func(c *config) {
+		c.checkNames("WithStores", names)
+		c.stores = append(c.stores, names...)
+	}
 }
 
 // Metrics are leasehold's Prometheus metrics, updated by the
@@ -178,18 +204,25 @@ type nsCounters struct {
 	waiters         prometheus.Gauge
 }
 
-// New creates the metrics and registers them with reg. It returns an error, having registered nothing, when
-// reg is nil or refuses a metric: typically a prometheus.AlreadyRegisteredError
-// (match it with errors.As) because another Observer, or anything else,
-// registered the same name with reg. Wrap reg (prometheus.WrapRegistererWith)
-// to add constant labels, or to keep two Observers apart.
+// New creates the metrics and registers them with reg. It returns an error,
+// having registered nothing, when reg is nil or an option is bad (an
+// *leasehold.ArgumentError naming reg or the first bad option), or when reg
+// refuses a metric: typically a prometheus.AlreadyRegisteredError (match it
+// with errors.As) because another Observer, or anything else, registered the
+// same name with reg. Wrap reg (prometheus.WrapRegistererWith) to add
+// constant labels, or to keep two Observers apart. A nil option is skipped.
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
-		return nil, errors.New("prom: New was given a nil Registerer")
+		return nil, &leasehold.ArgumentError{Arg: "reg", Reason: "nil prometheus.Registerer"}
 	}
 	cfg := config{now: time.Now}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
 	}
 	o := &Metrics{
 		namespace: cfg.namespace,
@@ -261,7 +294,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	o.other = o.newNamespace(Other)
 	o.byNamespace.Store(Other, o.other)
 	for _, ns := range allowed(nil, cfg.namespaces) {
-		if ns != Other && utf8.ValidString(ns) {
+		if ns != Other {
 			o.byNamespace.Store(ns, o.newNamespace(ns))
 		}
 	}

@@ -753,4 +753,41 @@ func TestDuplicateRegistrationIsAnError(t *testing.T) {
 	}
 }
 
+// A nil Registerer or a bad option is an *ArgumentError naming it (the
+// first bad option's, whatever follows), with nothing registered; a nil
+// option is skipped.
+func TestBadArgumentsAreArgumentErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		reg  bool // a registry, not nil
+		opts []prom.Option
+		arg  string // the argument the error names, "" for none
+	}{
+		{"nil registerer", false, nil, "reg"},
+		{"WithStores not UTF-8", true, []prom.Option{prom.WithStores("cassandra", "bad\xff")}, "WithStores"},
+		{"WithNamespaces not UTF-8", true, []prom.Option{prom.WithNamespaces("invoices", "bad\xff")}, "WithNamespaces"},
+		{"the first bad option", true, []prom.Option{prom.WithNamespaces("bad\xff"), prom.WithStores("bad\xff"), prom.WithNamespaces("ok")}, "WithNamespaces"},
+		{"nil options", true, []prom.Option{nil, prom.WithStores("cassandra"), nil}, ""},
+	} {
+		var reg *prometheus.Registry
+		var r prometheus.Registerer
+		if tc.reg {
+			reg = prometheus.NewPedanticRegistry()
+			r = reg
+		}
+		_, err := prom.New(r, tc.opts...)
+		var ae *leasehold.ArgumentError
+		switch {
+		case tc.arg == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.arg != "" && (!errors.As(err, &ae) || ae.Arg != tc.arg || !errors.Is(err, leasehold.ErrInvalidArgument)):
+			t.Errorf("%s: %v, want an *ArgumentError naming %s", tc.name, err, tc.arg)
+		case tc.arg != "" && reg != nil:
+			if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+				t.Errorf("%s: the registry has %d series (%v) after the refused New, want none", tc.name, n, err)
+			}
+		}
+	}
+}
+
 func acquired(f *fixture, ns string) prometheus.Collector { return f.o.AcquireCounter(ns, "acquired") }

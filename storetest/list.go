@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,8 +183,8 @@ func testListPatterns(t *testing.T, s driver.Store) {
 	}
 }
 
-// testListBadArguments checks that a bad pattern or limit is an
-// *ArgumentError naming it.
+// testListBadArguments checks that a bad pattern, limit or after (one no
+// store can have returned) is an *ArgumentError naming it.
 func testListBadArguments(t *testing.T, s driver.Store) {
 	l := lister(t, s)
 	wantArg := func(what string, err error, arg string) {
@@ -206,6 +207,15 @@ func testListBadArguments(t *testing.T, s driver.Store) {
 	} {
 		_, _, err := l.List(t.Context(), pattern, "", 10)
 		wantArg("List with pattern "+strings.ToValidUTF8(pattern, "?"), err, "pattern")
+	}
+	for _, after := range []string{
+		"\x00", "a\nb", "\xff\xfe", driver.ReservedPrefix + "x", strings.Repeat("k", driver.MaxKeyLen+1),
+	} {
+		infos, _, err := l.List(t.Context(), "*", after, 10)
+		wantArg(fmt.Sprintf("List after %.20q", after), err, "after")
+		if infos != nil {
+			t.Errorf("List after %.20q returned locks with its error", after)
+		}
 	}
 	// The bounds themselves are fine. (A whole listing at limit 1 would
 	// take a SCAN step per key of a shared Redis: one call will do.)

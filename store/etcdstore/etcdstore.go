@@ -72,9 +72,12 @@ type Store struct {
 // Requests are bounded by the contexts the caller passes, not by the
 // client's DialTimeout; the client's default retries need no change (etcd's
 // client never retries a write it may have sent).
+//
+// A nil client is an *driver.ArgumentError naming "client"; a nil option is
+// skipped.
 func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, errors.New("etcdstore: nil client")
+		return nil, &driver.ArgumentError{Arg: "client", Reason: "nil *clientv3.Client"}
 	}
 	s := &Store{
 		client: client,
@@ -83,7 +86,9 @@ func New(client *clientv3.Client, opts ...Option) (*Store, error) {
 	}
 	s.watches = driver.NewFanout(s.startWatch, errClosed)
 	for _, opt := range opts {
-		opt(s)
+		if opt != nil {
+			opt(s)
+		}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -479,16 +484,24 @@ const (
 // revision (transactions of 64 reads) and their leases' remaining time (16
 // lookups at a time, the round trip Inspect makes too). A lock whose lease
 // ended meanwhile is left out. Keys under the lock prefix that are not valid
-// lock keys are skipped.
+// lock keys are skipped and never given as next: next is the last valid
+// lock key read, and a call whose range request read none reads on.
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
 	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
+		return nil, "", err
+	}
+	if err := driver.ValidateAfterKey(after); err != nil {
 		return nil, "", err
 	}
 	fail := func(err error) ([]driver.Info, string, error) {
 		return nil, "", fmt.Errorf("etcdstore: list %q: %w", pattern, err)
 	}
 	lockPrefix := s.LockKey("")
+	lockKey := func(etcdKey []byte) (string, bool) {
+		key := strings.TrimPrefix(string(etcdKey), lockPrefix)
+		return key, driver.ValidateKey(key) == nil
+	}
 	start := s.LockKey(g.Prefix())
 	end := clientv3.GetPrefixRangeEnd(start)
 	if a := s.LockKey(after) + "\x00"; after != "" && a > start {
@@ -497,20 +510,29 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 	if start >= end {
 		return []driver.Info{}, "", nil
 	}
-	resp, err := s.client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return fail(err)
-	}
+	var resp *clientv3.GetResponse
 	next := ""
-	if n := len(resp.Kvs); resp.More && n > 0 {
-		next = strings.TrimPrefix(string(resp.Kvs[n-1].Key), lockPrefix)
+	for next == "" {
+		resp, err = s.client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if err != nil {
+			return fail(err)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		for i := len(resp.Kvs) - 1; i >= 0 && next == ""; i-- {
+			if key, ok := lockKey(resp.Kvs[i].Key); ok {
+				next = key
+			}
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	infos := []driver.Info{}
 	var leases []clientv3.LeaseID
 	for _, kv := range resp.Kvs {
-		key := strings.TrimPrefix(string(kv.Key), lockPrefix)
-		if driver.ValidateKey(key) != nil || !g.Match(key) {
+		key, ok := lockKey(kv.Key)
+		if !ok || !g.Match(key) {
 			continue
 		}
 		infos = append(infos, driver.Info{Key: key, Held: true, Token: string(kv.Value)})

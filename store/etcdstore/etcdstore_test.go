@@ -86,8 +86,32 @@ func TestConformance(t *testing.T) {
 }
 
 func TestNewRefusesNilClient(t *testing.T) {
-	if _, err := etcdstore.New(nil); err == nil {
-		t.Fatal("New(nil) succeeded")
+	s, err := etcdstore.New(nil)
+	var ae *driver.ArgumentError
+	if s != nil || !errors.As(err, &ae) || ae.Arg != "client" || !errors.Is(err, leasehold.ErrInvalidArgument) {
+		t.Fatalf("New(nil) = %v, %v; want an *ArgumentError naming the client", s, err)
+	}
+	if !strings.Contains(err.Error(), "nil") {
+		t.Errorf("New(nil): %q does not say the client is nil", err)
+	}
+}
+
+// A nil option is skipped, as leasehold.New skips one, not a panic: the
+// options around it still count.
+func TestNilOptionIsSkipped(t *testing.T) {
+	client := newClient(t, shared.Endpoints())
+	for _, tc := range []struct {
+		name   string
+		opts   []etcdstore.Option
+		prefix string
+	}{
+		{"nil alone", []etcdstore.Option{nil}, etcdstore.DefaultPrefix},
+		{"nil around WithPrefix", []etcdstore.Option{nil, etcdstore.WithPrefix("nil-option/"), nil}, "nil-option/"},
+	} {
+		s := newStore(t, client, tc.opts...)
+		if got, want := s.LockKey("k"), tc.prefix+"lock/k"; got != want {
+			t.Errorf("%s: LockKey = %q, want %q", tc.name, got, want)
+		}
 	}
 }
 

@@ -69,7 +69,7 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// New returns an empty Store.
+// New returns an empty Store; a nil option is skipped.
 func New(opts ...Option) *Store {
 	s := &Store{
 		now:     time.Now,
@@ -78,7 +78,9 @@ func New(opts ...Option) *Store {
 		watches: driver.NewFanout(nil, nil),
 	}
 	for _, o := range opts {
-		o(s)
+		if o != nil {
+			o(s)
+		}
 	}
 	return s
 }
@@ -267,6 +269,9 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
 	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
+		return nil, "", err
+	}
+	if err := driver.ValidateAfterKey(after); err != nil {
 		return nil, "", err
 	}
 	if err := ctx.Err(); err != nil {

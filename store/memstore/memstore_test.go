@@ -85,3 +85,16 @@ func TestRenewRestartsTheTTLFromNow(t *testing.T) {
 		t.Fatalf("Renew after a missed TTL: %v, want ErrNotOwned", err)
 	}
 }
+
+// A nil Option is skipped, as leasehold.New skips one, not a panic in New.
+func TestNilOptionIsSkipped(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s := memstore.New(nil, memstore.WithClock(clock.Now), nil)
+	if _, err := s.Acquire(t.Context(), "k", "a", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(10 * time.Second) // the clock after the nil option is the Store's
+	if info, err := s.Inspect(t.Context(), "k"); err != nil || info.Held {
+		t.Fatalf("Inspect after the TTL on the Store's clock = %+v, %v; want free", info, err)
+	}
+}

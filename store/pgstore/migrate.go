@@ -145,11 +145,14 @@ func WithCreated(created *[]string) MigrateOption {
 // that name).
 //
 // It is safe to call from many processes at once (they queue on a
-// transaction advisory lock) and on every start-up. A few round trips.
+// transaction advisory lock) and on every start-up. A few round trips. A
+// nil option is skipped.
 func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 	var c migrateConfig
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	var created []string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -240,7 +243,7 @@ func (s *Store) checkColumns(ctx context.Context, tx pgx.Tx, schema string) erro
 // makes only what is missing, so running it again changes nothing. Unlike
 // Migrate, it does not check the columns of tables that exist. It returns
 // New's *leasehold.ArgumentError for a table or channel name PostgreSQL
-// would not take as it is.
+// would not take as it is; a nil option is skipped, as in New.
 func MigrationSQL(opts ...Option) (string, error) {
 	s, err := build(opts)
 	if err != nil {

@@ -109,7 +109,7 @@ type Store struct {
 // session-pooling proxy: LISTEN does not work through transaction pooling.
 //
 // New returns an *driver.ArgumentError for a nil pool or a table or
-// channel name PostgreSQL would not take as it is.
+// channel name PostgreSQL would not take as it is; a nil option is skipped.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, &driver.ArgumentError{Arg: "pool", Reason: "nil"}
@@ -127,7 +127,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 func build(opts []Option) (*Store, error) {
 	c := config{table: DefaultTable}
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	if c.channel == "" {
 		c.channel = c.table
@@ -697,6 +699,9 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
 	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
+		return nil, "", err
+	}
+	if err := driver.ValidateAfterKey(after); err != nil {
 		return nil, "", err
 	}
 	like := g.Coarse(func(r rune) string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +177,43 @@ func TestNewRefusesBadNames(t *testing.T) {
 	}
 	if _, err := pgstore.New(pool, pgstore.WithTable("s."+long[:62]), pgstore.WithChannel("c")); err != nil {
 		t.Errorf("New with a long qualified table and a short channel: %v", err)
+	}
+}
+
+// A nil option is skipped, as leasehold.New skips one, not a panic: the
+// options around it still count.
+func TestNilOptionIsSkipped(t *testing.T) {
+	name := "leases_" + strings.ToLower(rand.Text()[:10])
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"MigrationSQL", func() error {
+			sql, err := pgstore.MigrationSQL(nil, pgstore.WithTable(name), nil)
+			if err == nil && !strings.Contains(sql, name) {
+				err = fmt.Errorf("the script does not name the table %s:\n%s", name, sql)
+			}
+			return err
+		}},
+		{"New and Migrate", func() error {
+			s, err := pgstore.New(pool, nil, pgstore.WithTable(name), nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			var created []string
+			if err := s.Migrate(t.Context(), nil, pgstore.WithCreated(&created), nil); err != nil {
+				return err
+			}
+			if !slices.Contains(created, "table "+name) {
+				return fmt.Errorf("Migrate created %q, want the table %s among them", created, name)
+			}
+			return nil
+		}},
+	} {
+		if err := tc.call(); err != nil {
+			t.Errorf("%s with nil options: %v", tc.name, err)
+		}
 	}
 }
 

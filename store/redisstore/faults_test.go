@@ -41,8 +41,10 @@ func TestNewRefusesUnsafeClients(t *testing.T) {
 		client redis.UniversalClient
 		names  []string // what the error must name
 	}{
-		"nil":  {nil, []string{"client", "nil"}},
-		"ring": {redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, ContextTimeoutEnabled: true}), []string{"client", "Ring"}},
+		"nil":                      {nil, []string{"client", "nil"}},
+		"nil *redis.Client":        {(*redis.Client)(nil), []string{"client", "nil *redis.Client"}},
+		"nil *redis.ClusterClient": {(*redis.ClusterClient)(nil), []string{"client", "nil *redis.ClusterClient"}},
+		"ring":                     {redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, ContextTimeoutEnabled: true}), []string{"client", "Ring"}},
 		"no ReadTimeout": {redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -1}),
 			[]string{"client", "ReadTimeout", "-1", "ContextTimeoutEnabled"}},
 		"no WriteTimeout": {redis.NewClient(&redis.Options{Addr: addr, WriteTimeout: -1}),
@@ -68,7 +70,7 @@ func TestNewRefusesUnsafeClients(t *testing.T) {
 				t.Errorf("%s: %q does not name %q", name, err, want)
 			}
 		}
-		if c.client != nil {
+		if !strings.HasPrefix(name, "nil") {
 			_ = c.client.Close()
 		}
 	}

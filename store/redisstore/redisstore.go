@@ -102,6 +102,15 @@ type options struct {
 	warnEviction bool
 	noBatching   bool
 	acks         ackOptions
+	err          error // the first bad option; New returns it
+}
+
+// setErr records the first bad option: a later option, good or bad, does
+// not replace it.
+func (o *options) setErr(err error) {
+	if o.err == nil {
+		o.err = err
+	}
 }
 
 // WithLogger sets where the Store reports an eviction policy it only warns
@@ -147,11 +156,14 @@ func WithoutBatching() Option { return func(o *options) { o.noBatching = true } 
 // at low concurrency (without it, 0.76–0.85× the uncontended cycles at one
 // goroutine on 2 cores; docs/design.md §2).
 //
-// New refuses, with an *ArgumentError naming "client", a client whose socket
+// New refuses, with an *ArgumentError naming "client", a nil client (a nil
+// *redis.Client or *redis.ClusterClient too) and a client whose socket
 // could wait forever: ReadTimeout or WriteTimeout -2, or -1 without
 // ContextTimeoutEnabled. It refuses a *redis.Ring: that spreads keys by its
 // own hashing, so a lock key and its fence key could land on different
-// servers and the scripts would no longer be atomic.
+// servers and the scripts would no longer be atomic. A bad option is an
+// *ArgumentError too, the first one's, whatever options follow it; a nil
+// option is skipped.
 //
 // The first Acquire reads the server's maxmemory-policy (INFO memory, on
 // every primary of a cluster), under the Acquire's context, and refuses any
@@ -170,10 +182,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s := &Store{client: client, calls: calls, opts: options{log: slog.New(slog.DiscardHandler)}}
 	for _, opt := range opts {
-		opt(&s.opts)
+		if opt != nil {
+			opt(&s.opts)
+		}
 	}
-	if s.opts.acks.err != nil {
-		return nil, s.opts.acks.err
+	if s.opts.err != nil {
+		return nil, s.opts.err
 	}
 	if !s.opts.noBatching {
 		s.batch = rscript.NewBatcher(client, calls, rscript.DefaultBatchSize)

@@ -300,6 +300,32 @@ func TestBadInputWritesNothingToRedis(t *testing.T) {
 	}
 }
 
+// A nil option is skipped, as leasehold.New skips one, not a panic: the
+// options around it still count.
+func TestNilOptionIsSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []redisstore.Option
+		arg  string // the bad argument New must name, "" for none
+	}{
+		{"nil alone", []redisstore.Option{nil}, ""},
+		{"nil around a good option", []redisstore.Option{nil, redisstore.WithoutBatching(), nil}, ""},
+		{"nil before a bad option", []redisstore.Option{nil, redisstore.WithReplicaAcks(0, time.Second)}, "replicas"},
+	} {
+		s, err := redisstore.New(singleClient(shared.Addr()), tc.opts...)
+		var ae *driver.ArgumentError
+		switch {
+		case tc.arg == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.arg != "" && (!errors.As(err, &ae) || ae.Arg != tc.arg):
+			t.Errorf("%s: %v, want an *ArgumentError naming %q", tc.name, err, tc.arg)
+		}
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+}
+
 // A store whose server is down: every call is an error of its own.
 func TestUnreachableServerIsAnError(t *testing.T) {
 	storetest.RunUnreachable(t, func(t *testing.T) driver.Store {

@@ -56,7 +56,6 @@ type ackOptions struct {
 	replicas int
 	timeout  time.Duration
 	fsync    bool
-	err      error // of a bad option, returned by New
 }
 
 // WithReplicaAcks makes Acquire, AcquireQueued, Renew and RenewBatch wait,
@@ -69,7 +68,7 @@ type ackOptions struct {
 // after timeout. It refuses replicas below 1 and a timeout outside 1 ms..1 min
 // (in New, with an *ArgumentError). Default: see the package doc.
 func WithReplicaAcks(replicas int, timeout time.Duration) Option {
-	return func(o *options) { o.acks = fixedAcks(replicas, timeout, false) }
+	return func(o *options) { o.fixedAcks(replicas, timeout, false) }
 }
 
 // WithReplicaFsync is WithReplicaAcks with WAITAOF instead of WAIT: the
@@ -78,7 +77,7 @@ func WithReplicaAcks(replicas int, timeout time.Duration) Option {
 // later: on an older server every acquire fails, saying so. Cost: a replica's
 // fsync, up to a second with appendfsync everysec.
 func WithReplicaFsync(replicas int, timeout time.Duration) Option {
-	return func(o *options) { o.acks = fixedAcks(replicas, timeout, true) }
+	return func(o *options) { o.fixedAcks(replicas, timeout, true) }
 }
 
 // WithoutReplicaAcks returns leases as soon as the primary has them, as
@@ -89,15 +88,17 @@ func WithoutReplicaAcks() Option {
 	return func(o *options) { o.acks = ackOptions{mode: ackOff} }
 }
 
-func fixedAcks(replicas int, timeout time.Duration, fsync bool) ackOptions {
-	a := ackOptions{mode: ackFixed, replicas: replicas, timeout: timeout, fsync: fsync}
+// fixedAcks sets the acknowledgement of WithReplicaAcks or
+// WithReplicaFsync, or records why it cannot.
+func (o *options) fixedAcks(replicas int, timeout time.Duration, fsync bool) {
 	switch {
 	case replicas < 1:
-		a.err = &driver.ArgumentError{Arg: "replicas", Reason: fmt.Sprintf("%d; at least 1 (WithoutReplicaAcks turns acknowledgement off)", replicas)}
+		o.setErr(&driver.ArgumentError{Arg: "replicas", Reason: fmt.Sprintf("%d; at least 1 (WithoutReplicaAcks turns acknowledgement off)", replicas)})
 	case timeout < time.Millisecond || timeout > maxReplicaAckTimeout:
-		a.err = &driver.ArgumentError{Arg: "timeout", Reason: fmt.Sprintf("%v; must be within 1ms..%v", timeout, maxReplicaAckTimeout)}
+		o.setErr(&driver.ArgumentError{Arg: "timeout", Reason: fmt.Sprintf("%v; must be within 1ms..%v", timeout, maxReplicaAckTimeout)})
+	default:
+		o.acks = ackOptions{mode: ackFixed, replicas: replicas, timeout: timeout, fsync: fsync}
 	}
-	return a
 }
 
 // acker sends the calls that wait for replicas: per primary (a cluster's

@@ -549,6 +549,19 @@ func TestReplicaAckOptionsRefused(t *testing.T) {
 		if !errors.As(err, &arg) || arg.Arg != tc.arg {
 			t.Errorf("New with a bad option: %v, want an *ArgumentError naming %q", err, tc.arg)
 		}
+		// A later option, good or bad, does not take the first one's error back.
+		for _, later := range []redisstore.Option{redisstore.WithoutReplicaAcks(), redisstore.WithReplicaAcks(1, time.Second), redisstore.WithReplicaFsync(1, time.Second)} {
+			_, err := redisstore.New(singleClient(shared.Addr()), tc.opt, later)
+			if !errors.As(err, &arg) || arg.Arg != tc.arg {
+				t.Errorf("New with a bad option and a good one after it: %v, want an *ArgumentError naming %q", err, tc.arg)
+			}
+		}
+	}
+	// The first bad option is the one reported.
+	_, err := redisstore.New(singleClient(shared.Addr()), redisstore.WithReplicaAcks(-5, time.Hour), redisstore.WithReplicaAcks(1, 0))
+	var arg *driver.ArgumentError
+	if !errors.As(err, &arg) || arg.Arg != "replicas" {
+		t.Errorf("New with two bad options: %v, want the first's *ArgumentError, naming \"replicas\"", err)
 	}
 }
 

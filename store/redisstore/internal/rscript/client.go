@@ -20,10 +20,11 @@ type Caller struct {
 }
 
 // CheckClient returns the Caller for client, or an *ArgumentError naming
-// "client" for nil, a *redis.Ring (its own sharding can split keys that must
-// share a server) or a client whose socket reads or writes may wait forever
-// after a call is left: ReadTimeout or WriteTimeout -2 (no socket deadline
-// at all), or -1 (none) without ContextTimeoutEnabled. A client of another
+// "client" for nil (a nil *redis.Client or *redis.ClusterClient too), a
+// *redis.Ring (its own sharding can split keys that must share a server) or
+// a client whose socket reads or writes may wait forever after a call is
+// left: ReadTimeout or WriteTimeout -2 (no socket deadline at all), or -1
+// (none) without ContextTimeoutEnabled. A client of another
 // type cannot be inspected: its calls are detached, and a call left at its
 // deadline runs on for as long as that client lets it.
 func CheckClient(client redis.UniversalClient) (Caller, error) {
@@ -34,9 +35,15 @@ func CheckClient(client redis.UniversalClient) (Caller, error) {
 		return Caller{}, badClient("a *redis.Ring spreads keys by its own hashing, so a lock key and the key beside it " +
 			"could land on different servers; use a *redis.Client, a failover client or a *redis.ClusterClient")
 	case *redis.Client:
+		if c == nil {
+			return Caller{}, badClient("nil *redis.Client")
+		}
 		o := c.Options()
 		return checkTimeouts(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.ClusterClient:
+		if c == nil {
+			return Caller{}, badClient("nil *redis.ClusterClient")
+		}
 		o := c.Options()
 		return checkTimeouts(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
