@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -131,14 +130,31 @@ func WorkerSpecFromEnv() (WorkerSpec, bool, error) {
 // takes job locks on store and moves jobs on storage (which the parent has
 // initialised) until every job is done, ctx ends, or in says "stop" or
 // closes. It reads the parent's commands from in and writes its history to
-// out (see the protocol above); nothing else may write to out.
+// out (see the protocol above); nothing else may write to out. A nil
+// argument is an *ArgumentError naming it.
 func ServeWorker(ctx context.Context, spec WorkerSpec, store driver.Store, storage jobs.Storage, in io.Reader, out io.Writer) error {
+	nilArg := ""
+	switch {
+	case ctx == nil:
+		nilArg = "ctx"
+	case store == nil:
+		nilArg = "store"
+	case storage == nil:
+		nilArg = "storage"
+	case in == nil:
+		nilArg = "in"
+	case out == nil:
+		nilArg = "out"
+	}
+	if nilArg != "" {
+		return &leasehold.ArgumentError{Arg: nilArg, Reason: "nil"}
+	}
 	ttl, err := scaledTTL(spec.TimeScale)
 	if err != nil {
 		return err
 	}
-	if spec.Jobs < 1 {
-		return &leasehold.ArgumentError{Arg: "jobs", Reason: fmt.Sprintf("%d is not positive", spec.Jobs)}
+	if spec.Jobs < 1 || spec.Jobs > MaxJobs {
+		return &leasehold.ArgumentError{Arg: "jobs", Reason: fmt.Sprintf("%d is not in [1, %d]", spec.Jobs, MaxJobs)}
 	}
 	if err := storage.Attach(ctx, spec.NoFencing); err != nil {
 		return fmt.Errorf("drill: job storage: %w", err)
@@ -313,15 +329,15 @@ func (ps *procs) read(ctx context.Context, p *proc, stdout io.Reader) {
 		return
 	}
 	r.rec.Event(history.Event{Fault: eventWorkerCrashed, Worker: p.spec.ID, At: now})
-	slog.Default().Error("drill: worker process failed", "worker", p.spec.ID, "err", err, "stderr", p.stderr.String())
+	r.log.Error("drill: worker process failed", "worker", p.spec.ID, "err", err, "stderr", p.stderr.String())
 	// A worker that cannot run (a bad store address, say) would crash
 	// again at once: replace crashed workers only as many times as there
 	// are workers, so that such a drill ends with its jobs unfinished
 	// rather than starting processes until its timeout.
 	if ps.crashes.Add(1) > int64(r.cfg.Processes) {
-		slog.Default().Error("drill: too many worker processes failed; no more replacements", "failed", ps.crashes.Load())
+		r.log.Error("drill: too many worker processes failed; no more replacements", "failed", ps.crashes.Load())
 	} else if _, err := ps.spawn(ctx, p.spec.Starter); err != nil && !errors.Is(err, errStopping) {
-		slog.Default().Error("drill: no replacement worker", "err", err)
+		r.log.Error("drill: no replacement worker", "err", err)
 	}
 }
 

@@ -94,3 +94,30 @@ func TestKubeBadNamespaceAndPrefix(t *testing.T) {
 		checkNoLeak(t, r, args, nil, "Zq8tokenZq8")
 	}
 }
+
+// A kubeconfig server with an '@' after the host (a password with a '/'
+// unencoded, a scheme separator forgotten) is a usage error naming --kube
+// that shows no part of the server's URL: the host may be a user name and
+// a password's first part.
+func TestKubeServerWithAtAfterTheHost(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
+		"clusters:\n- name: k\n  cluster:\n    server: http://localhost:4321/Zk9w@127.0.0.1:1\n" +
+		"users:\n- name: u\n  user:\n    token: Zq8tokenZq8\n" +
+		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"inspect", "--kube", path, "k"},
+		{"ls", "--kube", path, "*"},
+		{"drill", "--kube", path, "--jobs", "1"},
+	} {
+		r := failsWith(t, 2, []string{"--kube: ", "'@' after the host"}, args...)
+		checkNoLeak(t, r, args, []string{path}, "4321/Zk9w", "Zq8tokenZq8")
+		if strings.Contains(r.stderr, "localhost") {
+			t.Errorf("leasehold %q shows the server's host: %s", args, r.stderr)
+		}
+	}
+}

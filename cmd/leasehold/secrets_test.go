@@ -1,9 +1,13 @@
 package main_test
 
 import (
+	"bytes"
+	"errors"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +178,95 @@ func TestPasswordsWithRealServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkNoLeak(t, result{stdout: string(page)}, []string{"--report"}, safe, all...)
+}
+
+// TestDrillWorkerCommandLinesHoldNoPassword: drill --processes gives its
+// workers the store's and the job storage's addresses in their
+// environment, which only their user can read, never on their command
+// lines, which every local user can (ps, /proc/PID/cmdline); a store
+// variable in the drill's environment, which its flag overrides, is not a
+// second store to the workers.
+func TestDrillWorkerCommandLinesHoldNoPassword(t *testing.T) {
+	t.Parallel()
+	const pw = "Qx7vZk9wSecret"
+	rs := testserver.StartRedis(t)
+	if _, err := rs.Do("ACL", "SETUSER", "opsuser", "on", ">"+pw, "~*", "&*", "+@all"); err != nil {
+		t.Fatal(err)
+	}
+	pg := startPasswordPostgres(t, "opsuser", pw)
+	args := []string{"drill", "--processes", "2", "--redis", userURL("redis", "opsuser", pw, rs.Addr(), "/0"),
+		"--jobs-postgres", userURL("postgres", "opsuser", pw, pg.Addr(), "/postgres") + "?sslmode=disable",
+		"--time-scale", "1/200", "--jobs", "20", "--json"}
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "LEASEHOLD_ETCD_ENDPOINTS="+closedAddr(t))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // a test that failed early: the drill is still running
+		<-exited
+	})
+
+	// The drill's children that are workers, by pid: their command lines.
+	workers := map[string]string{}
+	scan := func() {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid …
+			f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+			if len(f) < 2 || f[1] != strconv.Itoa(cmd.Process.Pid) {
+				continue
+			}
+			if line, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(line, []byte("drill-worker")) {
+				workers[e.Name()] = strings.ReplaceAll(string(line), "\x00", " ")
+			}
+		}
+	}
+	eventually(t, time.Minute, "a drill-worker process runs", func() bool {
+		scan()
+		return len(workers) > 0
+	})
+	for pid, line := range workers {
+		if l := leak(line, pw, rs.Addr(), pg.Addr()); l != "" {
+			t.Errorf("worker %s's command line holds %q of the password: %s", pid, l, line)
+		}
+	}
+
+	<-exited
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(waitErr, &ee):
+		code = ee.ExitCode()
+	case waitErr != nil:
+		t.Fatal(waitErr)
+	}
+	if code != 0 && code != 3 { // 3: the takeover SLO missed; the drill's own tests judge timing
+		t.Fatalf("leasehold %q: exit %d; stderr:\n%s", args, code, stderr.String())
+	}
+	var rep drillJSON
+	decode(t, stdout.String(), &rep)
+	if rep.Workers != 2 || rep.CriticalSections == 0 || rep.Effects["worker-crashed"] != 0 {
+		t.Errorf("the workers did not run on the store and job storage: %+v\nstderr:\n%s", rep, stderr.String())
+	}
+	checkNoLeak(t, result{stdout: stdout.String(), stderr: stderr.String()}, args, []string{rs.Addr(), pg.Addr()}, pw)
 }
 
 // startPasswordPostgres starts a PostgreSQL where TCP logins but postgres's

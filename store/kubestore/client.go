@@ -54,11 +54,17 @@ func newLeaseClient(cfg Config, namespace string) (leaseClient, error) {
 }
 
 // parseServer parses an API server's URL: http(s), a host, perhaps a path,
-// nothing else. Its errors start with the URL, redacted.
+// nothing else. Its errors start with the URL, redacted, or say that it is
+// not shown.
 func parseServer(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return nil, fmt.Errorf("%q is not an http(s)://host[:port] URL", redactURL(s))
+	}
+	if strings.Contains(u.EscapedPath()+u.RawQuery+u.Fragment, "@") {
+		// user:pass/word@host read as host "user:pass" and path
+		// "/word@host": no part of it is shown, the host included.
+		return nil, errors.New("(not shown: it may hold a password): an '@' after the host, as in user:pass/word@host with a '/', '?' or '#' unencoded; a server URL has no user info")
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("%q: a server URL has no user info, query or fragment", redactURL(s))

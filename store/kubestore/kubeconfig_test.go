@@ -314,6 +314,8 @@ func TestLoadKubeconfigRefusals(t *testing.T) {
 		{"password in server", kubeconfigFor("server: https://me:"+secret+"@h:1", "token: x", ""), "server"},
 		{"password in server, no scheme", kubeconfigFor("server: me:"+secret+"@h:1", "token: x", ""), "server"},
 		{"password in server, one slash", kubeconfigFor("server: https:/me:"+secret+"@h:1", "token: x", ""), "server"},
+		{"password in server path", kubeconfigFor("server: http://localhost:4321/"+secret+"@127.0.0.1:1", "token: x", ""), "'@' after the host"},
+		{"password in server host and path", kubeconfigFor("server: https://me:4321/"+secret+"@h:1", "token: x", ""), "'@' after the host"},
 		{"token in server query", kubeconfigFor("server: https://h:1/?token="+secret, "token: x", ""), "server"},
 		{"token in server fragment", kubeconfigFor("server: https://h:1/#"+secret, "token: x", ""), "server"},
 		{"token in proxy query", kubeconfigFor(good+"\nproxy-url: socks5://127.0.0.1:1080/?t="+secret, "token: x", ""), "proxy-url"},

@@ -113,7 +113,8 @@ type observation struct {
 // client-go *rest.Config, Config{Server: rc.Host, Client: hc} with hc from
 // rest.HTTPClientFor(rc). The Store sends only its own requests (two per
 // acquire at most, one or two per renew or release), with no rate limit of
-// its own: the API server's priority and fairness governs them.
+// its own: the API server's priority and fairness governs them. A nil
+// option is skipped.
 func New(cfg Config, namespace string, opts ...Option) (*Store, error) {
 	if err := checkNamespace(namespace); err != nil {
 		return nil, err
@@ -125,7 +126,9 @@ func New(cfg Config, namespace string, opts ...Option) (*Store, error) {
 	}
 	s.watches = driver.NewFanout(s.startWatch, errClosed)
 	for _, opt := range opts {
-		opt(s)
+		if opt != nil {
+			opt(s)
+		}
 	}
 	if err := checkNamePrefix(s.prefix); err != nil {
 		return nil, err

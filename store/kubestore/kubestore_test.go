@@ -172,6 +172,21 @@ func TestNewRefusesBadArguments(t *testing.T) {
 			t.Errorf("New with Server %q: %v, want an error naming Config.Server, without the password", server, err)
 		}
 	}
+	// An '@' after the host: a password with a '/', '?' or '#' unencoded,
+	// whose first part reads as the host ("ops:4321"), or a scheme
+	// separator forgotten. No part of the URL is shown, the host included.
+	for _, server := range []string{"http://localhost:4321/Zk9w@127.0.0.1:1", "https://ops:4321/Zk9w@h:1", "https://h:1/Zk9w@h:1/api",
+		"https://h:1/?Zk9w@h:1", "https://h:1/#Zk9w@h:1"} {
+		_, err := kubestore.New(kubestore.Config{Server: server, Client: http.DefaultClient}, "default")
+		if !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "Config.Server") || !strings.Contains(err.Error(), "'@' after the host") {
+			t.Errorf("New with Server %q: %v, want an error naming Config.Server and the '@'", server, err)
+		}
+		for _, part := range []string{"Zk9w", "4321", "localhost", "ops", "h:1"} {
+			if err != nil && strings.Contains(err.Error(), part) {
+				t.Errorf("New with Server %q: the error %q shows %q", server, err, part)
+			}
+		}
+	}
 	for _, ns := range []string{"", "Default", "a_b", strings.Repeat("n", 64)} {
 		if _, err := kubestore.New(c, ns); !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "namespace") {
 			t.Errorf("New with namespace %q: %v, want an error naming the namespace", ns, err)
@@ -181,6 +196,18 @@ func TestNewRefusesBadArguments(t *testing.T) {
 		if _, err := kubestore.New(c, "default", kubestore.WithNamePrefix(p)); !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithNamePrefix") {
 			t.Errorf("New with name prefix %q: %v, want an error naming the prefix", p, err)
 		}
+	}
+}
+
+// A nil option is skipped, as every store's New skips it.
+func TestNewSkipsNilOption(t *testing.T) {
+	s, err := kubestore.New(kubestore.Config{Server: "https://127.0.0.1:1", Client: http.DefaultClient}, "default", nil, kubestore.WithNamePrefix("locks-"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n := s.Name("k"); !strings.HasPrefix(n, "locks-") {
+		t.Errorf("Name(k) = %q: the option after the nil one was not applied", n)
 	}
 }
 

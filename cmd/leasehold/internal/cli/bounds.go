@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/driver"
 )
 
@@ -15,24 +16,22 @@ const (
 	// unanswered after 10 minutes is broken, and a larger bound is no bound.
 	MaxTimeout = 10 * time.Minute
 
-	// MaxWorkers bounds drill --workers: each is a goroutine with its own
-	// lock traffic; the default is 8, and 1000 is far past what a drill needs.
-	MaxWorkers = 1000
+	// MaxWorkers bounds drill --workers: package drill's bound, which
+	// says why.
+	MaxWorkers = drill.MaxWorkers
 
-	// MaxProcesses bounds drill --processes: each is an OS process with its
-	// own Go runtime and store and PostgreSQL connections.
-	MaxProcesses = 16
+	// MaxProcesses bounds drill --processes: package drill's bound.
+	MaxProcesses = drill.MaxProcesses
 
-	// MaxJobs bounds drill --jobs: 100 take about 12 s at the default time
-	// scale, so 10,000 are about 20 minutes of history kept in memory.
-	MaxJobs = 10_000
+	// MaxJobs bounds drill --jobs: package drill's bound.
+	MaxJobs = drill.MaxJobs
 
-	// MaxDrillTimeout bounds drill --drill-timeout: a drill is a game day.
-	MaxDrillTimeout = 24 * time.Hour
+	// MaxDrillTimeout bounds drill --drill-timeout: package drill's bound.
+	MaxDrillTimeout = drill.MaxTimeout
 
-	// MinTimeScale bounds drill --time-scale from below: it makes the 60 s
-	// TTL 6 ms, not much above a store's round trip.
-	MinTimeScale = 1.0 / 10_000
+	// MinTimeScale bounds drill --time-scale from below: package drill's
+	// bound.
+	MinTimeScale = drill.MinTimeScale
 )
 
 // checkInt is a usage error naming flag when v is outside [lo, hi].

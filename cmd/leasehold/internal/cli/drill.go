@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -165,12 +166,12 @@ says which.`,
 				if err != nil {
 					return fmt.Errorf("--processes: cannot find this program to start workers: %w", err)
 				}
-				args := append([]string{"drill-worker", "--jobs-postgres", jobsPG, "--jobs-table", jobsTable}, storeArgs(cmd)...)
-				cfg.StartWorker = func() *exec.Cmd { return exec.Command(exe, args...) }
+				cfg.StartWorker = a.drillWorkers(cmd, exe, store.kind, jobsPG, jobsTable)
 			}
 			if !jsonOut && !quiet {
 				cfg.Progress, cfg.ProgressTerminal = a.stderr, isTerminal(a.stderr)
 			}
+			cfg.Logger = a.logger()
 			rep, err := drill.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -295,23 +296,55 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// storeArgs are the store flags given on cmd's command line, for a worker
-// process to open the same store.
-func storeArgs(cmd *cobra.Command) []string {
-	var args []string
-	for _, name := range []string{"redis", "etcd", "postgres", "kube", "etcd-prefix", "pg-table", "kube-namespace", "kube-prefix", "timeout"} {
+// envDrillJobs carries the job storage's DSN (--jobs-postgres) to a drill
+// worker process.
+const envDrillJobs = "LEASEHOLD_DRILL_JOBS_POSTGRES"
+
+// drillWorkers returns the drill's StartWorker: this program, exe, run as
+// drill-worker on the store of kind that cmd opened and on the job storage
+// at jobsPG, in table jobsTable. The addresses, which may hold passwords,
+// go in the worker's environment (the store's LEASEHOLD_* variable and
+// envDrillJobs), which only its user can read; its command line, which
+// every local user can (ps, /proc/PID/cmdline), has only the store's
+// options given on cmd's.
+func (a *app) drillWorkers(cmd *cobra.Command, exe, kind, jobsPG, jobsTable string) func() *exec.Cmd {
+	args := []string{"drill-worker", "--jobs-table", jobsTable}
+	for _, name := range []string{"etcd-prefix", "pg-table", "kube-namespace", "kube-prefix", "tls-ca", "tls-cert", "tls-key", "timeout"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
 			args = append(args, "--"+name+"="+f.Value.String())
 		}
 	}
-	return args
+	// The drill's environment without its address variables: another
+	// store's (which a flag overrode) would be a second store to the worker.
+	drop := map[string]bool{envDrillJobs: true}
+	for _, s := range storeSources {
+		drop[s.env] = true
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return drop[name]
+	})
+	g := &a.global
+	addr := map[string]string{"redis": g.redisURL, "etcd": g.etcdEndpoints, "kube": g.kubeconfig, "postgres": g.postgresDSN}
+	for _, s := range storeSources {
+		if s.flag == kind {
+			env = append(env, s.env+"="+addr[kind])
+		}
+	}
+	env = append(env, envDrillJobs+"="+jobsPG)
+	return func() *exec.Cmd {
+		c := exec.Command(exe, args...)
+		c.Env = slices.Clone(env)
+		return c
+	}
 }
 
 // drillWorkerCommand is one worker process of "drill --processes": started
 // by the drill, never by hand, it serves the drill on its standard input
-// and output (see drill.ServeWorker).
+// and output (see drill.ServeWorker). Its store and job storage are in its
+// environment (see drillWorkers).
 func (a *app) drillWorkerCommand() *cobra.Command {
-	var jobsPG, jobsTable string
+	var jobsTable string
 	cmd := &cobra.Command{
 		Use:    "drill-worker",
 		Short:  "One worker process of drill --processes (started by the drill)",
@@ -322,8 +355,10 @@ func (a *app) drillWorkerCommand() *cobra.Command {
 			switch {
 			case err != nil:
 				return err
-			case !ok:
-				return usagef("drill-worker is started by drill --processes, which sets %s", drill.WorkerEnv)
+			}
+			jobsPG := os.Getenv(envDrillJobs)
+			if !ok || jobsPG == "" {
+				return usagef("drill-worker is started by drill --processes, which sets %s and %s", drill.WorkerEnv, envDrillJobs)
 			}
 			b, err := a.openBackend(cmd.Context(), cmd)
 			if err != nil {
@@ -342,7 +377,6 @@ func (a *app) drillWorkerCommand() *cobra.Command {
 			return drill.ServeWorker(cmd.Context(), spec, b.store, jobs, os.Stdin, a.stdout)
 		}),
 	}
-	cmd.Flags().StringVar(&jobsPG, "jobs-postgres", "", "the drill's job storage")
 	cmd.Flags().StringVar(&jobsTable, "jobs-table", "drill_jobs", "the drill's job table")
 	return cmd
 }

@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -51,9 +54,27 @@ func whoAmI() string {
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
+	return identity(name, host)
+}
+
+// identity is "name@host", cut between two characters (one cut in two is
+// not UTF-8, which release refuses) to the longest prefix release takes: at
+// most driver.MaxIdentityLen bytes, and short enough once encoded in a
+// token, where each non-ASCII byte takes three. An identity refused for
+// something else (a control character) is left whole, for release to
+// refuse naming --by.
+func identity(name, host string) string {
 	id := name + "@" + host
 	if len(id) > driver.MaxIdentityLen {
-		id = id[:driver.MaxIdentityLen]
+		n := driver.MaxIdentityLen
+		for n > 0 && !utf8.RuneStart(id[n]) {
+			n--
+		}
+		id = id[:n]
+	}
+	for id != "" && utf8.ValidString(id) && !strings.ContainsFunc(id, unicode.IsControl) && driver.ValidateIdentity(id) != nil {
+		_, size := utf8.DecodeLastRuneInString(id)
+		id = id[:len(id)-size]
 	}
 	return id
 }

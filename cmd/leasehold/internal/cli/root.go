@@ -54,7 +54,9 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 // app holds what one run of the command shares between its subcommands.
 type app struct {
 	stdout, stderr io.Writer
-	global         globalFlags
+	// args is the command line: its secrets are hidden in every message.
+	args   []string
+	global globalFlags
 	// ran is set once a command's own code starts: an error before that
 	// (flag parsing, argument checks, an unknown command) is a usage error.
 	ran bool
@@ -81,7 +83,7 @@ type globalFlags struct {
 // ctx ends every store call when it is done (main cancels it on SIGINT and
 // SIGTERM).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr}
+	a := &app{stdout: stdout, stderr: stderr, args: args}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -103,12 +105,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = ExitUsage
 	}
 	// A message may quote a store's text: escaped like every value printed.
-	msg := printableText(oneLine(hideSecretArgs(strings.TrimPrefix(err.Error(), "leasehold: "), append(storeEnvValues(), args...))))
+	msg := printableText(oneLine(a.hideSecrets(strings.TrimPrefix(err.Error(), "leasehold: "))))
 	if code == ExitUsage && cmd != nil && !errors.Is(err, leasehold.ErrInvalidArgument) {
 		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
 	}
 	fmt.Fprintln(stderr, "leasehold: "+msg)
 	return code
+}
+
+// hideSecrets hides in msg the secrets of the command line and of the
+// variables that may carry an address (hideSecretArgs).
+func (a *app) hideSecrets(msg string) string {
+	return hideSecretArgs(msg, append(storeEnvValues(), a.args...))
 }
 
 // oneLine folds a message onto one line: cobra's suggestions and some

@@ -116,13 +116,17 @@ var storeSources = []struct{ flag, env string }{
 	{"postgres", EnvPostgresDSN},
 }
 
-// storeEnvValues are the store variables' values, hidden in every message.
+// storeEnvValues are the values of the store variables and of a drill
+// worker's job storage variable (envDrillJobs), hidden in every message.
 func storeEnvValues() []string {
 	var vs []string
 	for _, s := range storeSources {
 		if v := os.Getenv(s.env); v != "" {
 			vs = append(vs, v)
 		}
+	}
+	if v := os.Getenv(envDrillJobs); v != "" {
+		vs = append(vs, v)
 	}
 	return vs
 }
