@@ -210,10 +210,21 @@ func New(store driver.Store, opts ...Option) *Client {
 
 // storeCall makes one store call with f and reports it (OnStoreCall).
 func (c *Client) storeCall(ctx context.Context, op string, items int, f func() error) error {
+	ev, err := c.timedCall(op, items, f)
+	if ev != nil {
+		c.reportCall(ctx, *ev)
+	}
+	return err
+}
+
+// timedCall makes one store call with f and returns what OnStoreCall
+// reports of it, nil when no Observer listens: the renewal engine's
+// workers make their calls with it and leave the report to the engine.
+func (c *Client) timedCall(op string, items int, f func() error) (*StoreCallEvent, error) {
 	if c.ownStore {
 		call := f
 		f = func() error {
-			if !c.gate.enter() {
+			if !c.gate.enter(op) {
 				return errStoreClosed
 			}
 			defer c.gate.exit()
@@ -221,13 +232,16 @@ func (c *Client) storeCall(ctx context.Context, op string, items int, f func() e
 		}
 	}
 	if !c.watchStore {
-		return f()
+		return nil, f()
 	}
 	start := time.Now()
 	err := f()
-	observe(c, ctx, StoreCallEvent{Op: op, Store: c.storeName, Items: items, Took: time.Since(start), Err: err},
-		func(o *Observer) func(context.Context, StoreCallEvent) { return o.OnStoreCall })
-	return err
+	return &StoreCallEvent{Op: op, Store: c.storeName, Items: items, Took: time.Since(start), Err: err}, err
+}
+
+// reportCall reports a store call (OnStoreCall).
+func (c *Client) reportCall(ctx context.Context, ev StoreCallEvent) {
+	observe(c, ctx, ev, func(o *Observer) func(context.Context, StoreCallEvent) { return o.OnStoreCall })
 }
 
 // storeName is the package of store's type: "redisstore" for a
@@ -369,7 +383,7 @@ func (c *Client) try(ctx context.Context, key, token string, ttl, stay time.Dura
 		// A store that breaks the fence contract gives no lease; the key it
 		// took for token is given back below.
 		err = fmt.Errorf("leasehold: acquire %q: the store issued fence %d; a fence must be positive", key, fence)
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore:
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrInvalidArgument), err == errNilStore, err == errStoreClosed:
 		return nil, err
 	}
 	// The store may have applied the acquire before failing (a lost reply):
@@ -487,8 +501,12 @@ func (nilStore) Inspect(context.Context, string) (driver.Info, error) {
 var errStoreClosed = fmt.Errorf("%w: the Client has closed the store it owns", ErrClosed)
 
 // storeGate counts the store calls in flight of a Client that owns its
-// store (WithOwnedStore), so that Close closes the store only after them,
-// and refuses calls once Close has begun.
+// store (WithOwnedStore), so that Close closes the store only after them.
+// Once Close has begun it refuses the calls that would take or watch a key;
+// the ones that give a key up (a Hold's release after Close cancelled its
+// fn, a waiter leaving the store's queue) still go, since every bundled
+// store serves them after its Close, and a key given back is not held for
+// a TTL by a Client that is gone.
 type storeGate struct {
 	mu     sync.Mutex
 	n      int
@@ -496,11 +514,12 @@ type storeGate struct {
 	idle   chan struct{} // closed by the last call to leave after shut
 }
 
-// enter counts a call in, unless the gate is shut.
-func (g *storeGate) enter() bool {
+// enter counts a call of op in, unless the gate is shut and op takes or
+// watches a key.
+func (g *storeGate) enter(op string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
+	if g.closed && (op == "acquire" || op == "watch" || op == "renew" || op == "renew_batch") {
 		return false
 	}
 	g.n++

@@ -188,8 +188,9 @@ func TestCloseEndsWaitingAcquires(t *testing.T) {
 	}
 }
 
-// ownedStore is a memstore a Client owns (WithOwnedStore) that counts the
-// calls it gets once closed.
+// ownedStore is a queue store a Client owns (WithOwnedStore) that counts
+// the calls that take or watch a key once it is closed; like the bundled
+// stores it still serves releases after its Close.
 type ownedStore struct {
 	*queueStore
 	closed   atomic.Bool
@@ -204,14 +205,9 @@ func (s *ownedStore) used() {
 	}
 }
 
-func (s *ownedStore) Release(ctx context.Context, key, token string) error {
+func (s *ownedStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
 	s.used()
-	return s.queueStore.Release(ctx, key, token)
-}
-
-func (s *ownedStore) LeaveQueue(ctx context.Context, key, token string) error {
-	s.used()
-	return s.queueStore.LeaveQueue(ctx, key, token)
+	return s.queueStore.Acquire(ctx, key, token, ttl)
 }
 
 func (s *ownedStore) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
@@ -219,10 +215,16 @@ func (s *ownedStore) AcquireQueued(ctx context.Context, key, token string, ttl, 
 	return s.queueStore.AcquireQueued(ctx, key, token, ttl, stay)
 }
 
+func (s *ownedStore) WatchTurn(ctx context.Context, key, token string) (<-chan struct{}, func(), error) {
+	s.used()
+	return s.queueStore.WatchTurn(ctx, key, token)
+}
+
 // With WithOwnedStore, Close closes the store only after the Client has
-// stopped using it: a Hold whose fn returns after Close does not release on
-// the closed store, and an Acquire after Close leaves no queue it never
-// joined.
+// stopped taking keys from it: an Acquire after Close reaches neither the
+// store's acquire nor its turn watch. A Hold whose fn returns after Close
+// still gives its key back, so that no one waits a TTL for a Client that is
+// gone.
 func TestOwnedStoreIsNotUsedAfterClose(t *testing.T) {
 	s := &ownedStore{queueStore: newQueueStore()}
 	c := leasehold.New(s, leasehold.WithOwnedStore())
@@ -244,11 +246,14 @@ func TestOwnedStoreIsNotUsedAfterClose(t *testing.T) {
 		// fn ran exclusively to its end: the lease outlives it.
 		t.Errorf("Hold whose fn returned after Close: %v", err)
 	}
+	if info, _ := s.Inspect(t.Context(), "owned:hold"); info.Held {
+		t.Error("a Hold ended by Close left its key held: its release did not go")
+	}
 	if _, err := c.Acquire(t.Context(), "owned:acquire", time.Second); !errors.Is(err, leasehold.ErrClosed) {
 		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
 	}
 	if n := s.afterUse.Load(); n > 0 {
-		t.Fatalf("the Client made %d store calls after Close closed the store it owns", n)
+		t.Fatalf("the Client made %d acquire or watch calls after Close closed the store it owns", n)
 	}
 }
 

@@ -72,7 +72,7 @@ func FenceAfter(n int) HoldOption {
 			c.badFenceAfter = &n
 			return
 		}
-		c.maxFailures = n
+		c.maxFailures, c.badFenceAfter = n, nil // the last policy option wins
 	})
 }
 
@@ -82,7 +82,7 @@ func FenceAfter(n int) HoldOption {
 // ErrNotOwned, and Lead's term ends. Fence every write if you choose it. For
 // Hold, KeepAlive and Lead.
 func ContinueOnRenewFailure() HoldOption {
-	return option("ContinueOnRenewFailure", optRenewing, func(c *holdConfig) { c.maxFailures = 0 })
+	return option("ContinueOnRenewFailure", optRenewing, func(c *holdConfig) { c.maxFailures, c.badFenceAfter = 0, nil })
 }
 
 // WithRenewInterval sets the time between renewals. Default: ttl/3. For

@@ -185,3 +185,33 @@ func TestObserverCloseEndsTheLeasesTheEngineHolds(t *testing.T) {
 		}
 	})
 }
+
+// An Observer may Close the Client from OnStoreCall of a renewal: the
+// engine reports its workers' calls on its own goroutine, which Close does
+// not wait for, instead of on the worker, which Close waits for.
+func TestObserverMayCloseFromOnStoreCallOfARenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c *leasehold.Client
+		closed := make(chan struct{})
+		var once atomic.Bool
+		c = leasehold.New(memstore.New(), leasehold.WithObserver(leasehold.Observer{OnStoreCall: func(_ context.Context, ev leasehold.StoreCallEvent) {
+			if (ev.Op == "renew" || ev.Op == "renew_batch") && once.CompareAndSwap(false, true) {
+				c.Close()
+				close(closed)
+			}
+		}}))
+		l, err := c.TryAcquire(t.Context(), "close:onstorecall", 300*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := l.KeepAlive(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-closed // a deadlock fails the bubble
+		<-k.Context().Done()
+		if cause := context.Cause(k.Context()); !errors.Is(cause, leasehold.ErrClosed) {
+			t.Fatalf("KeepAlive ended with %v, want ErrClosed", cause)
+		}
+	})
+}

@@ -461,12 +461,14 @@ func WithRenewConcurrency(n int) Option {
 // Close stops renewing c's leases, cancelling each KeepAlive's Context with
 // cause ErrClosed, without releasing them, and waits for the renewal calls in
 // flight, which it cancels. Later acquires return ErrClosed. With
-// WithOwnedStore every later store call of the Client (a Hold's release
-// after fn returns, say) returns ErrClosed without reaching the store, and
-// Close closes the store once the calls in flight have returned, waiting
-// for them at most 2 s (defaultCleanupTimeout: a call that still runs then
-// is on a store that does not answer), and returns its error. Calling Close
-// again does nothing.
+// WithOwnedStore it then closes the store, once the Client's other store
+// calls in flight have returned, waiting for them at most 2 s
+// (defaultCleanupTimeout: a call that still runs then is on a store that
+// does not answer), and returns its error. Acquires, watches and renewals
+// after that never reach the store; releases and leaving a store's queue
+// (a Hold whose fn returns after Close) still go to it, which every bundled
+// store serves after its Close, so that the key is not held for a TTL by
+// a Client that is gone. Calling Close again does nothing.
 func (c *Client) Close() error {
 	first := c.renew.close()
 	if first && c.ownStore {
@@ -647,6 +649,10 @@ type renewCall struct {
 	returned chan struct{} // closed when the call returns
 	sent     time.Time     // when the call was made: every item's send time
 	done     time.Time     // when it returned
+	// events are the store calls it made, for OnStoreCall: reported by the
+	// engine, whose goroutine an Observer may Close the Client from, not by
+	// the worker, which Close waits for.
+	events []StoreCallEvent
 }
 
 // run sleeps until a lease needs attention, ends the lapsed ones and sends
@@ -688,11 +694,12 @@ func (r *renewer) run(running chan struct{}) {
 		case <-r.poke:
 		case c := <-r.results:
 			inFlight--
+			r.reportCalls(c)
 			r.apply(c)
 		case <-r.quit:
 			r.cancelCalls()
 			for ; inFlight > 0; inFlight-- {
-				<-r.results
+				r.reportCalls(<-r.results)
 			}
 			return
 		}
@@ -837,28 +844,37 @@ func (r *renewer) call(c *renewCall) {
 	}
 	ctx, cancel := context.WithDeadline(r.calls, end)
 	defer cancel()
-	c.errs = r.send(ctx, c.items)
+	c.errs, c.events = r.send(ctx, c.items)
 	c.done = time.Now()
 	close(c.returned)
 	r.results <- c // never blocks: room for every call in flight
 }
 
 // send is the engine's one way to the store: every item renewed, in one
-// RenewBatch call when the store can, else one Renew each.
-func (r *renewer) send(ctx context.Context, items []driver.RenewItem) []error {
+// RenewBatch call when the store can, else one Renew each. It returns the
+// calls' events for the engine to report (renewCall.events).
+func (r *renewer) send(ctx context.Context, items []driver.RenewItem) ([]error, []StoreCallEvent) {
 	cl := r.client
+	var events []StoreCallEvent
 	if r.batch == nil {
 		errs := make([]error, len(items))
 		for i, it := range items {
-			errs[i] = cl.storeCall(ctx, "renew", 1, func() error { return cl.store.Renew(ctx, it.Key, it.Token, it.TTL) })
+			var ev *StoreCallEvent
+			ev, errs[i] = cl.timedCall("renew", 1, func() error { return cl.store.Renew(ctx, it.Key, it.Token, it.TTL) })
+			if ev != nil {
+				events = append(events, *ev)
+			}
 		}
-		return errs
+		return errs, events
 	}
 	var errs []error
-	err := cl.storeCall(ctx, "renew_batch", len(items), func() error {
+	ev, err := cl.timedCall("renew_batch", len(items), func() error {
 		errs = r.batch.RenewBatch(ctx, items)
 		return batchErr(errs)
 	})
+	if ev != nil {
+		events = append(events, *ev)
+	}
 	if errs == nil && errors.Is(err, ErrClosed) { // refused before the store (WithOwnedStore)
 		errs = make([]error, len(items))
 		for i := range errs {
@@ -872,7 +888,15 @@ func (r *renewer) send(ctx context.Context, items []driver.RenewItem) []error {
 			errs[i] = err
 		}
 	}
-	return errs
+	return errs, events
+}
+
+// reportCalls reports c's store calls (OnStoreCall), on the engine's
+// goroutine.
+func (r *renewer) reportCalls(c *renewCall) {
+	for _, ev := range c.events {
+		r.client.reportCall(r.calls, ev)
+	}
 }
 
 // apply settles a call's results and puts its leases back at their next wake.

@@ -449,8 +449,8 @@ var doneCtx = func() context.Context {
 // it the first refused attempt sets the watch up (watch), and looks once
 // more.
 func (w *waiter) prewatch() {
-	if w.stay == 0 || w.turnTried {
-		return
+	if w.stay == 0 || w.turnTried || w.c.usable() != nil {
+		return // a closed Client's attempt does not reach the store
 	}
 	ch, stop, err := w.c.queuer.WatchTurn(doneCtx, w.key, w.token)
 	if err != nil {
