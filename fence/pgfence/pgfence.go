@@ -352,8 +352,11 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	defer end()
 	// Two rows are read, if there are two, to refuse a key that is not
 	// unique: locking and raising one row would leave the other's fence.
-	rows, _ := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 LIMIT 2 FOR UPDATE", fenceOf(""), t.qname, t.qkey), id)
-	fences, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 LIMIT 2 FOR UPDATE", fenceOf(""), t.qname, t.qkey), id)
+	var fences []int64
+	if err == nil {
+		fences, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
 	switch {
 	case err != nil:
 		return t.translate("lock row", err)
@@ -386,7 +389,7 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	}
 	// A COMMIT or ROLLBACK statement ends the transaction behind pgx's
 	// back, and Commit would then run COMMIT outside one, which succeeds.
-	switch tx.Conn().PgConn().TxStatus() {
+	switch txStatus(tx) {
 	case 'I':
 		return fmt.Errorf("pgfence: in tx %s: fn ended the transaction with a statement; the fence went with its writes", t.resource(id))
 	case 'E':
@@ -397,6 +400,24 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	}
 	ended = true
 	return nil
+}
+
+// txStatus is the transaction status of tx's connection ('T' in a
+// transaction, 'I' idle, 'E' failed), or 0 when tx cannot say: a Tx that is
+// not pgx's own (a test double whose Conn is nil, or panics as pgxmock's
+// does) is left to its Commit.
+func txStatus(tx pgx.Tx) (status byte) {
+	defer func() {
+		if recover() != nil {
+			status = 0
+		}
+	}()
+	if conn := tx.Conn(); conn != nil {
+		if pc := conn.PgConn(); pc != nil {
+			return pc.TxStatus()
+		}
+	}
+	return 0
 }
 
 // watchedTx is the tx fn gets: it tells InTx that fn committed or rolled

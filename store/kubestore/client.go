@@ -76,10 +76,17 @@ func parseServer(s string) (*url.URL, error) {
 // info, a path, a query or a fragment may hold a password or a token; or
 // nothing of it when it has no host to show (a scheme forgotten or
 // mistyped reads as user info elsewhere in the text).
+//
+// An '@' after the host shows nothing either: user:pass/word@host, with a
+// '/', '?' or '#' in the password, parses as host "user:pass", whatever
+// the scheme.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || u.Scheme == "" {
 		return "(not shown: it has no scheme://host, and may hold a password)"
+	}
+	if strings.Contains(u.EscapedPath()+u.RawQuery+u.Fragment, "@") {
+		return "(not shown: an '@' after its host may follow a password)"
 	}
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
 }

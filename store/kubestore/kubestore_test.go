@@ -176,9 +176,9 @@ func TestNewRefusesBadArguments(t *testing.T) {
 	// whose first part reads as the host ("ops:4321"), or a scheme
 	// separator forgotten. No part of the URL is shown, the host included.
 	for _, server := range []string{"http://localhost:4321/Zk9w@127.0.0.1:1", "https://ops:4321/Zk9w@h:1", "https://h:1/Zk9w@h:1/api",
-		"https://h:1/?Zk9w@h:1", "https://h:1/#Zk9w@h:1"} {
+		"https://h:1/?Zk9w@h:1", "https://h:1/#Zk9w@h:1", "htps://ops:4321/Zk9w@h:1", "ftp://ops:4321/Zk9w@h:1"} {
 		_, err := kubestore.New(kubestore.Config{Server: server, Client: http.DefaultClient}, "default")
-		if !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "Config.Server") || !strings.Contains(err.Error(), "'@' after the host") {
+		if !errors.Is(err, leasehold.ErrInvalidArgument) || !strings.Contains(err.Error(), "Config.Server") || !strings.Contains(err.Error(), "'@' after") {
 			t.Errorf("New with Server %q: %v, want an error naming Config.Server and the '@'", server, err)
 		}
 		for _, part := range []string{"Zk9w", "4321", "localhost", "ops", "h:1"} {
