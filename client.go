@@ -211,16 +211,16 @@ func New(store driver.Store, opts ...Option) *Client {
 // storeCall makes one store call with f and reports it (OnStoreCall).
 func (c *Client) storeCall(ctx context.Context, op string, items int, f func() error) error {
 	ev, err := c.timedCall(op, items, f)
-	if ev != nil {
-		c.reportCall(ctx, *ev)
+	if ev.Op != "" {
+		c.reportCall(ctx, ev)
 	}
 	return err
 }
 
 // timedCall makes one store call with f and returns what OnStoreCall
-// reports of it, nil when no Observer listens: the renewal engine's
+// reports of it, with no Op when no Observer listens: the renewal engine's
 // workers make their calls with it and leave the report to the engine.
-func (c *Client) timedCall(op string, items int, f func() error) (*StoreCallEvent, error) {
+func (c *Client) timedCall(op string, items int, f func() error) (StoreCallEvent, error) {
 	if c.ownStore {
 		call := f
 		f = func() error {
@@ -232,11 +232,11 @@ func (c *Client) timedCall(op string, items int, f func() error) (*StoreCallEven
 		}
 	}
 	if !c.watchStore {
-		return nil, f()
+		return StoreCallEvent{}, f()
 	}
 	start := time.Now()
 	err := f()
-	return &StoreCallEvent{Op: op, Store: c.storeName, Items: items, Took: time.Since(start), Err: err}, err
+	return StoreCallEvent{Op: op, Store: c.storeName, Items: items, Took: time.Since(start), Err: err}, err
 }
 
 // reportCall reports a store call (OnStoreCall).

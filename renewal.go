@@ -859,10 +859,10 @@ func (r *renewer) send(ctx context.Context, items []driver.RenewItem) ([]error, 
 	if r.batch == nil {
 		errs := make([]error, len(items))
 		for i, it := range items {
-			var ev *StoreCallEvent
+			var ev StoreCallEvent
 			ev, errs[i] = cl.timedCall("renew", 1, func() error { return cl.store.Renew(ctx, it.Key, it.Token, it.TTL) })
-			if ev != nil {
-				events = append(events, *ev)
+			if ev.Op != "" {
+				events = append(events, ev)
 			}
 		}
 		return errs, events
@@ -872,8 +872,8 @@ func (r *renewer) send(ctx context.Context, items []driver.RenewItem) ([]error, 
 		errs = r.batch.RenewBatch(ctx, items)
 		return batchErr(errs)
 	})
-	if ev != nil {
-		events = append(events, *ev)
+	if ev.Op != "" {
+		events = append(events, ev)
 	}
 	if errs == nil && errors.Is(err, ErrClosed) { // refused before the store (WithOwnedStore)
 		errs = make([]error, len(items))
