@@ -221,21 +221,20 @@ func (c *Client) storeCall(ctx context.Context, op string, items int, f func() e
 // reports of it, with no Op when no Observer listens: the renewal engine's
 // workers make their calls with it and leave the report to the engine.
 func (c *Client) timedCall(op string, items int, f func() error) (StoreCallEvent, error) {
-	if c.ownStore {
-		call := f
-		f = func() error {
-			if !c.gate.enter(op) {
-				return errStoreClosed
-			}
+	var start time.Time
+	if c.watchStore {
+		start = time.Now()
+	}
+	err := errStoreClosed // refused by the gate: it never reaches the store
+	if !c.ownStore || c.gate.enter(op) {
+		if c.ownStore {
 			defer c.gate.exit()
-			return call()
 		}
+		err = f()
 	}
 	if !c.watchStore {
-		return StoreCallEvent{}, f()
+		return StoreCallEvent{}, err
 	}
-	start := time.Now()
-	err := f()
 	return StoreCallEvent{Op: op, Store: c.storeName, Items: items, Took: time.Since(start), Err: err}, err
 }
 
