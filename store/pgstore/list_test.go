@@ -2,10 +2,12 @@ package pgstore_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 )
 
 // TestListPagesAreStatements: each List call is one page of rows in key
@@ -49,5 +51,50 @@ func TestListPagesAreStatements(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"q:x1", "q:x2", "q:x_", "q:y1"}) {
 		t.Errorf("listed %q", got)
+	}
+}
+
+// TestListSkipsForeignRows: rows another tool wrote into the lease table
+// with keys that are not valid lock keys (a control character, a key too
+// long) are never listed and never given as next, which the following List
+// would refuse; a page of foreign rows only is read past.
+func TestListSkipsForeignRows(t *testing.T) {
+	s, table := newTable(t, pool)
+	for _, k := range []string{"f:a", "f:e"} {
+		if _, err := s.Acquire(t.Context(), k, leasehold.NewToken(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := "f:c" + strings.Repeat("x", 2000)
+	for _, k := range []string{"f:b\x01", "f:b\x02", "f:b\x03", long, "f:d\n"} {
+		if _, err := pool.Exec(t.Context(), "INSERT INTO "+table+" (key, token, fence, expires_at) VALUES ($1, 'foreign', 1, now() + interval '1 hour')", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, limit := range []int{1, 2, 3, 10} {
+		var got []string
+		after := ""
+		for i := 0; ; i++ {
+			if i == 10 {
+				t.Fatalf("limit %d: no end after 10 pages", limit)
+			}
+			infos, next, err := s.List(t.Context(), "f:*", after, limit)
+			if err != nil {
+				t.Fatalf("limit %d, after %q: %v", limit, after, err)
+			}
+			for _, info := range infos {
+				got = append(got, info.Key)
+			}
+			if next == "" {
+				break
+			}
+			if driver.ValidateKey(next) != nil {
+				t.Fatalf("limit %d: next %q is not a valid key", limit, next)
+			}
+			after = next
+		}
+		if !slices.Equal(got, []string{"f:a", "f:e"}) {
+			t.Errorf("limit %d: listed %q, want [f:a f:e]", limit, got)
+		}
 	}
 }

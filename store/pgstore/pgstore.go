@@ -690,12 +690,16 @@ func (s *Store) WatchReleases(ctx context.Context, key string) (<-chan struct{},
 	return s.listener.watch(ctx, key, key)
 }
 
-// List implements driver.Lister in one statement per call. Across calls
+// List implements driver.Lister in one statement per call (more only to read
+// past pages of foreign rows, below). Across calls
 // the order is the key column's collation (byte order under COLLATE "C"), and
 // next is the last key read. The statement filters with LIKE, the pattern
 // with ? and each [set] widened to "_%" (one character or more, in any
 // encoding), and reads limit + 1 rows; the exact pattern is then applied
-// here, so a call may return fewer than limit locks before the end.
+// here, so a call may return fewer than limit locks before the end. Rows
+// whose key is not a valid lock key (written by another tool) are skipped
+// and never given as next: next is the last valid key read, and a call
+// whose page held none reads on.
 func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
 	g, err := driver.ValidateList(pattern, limit)
 	if err != nil {
@@ -710,27 +714,41 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 		}
 		return string(r)
 	}, "%", "_%")
-	rows, err := s.pool.Query(ctx, s.listSQL, like, after, limit+1)
-	if err != nil {
-		return nil, "", s.opError(fmt.Sprintf("list %q", pattern), err)
-	}
-	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Info, error) {
-		info := driver.Info{Held: true}
-		err := row.Scan(&info.Key, &info.Token, &info.Fence, &info.TTL)
-		return info, err
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("pgstore: list %q: %w", pattern, err)
-	}
-	next := ""
-	if len(page) > limit {
-		page, next = page[:limit], page[limit-1].Key
-	}
-	infos := make([]driver.Info, 0, len(page))
-	for _, info := range page {
-		if g.Match(info.Key) {
-			infos = append(infos, info)
+	infos, next := []driver.Info{}, ""
+	for {
+		rows, err := s.pool.Query(ctx, s.listSQL, like, after, limit+1)
+		if err != nil {
+			return nil, "", s.opError(fmt.Sprintf("list %q", pattern), err)
 		}
+		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Info, error) {
+			info := driver.Info{Held: true}
+			err := row.Scan(&info.Key, &info.Token, &info.Fence, &info.TTL)
+			return info, err
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("pgstore: list %q: %w", pattern, err)
+		}
+		more := len(page) > limit
+		if more {
+			page = page[:limit]
+		}
+		for _, info := range page {
+			if driver.ValidateKey(info.Key) == nil && g.Match(info.Key) {
+				infos = append(infos, info)
+			}
+		}
+		if !more {
+			break
+		}
+		for i := len(page) - 1; i >= 0 && next == ""; i-- {
+			if driver.ValidateKey(page[i].Key) == nil {
+				next = page[i].Key
+			}
+		}
+		if next != "" {
+			break
+		}
+		after = page[len(page)-1].Key // a page of foreign rows only: read on
 	}
 	slices.SortFunc(infos, func(a, b driver.Info) int { return cmp.Compare(a.Key, b.Key) })
 	return infos, next, nil
