@@ -87,11 +87,14 @@ type waiter struct {
 	kick       chan struct{} // holds a pending "look again": the waiter became the head, the key may be free, or a hand-off was answered
 
 	// Guarded by lines.mu.
-	trying  bool    // an attempt is in flight: no hand-off to it now
-	handing bool    // a hand-off to it is in flight: it attempts nothing
-	leaving bool    // it gave up: no hand-off to it
-	answer  *handed // a hand-off's answer, not yet taken
-	nudged  bool    // the store woke it (a hand-off went to the store's head, this waiter)
+	trying  bool // an attempt is in flight: no hand-off to it now
+	handing bool // a hand-off to it is in flight: it attempts nothing
+	leaving bool // it gave up: no hand-off to it
+	// abandoned: it left while a hand-off to it was under way; the
+	// releaser gives back what the hand-off gave it (answer).
+	abandoned bool
+	answer    *handed // a hand-off's answer, not yet taken
+	nudged    bool    // the store woke it (a hand-off went to the store's head, this waiter)
 
 	placed    bool // an attempt of it was answered: it has taken its place in the store's queue (Queuer)
 	inQueue   bool // the store may hold its entry: leave takes it out
@@ -251,7 +254,20 @@ func (w *waiter) wait(ctx context.Context) (*handed, error) {
 		case v.answer != nil:
 			return v.answer, nil
 		case v.handing:
-			<-w.kick // the releaser answers within its release timeout
+			// The releaser answers within its release timeout; a waiter
+			// whose ctx ends or whose Client closes meanwhile leaves now,
+			// and the releaser gives back what it was handed (answer).
+			select {
+			case <-w.kick:
+			case <-ctx.Done():
+				if w.abandon() {
+					return nil, ctxNotAcquired(ctx, w.key)
+				}
+			case <-w.c.renew.quit:
+				if w.abandon() {
+					return nil, ErrClosed
+				}
+			}
 			continue
 		case w.tryNow && !v.early:
 			w.tryNow = false
@@ -457,6 +473,21 @@ func (w *waiter) prewatch() {
 		return
 	}
 	w.turn, w.stopTurn, w.turnTried = ch, stop, true
+}
+
+// abandon marks w as leaving while a hand-off to it is under way, so that
+// its answer is given back by the releaser instead of waited for; it
+// reports false when the answer is in already (w takes it) or the hand-off
+// is over.
+func (w *waiter) abandon() bool {
+	ls := &w.c.lines
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if !w.handing || w.answer != nil {
+		return false
+	}
+	w.abandoned, w.leaving = true, true
+	return true
 }
 
 // startTry marks an attempt in flight, unless a hand-off to w is under way
@@ -781,12 +812,26 @@ func (ls *lines) handOffTo(l *Lease) (w *waiter, waiting bool) {
 	return w, true
 }
 
-// answer gives w the answer of a hand-off to it.
+// answer gives w the answer of a hand-off to it. A waiter that left while
+// the hand-off was under way (abandon) takes none: a lease handed to it is
+// released here, and a hand-off of unknown outcome is cleaned up, so that
+// its token does not hold the key for a TTL.
 func (ls *lines) answer(w *waiter, h *handed) {
 	ls.mu.Lock()
-	w.handing, w.answer = false, h
+	w.handing = false
+	gone := w.abandoned
+	if !gone {
+		w.answer = h
+	}
 	ls.mu.Unlock()
-	w.poke()
+	switch {
+	case !gone:
+		w.poke()
+	case h.lease != nil:
+		_ = h.lease.release(context.Background(), w.c.cleanupTimeout)
+	case h.unsure:
+		w.c.cleanUp(context.Background(), w.key, w.token, 0)
+	}
 }
 
 // wake tells the waiter of key with token, if it is this Client's, that
