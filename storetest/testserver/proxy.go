@@ -87,6 +87,17 @@ func (p *Proxy) Thaw() {
 	p.mu.Unlock()
 }
 
+// Drop closes every connection open now, as a broken link or a restarted
+// middlebox does; the proxy goes on accepting new ones. After Freeze, the
+// new ones are held silent: a reconnect that hangs in its handshake.
+func (p *Proxy) Drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
 // SetLatency delays every byte read from now on by d in each direction
 // (a round trip by 2d), keeping their order, as a slow link does; 0 ends
 // the delay (bytes already held keep theirs). It stands in for tc netem,
