@@ -410,7 +410,11 @@ func opError(op, key string, err error) error {
 // ctx's end.
 func (s *Store) run(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd)) *redis.Cmd {
 	if s.batch != nil {
-		return s.batch.Run(ctx, sc, keys, args, late)
+		cmd := s.batch.Run(ctx, sc, keys, args, late)
+		if rscript.NotRun(cmd.Err()) { // a slot being migrated: nothing ran
+			cmd = rscript.Again(ctx, cmd, func() *redis.Cmd { return s.batch.Run(ctx, sc, keys, args, late) })
+		}
+		return cmd
 	}
 	var lateRes func(*redis.Cmd, error)
 	if late != nil {

@@ -196,16 +196,61 @@ func (a *acker) route(ctx context.Context, key string) (route, error) {
 		if err != nil {
 			return route{}, err
 		}
-		a.mu.Lock()
-		if n = a.nodes[c]; n == nil {
-			if a.nodes == nil {
-				a.nodes = make(map[*redis.Client]*ackNode)
-			}
-			n = a.newNode(c)
-			a.nodes[c] = n
-		}
-		a.mu.Unlock()
+		n = a.node(c)
 	}
+	return a.routeTo(ctx, n)
+}
+
+// node returns the ackNode of a cluster's primary c, made if there is none.
+func (a *acker) node(c *redis.Client) *ackNode {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.nodes[c]
+	if n == nil {
+		if a.nodes == nil {
+			a.nodes = make(map[*redis.Client]*ackNode)
+		}
+		n = a.newNode(c)
+		a.nodes[c] = n
+	}
+	return n
+}
+
+// asked returns the route of a call a cluster answered ASK (its slot is
+// being migrated, and its key is on the node importing it): that node's,
+// the call sent after ASKING. ok is false when err is not an ASK, or names
+// a node that is not one of the cluster's primaries.
+func (a *acker) asked(ctx context.Context, err error) (r route, ok bool) {
+	if a.cluster == nil || !redis.HasErrorPrefix(err, "ASK") {
+		return route{}, false
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 {
+		return route{}, false
+	}
+	var mu sync.Mutex
+	var target *redis.Client
+	_ = a.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == f[2] {
+			mu.Lock()
+			target = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if target == nil {
+		return route{}, false
+	}
+	r, rerr := a.routeTo(ctx, a.node(target))
+	if rerr != nil || r.n == nil {
+		return route{}, false
+	}
+	r.ack.Asking = true
+	return r, true
+}
+
+// routeTo is route's answer for the primary n.
+func (a *acker) routeTo(ctx context.Context, n *ackNode) (route, error) {
 	if a.opts.mode == ackFixed {
 		return route{n: n, ack: rscript.Ack{Replicas: a.opts.replicas, Timeout: a.opts.timeout, Fsync: a.opts.fsync}}, nil
 	}
@@ -455,14 +500,20 @@ func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, 
 // (a hand-off, the one call on the path from one holder to the next).
 func (s *Store) runAckedOn(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd),
 	op string, wrote func(*redis.Cmd) bool, undo func(redis.UniversalClient) string, direct bool) *redis.Cmd {
+	var asked route // after an ASK: the node importing the key's slot, asked first
+	tries, wait := 0, rscript.TryAgainMin
 	for redirects := 0; ; redirects++ {
-		r, err := s.acks.route(ctx, keys[0])
-		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
+		r := asked
+		if r.n == nil {
+			var err error
+			if r, err = s.acks.route(ctx, keys[0]); err != nil {
+				cmd := redis.NewCmd(ctx)
+				cmd.SetErr(err)
+				return cmd
+			}
 		}
-		if s.acks.plain(r) {
+		asked = route{}
+		if s.acks.plain(r) && !r.ack.Asking {
 			if direct {
 				cmd, _ := runOn(ctx, s.calls, nil, s.client, sc, keys, args, rscript.Ack{}, late)
 				return cmd
@@ -475,13 +526,24 @@ func (s *Store) runAckedOn(ctx context.Context, sc rscript.Script, keys []string
 			// without acknowledgement, the read riding along.
 			batch = s.batch
 		}
-		if direct {
+		if direct || r.ack.Asking {
 			batch = nil
 		}
 		cmd, acked := runOn(ctx, s.calls, batch, r.n.client, sc, keys, args, r.ack, late)
 		s.acks.observed(ctx, r, acked)
 		if s.acks.moved(ctx, cmd.Err(), redirects) {
 			continue // not run: MOVED is answered before a script runs
+		}
+		if redirects < maxRedirects {
+			if asked, _ = s.acks.asked(ctx, cmd.Err()); asked.n != nil {
+				continue // not run: nor is ASK
+			}
+		}
+		if rscript.NotRun(cmd.Err()) && tries < rscript.TryAgainTries && rscript.Pause(ctx, wait) {
+			// A slot being migrated (TRYAGAIN): from the top, the key's
+			// primary and an ASK again as they are then.
+			tries, wait, redirects = tries+1, min(2*wait, rscript.TryAgainMax), -1
+			continue
 		}
 		s.acks.lost(ctx, cmd.Err())
 		if cmd.Err() != nil || !wrote(cmd) || !unacked(r, acked) {
@@ -490,7 +552,11 @@ func (s *Store) runAckedOn(ctx context.Context, sc rscript.Script, keys []string
 		r.n.stale()
 		what := ""
 		if undo != nil {
-			what = undo(r.n.client) // on the primary that took it
+			on := redis.UniversalClient(r.n.client) // on the primary that took it
+			if r.ack.Asking {
+				on = s.client // the key is on a node its slot is not yet on: the cluster client follows the ASK
+			}
+			what = undo(on)
 		}
 		cmd.SetErr(notReplicated(op, r, acked, what))
 		return cmd
@@ -621,6 +687,7 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 	for i := range todo {
 		todo[i] = i
 	}
+	var migrating []int // answered ASK or TRYAGAIN: their slot is being migrated
 	for redirects := 0; len(todo) > 0; redirects++ {
 		groups := map[redis.UniversalClient]*group{}
 		for _, i := range todo {
@@ -674,8 +741,11 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 		wg.Wait()
 		var moved []int
 		for _, i := range todo {
-			if redis.HasErrorPrefix(cmds[i].Err(), "MOVED") {
+			switch err := cmds[i].Err(); {
+			case redis.HasErrorPrefix(err, "MOVED"):
 				moved = append(moved, i)
+			case redis.HasErrorPrefix(err, "ASK"), rscript.NotRun(err):
+				migrating = append(migrating, i)
 			}
 		}
 		if len(moved) == 0 || !s.acks.moved(ctx, cmds[moved[0]].Err(), redirects) {
@@ -683,8 +753,28 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 		}
 		todo = moved
 	}
+	// Renewals of keys in a slot being migrated go as Renew sends them,
+	// which follows the ASK and waits out TRYAGAIN, migratingConcurrency
+	// at a time.
+	sem := make(chan struct{}, migratingConcurrency)
+	var wg sync.WaitGroup
+	for _, i := range migrating {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			cmds[i] = s.runAcked(ctx, renewScript, calls[i].Keys, calls[i].Args, nil, "renewal", renewWrote, renewUnacked)
+		})
+	}
+	wg.Wait()
 	return cmds
 }
+
+// migratingConcurrency bounds the renewals of a batch sent one by one
+// because their slot is being migrated: a resharding moves a slot at a
+// time, so these are a batch's few, and 16 at once keeps a batch of them
+// within a round trip or two without opening more connections than a
+// Client's renewal engine itself does.
+const migratingConcurrency = 16
 
 func pick(calls []rscript.Call, idx []int) []rscript.Call {
 	out := make([]rscript.Call, len(idx))

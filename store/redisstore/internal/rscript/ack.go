@@ -20,6 +20,10 @@ type Ack struct {
 	// WAIT: what the primary says of its replicas once the wait is over,
 	// without a round trip of its own. One a pipeline, whatever the calls.
 	Info bool
+	// Asking sends ASKING before each call of the pipeline: the calls
+	// follow a cluster's ASK to the node importing their slot, whose
+	// client is the one given.
+	Asking bool
 }
 
 // Acked is what the WAIT after a call answered: how many replicas
@@ -93,7 +97,7 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 // replicas, waits for them in the same round trip: EVALSHA (or EVAL) and
 // WAIT in one pipeline on one connection.
 func (sc Script) RunAck(ctx context.Context, c redis.UniversalClient, keys []string, args []any, ack Ack) (*redis.Cmd, Acked) {
-	if ack.Replicas == 0 && !ack.Info {
+	if ack.Replicas == 0 && !ack.Info && !ack.Asking {
 		return sc.Run(ctx, c, keys, args...), Acked{}
 	}
 	cmds, acks := runPipelined(ctx, c, []scriptCall{{sc: sc, keys: keys, args: args, ack: ack}})
@@ -126,6 +130,7 @@ func pipelineAck(calls []scriptCall, idx []int) Ack {
 		a.Timeout = max(a.Timeout, c.Timeout)
 		a.Fsync = a.Fsync || c.Fsync
 		a.Info = a.Info || c.Info
+		a.Asking = a.Asking || c.Asking
 	}
 	return a
 }

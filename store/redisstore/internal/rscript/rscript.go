@@ -52,13 +52,70 @@ type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
-// Run runs the script in one round trip when the server has it cached.
+// Run runs the script in one round trip when the server has it cached,
+// and again while a cluster answers TRYAGAIN (Again).
 func (sc Script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := sc.run(ctx, c, keys, args)
+	if NotRun(cmd.Err()) {
+		cmd = Again(ctx, cmd, func() *redis.Cmd { return sc.run(ctx, c, keys, args) })
+	}
+	return cmd
+}
+
+func (sc Script) run(ctx context.Context, c redis.UniversalClient, keys []string, args []any) *redis.Cmd {
 	cmd := sc.process(ctx, c, "evalsha", sc.hash, keys, args)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = sc.process(ctx, c, "eval", sc.body, keys, args)
 	}
 	return cmd
+}
+
+// A command on several keys of a Redis Cluster slot being migrated is
+// refused with TRYAGAIN while some of its keys exist on the node and some
+// do not: a lock's companion keys (fence, queue) are often absent, so its
+// scripts are refused on the source node from the start of the slot's
+// migration, and on the target until all of them are there. Nothing ran,
+// so a call is sent again, after TryAgainMin doubling to TryAgainMax
+// (about the pace of go-redis's own retry, which the scripts that must not
+// run twice turn off), for as long as its context allows and at most
+// TryAgainTries times: 100 sends wait about 24 s in all, past the
+// migration of a slot of ordinary size, within the tens of seconds an
+// operator's resharding is expected to take.
+const (
+	TryAgainMin   = 8 * time.Millisecond
+	TryAgainMax   = 256 * time.Millisecond
+	TryAgainTries = 100
+)
+
+// NotRun reports whether err is a cluster's TRYAGAIN: the command did not
+// run.
+func NotRun(err error) bool { return err != nil && redis.HasErrorPrefix(err, "TRYAGAIN") }
+
+// Again takes cmd, a call's first command, and sends the call again while
+// its command's error is TRYAGAIN (NotRun), waiting between sends, until
+// ctx ends or TryAgainTries sends in all; it returns the last command.
+func Again(ctx context.Context, cmd *redis.Cmd, call func() *redis.Cmd) *redis.Cmd {
+	wait := TryAgainMin
+	for try := 1; try < TryAgainTries && NotRun(cmd.Err()); try++ {
+		if !Pause(ctx, wait) {
+			return cmd
+		}
+		wait = min(2*wait, TryAgainMax)
+		cmd = call()
+	}
+	return cmd
+}
+
+// Pause waits for d, and reports false, at once, when ctx ends first.
+func Pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // Call is one run of a script in a batch: its keys and arguments.
@@ -132,16 +189,19 @@ func runPipelined(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCall, idx []int, verb string, cmds []*redis.Cmd, acks []Acked) []Acked {
 	pipe := c.Pipeline()
 	sent := make([]*redis.Cmd, 0, len(idx)+2)
+	ack := pipelineAck(calls, idx)
 	for _, i := range idx {
 		body := calls[i].sc.hash
 		if verb == "eval" {
 			body = calls[i].sc.body
 		}
+		if ack.Asking {
+			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
+		}
 		cmds[i] = newCmd(ctx, verb, body, calls[i].keys, calls[i].args)
 		sent = append(sent, cmds[i])
 		_ = pipe.Process(ctx, calls[i].sc.wrap(cmds[i]))
 	}
-	ack := pipelineAck(calls, idx)
 	var wait, info *redis.Cmd
 	var timeout time.Duration
 	if ack.Replicas > 0 {
