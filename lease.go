@@ -181,7 +181,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	l.mu.Lock()
-	running, released := l.r.keeper != nil, l.released
+	// released or ended: not owned is then no wrong-owner event (after our
+	// own release), or one already reported (the renewal engine's).
+	running, released := l.r.keeper != nil, l.released || l.ended
 	l.mu.Unlock()
 	if running {
 		l.finish()
@@ -260,7 +262,7 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	l.mu.Lock()
-	k, released := l.r.keeper, l.released
+	k, released := l.r.keeper, l.released || l.ended // see Renew
 	l.mu.Unlock()
 	if k != nil {
 		// Tell the holder before another owner can take the key.
