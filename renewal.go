@@ -504,6 +504,19 @@ type renewer struct {
 	quit        chan struct{}             // closed by Close
 	calls       context.Context           // the store calls' parent; cancelled by Close
 	cancelCalls context.CancelFunc
+
+	// The engine's own state, used by the one goroutine running it; kept
+	// here, not in run's locals, so that an engine whose goroutine an
+	// Observer ended (runtime.Goexit) is taken over where it stood.
+	queue    []*KeepAlive // due, waiting for a free call, oldest first
+	inFlight int          // store calls whose results have not come back
+	due      []*KeepAlive // taken out of the heap, being sorted
+	dueDone  int          // how many of due are sorted
+	// settling is the call whose results are being reported and applied,
+	// and how many of its events and leases are done: a new engine
+	// finishes it.
+	settling               *renewCall
+	eventsDone, leasesDone int
 }
 
 // init sets r up for c's store once the options are applied.
@@ -658,30 +671,39 @@ type renewCall struct {
 // run sleeps until a lease needs attention, ends the lapsed ones and sends
 // the due ones in chunks.
 func (r *renewer) run(running chan struct{}) {
-	defer close(running)
+	returned := false
+	defer func() {
+		if returned {
+			close(running)
+			return
+		}
+		// An Observer called runtime.Goexit on this goroutine (t.FailNow
+		// in a test's Observer does) while the engine reported to it:
+		// Goexit cannot be recovered, and without an engine no lease of
+		// the Client would be renewed or given up again. A new goroutine
+		// goes on from the state this one left (resume); the event under
+		// way is not reported again.
+		go r.run(running)
+	}()
 	id := goid()
 	r.engine.Store(id)
 	defer r.engine.CompareAndSwap(id, 0) // a next run may have started already
-	var (
-		queue    []*KeepAlive // due, waiting for a free call, oldest first
-		due      []*KeepAlive // scratch
-		inFlight int
-	)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	r.resume()
 	for {
 		now := time.Now()
-		due = r.popDue(now, due[:0])
-		queue = r.sort(now, due, queue)
-		clear(due) // drop the references
-		for inFlight < r.concurrency && len(queue) > 0 {
+		r.popDue(now)
+		r.sort(now)
+		for r.inFlight < r.concurrency && len(r.queue) > 0 {
 			var c *renewCall
-			if c, queue = r.chunk(queue, now); c != nil {
-				inFlight++
+			if c, r.queue = r.chunk(r.queue, now); c != nil {
+				r.inFlight++
 				go r.call(c)
 			}
 		}
-		if inFlight == 0 && r.idle(running) {
+		if r.inFlight == 0 && r.idle(running) {
+			returned = true
 			return
 		}
 		if wake := r.nextWake(); wake.IsZero() {
@@ -693,36 +715,65 @@ func (r *renewer) run(running chan struct{}) {
 		case <-timer.C:
 		case <-r.poke:
 		case c := <-r.results:
-			inFlight--
-			r.reportCalls(c)
-			r.apply(c)
+			r.inFlight--
+			r.settling, r.eventsDone, r.leasesDone = c, 0, 0
+			r.settle(c)
 		case <-r.quit:
 			r.cancelCalls()
-			for ; inFlight > 0; inFlight-- {
-				r.reportCalls(<-r.results)
+			for r.inFlight > 0 {
+				c := <-r.results
+				r.inFlight--
+				r.settling, r.eventsDone, r.leasesDone = c, 0, len(c.leases)
+				r.settle(c)
 			}
+			returned = true
 			return
 		}
 	}
 }
 
+// resume takes up what an engine whose goroutine ended mid-way (run)
+// left: the leases it had taken out of the heap and not put back (the one
+// whose report it was in, and the ones after it) go back, due now, and a
+// call's results it was settling are settled.
+func (r *renewer) resume() {
+	if len(r.due) > 0 {
+		now := time.Now()
+		r.mu.Lock()
+		for _, k := range r.due[max(r.dueDone-1, 0):] {
+			if k.index < 0 && !k.removed {
+				k.wakeAt = now
+				heap.Push(&r.heap, k)
+			}
+		}
+		r.mu.Unlock()
+		clear(r.due)
+		r.due, r.dueDone = r.due[:0], 0
+	}
+	if c := r.settling; c != nil {
+		r.settle(c)
+	}
+}
+
 // popDue takes the KeepAlives that need attention within the window out of
-// the heap.
-func (r *renewer) popDue(now time.Time, due []*KeepAlive) []*KeepAlive {
+// the heap, into r.due.
+func (r *renewer) popDue(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	horizon := now.Add(r.window)
 	for len(r.heap) > 0 && !r.heap[0].wakeAt.After(horizon) {
-		due = append(due, heap.Pop(&r.heap).(*KeepAlive))
+		r.due = append(r.due, heap.Pop(&r.heap).(*KeepAlive))
 	}
-	return due
 }
 
-// sort ends the due leases past their limit, queues the ones whose renewal
-// is due within the window, and puts the live ones back in the heap at
-// their next wake.
-func (r *renewer) sort(now time.Time, due, queue []*KeepAlive) []*KeepAlive {
-	for _, k := range due {
+// sort ends the due leases (r.due) past their limit, queues the ones whose
+// renewal is due within the window (r.queue), and puts the live ones back
+// in the heap at their next wake. Not deferred: an engine ended mid-way
+// leaves r.due for the next (resume).
+func (r *renewer) sort(now time.Time) {
+	for r.dueDone < len(r.due) {
+		k := r.due[r.dueDone]
+		r.dueDone++
 		var wake time.Time
 		queued := false
 		ended := k.decide(func(rn *renewal) outcome {
@@ -750,10 +801,11 @@ func (r *renewer) sort(now time.Time, due, queue []*KeepAlive) []*KeepAlive {
 			continue
 		}
 		if queued {
-			queue = append(queue, k)
+			r.queue = append(r.queue, k)
 		}
 	}
-	return queue
+	clear(r.due) // drop the references
+	r.due, r.dueDone = r.due[:0], 0
 }
 
 // nextWake is when the heap next needs attention; zero when it is empty.
@@ -894,14 +946,26 @@ func (r *renewer) send(ctx context.Context, items []driver.RenewItem) ([]error, 
 // reportCalls reports c's store calls (OnStoreCall), on the engine's
 // goroutine.
 func (r *renewer) reportCalls(c *renewCall) {
-	for _, ev := range c.events {
+	for r.eventsDone < len(c.events) {
+		ev := c.events[r.eventsDone]
+		r.eventsDone++
 		r.client.reportCall(r.calls, ev)
 	}
 }
 
+// settle reports c's store calls and applies its results, from where an
+// engine before this one stopped (r.settling).
+func (r *renewer) settle(c *renewCall) {
+	r.reportCalls(c)
+	r.apply(c)
+	r.settling = nil
+}
+
 // apply settles a call's results and puts its leases back at their next wake.
 func (r *renewer) apply(c *renewCall) {
-	for i, k := range c.leases {
+	for r.leasesDone < len(c.leases) {
+		i, k := r.leasesDone, c.leases[r.leasesDone]
+		r.leasesDone++
 		var wake time.Time
 		ended := k.decide(func(rn *renewal) outcome {
 			if rn.phase != phaseInFlight {
