@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -96,5 +97,43 @@ func TestListSkipsForeignRows(t *testing.T) {
 		if !slices.Equal(got, []string{"f:a", "f:e"}) {
 			t.Errorf("limit %d: listed %q, want [f:a f:e]", limit, got)
 		}
+	}
+}
+
+// A row pinned by hand at expires_at 'infinity' is held, with a TTL of 100
+// years, for Inspect, List and a refused Acquire (queued or not); one at
+// '-infinity' is free. Before, each failed: "cannot subtract infinite
+// timestamps" (SQLSTATE 22008), and one such row broke every List over it.
+func TestInfiniteExpiry(t *testing.T) {
+	s, table := newTable(t, pool)
+	ctx := t.Context()
+	for k, at := range map[string]string{"inf:pinned": "infinity", "inf:free": "-infinity"} {
+		if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (key, token, fence, expires_at) VALUES ($1, 'by-hand', 7, $2::timestamptz)", k, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const century = 36500 * 24 * time.Hour
+	info, err := s.Inspect(ctx, "inf:pinned")
+	if err != nil || !info.Held || info.Token != "by-hand" || info.TTL < century-time.Minute {
+		t.Errorf("Inspect of the pinned row: %+v, %v", info, err)
+	}
+	infos, _, err := s.List(ctx, "inf:*", "", 10)
+	if err != nil || len(infos) != 1 || infos[0].Key != "inf:pinned" || infos[0].TTL < century-time.Minute {
+		t.Errorf("List: %+v, %v", infos, err)
+	}
+	for _, queued := range []bool{false, true} {
+		var err error
+		if queued {
+			_, err = s.AcquireQueued(ctx, "inf:pinned", leasehold.NewToken(), time.Minute, time.Second)
+		} else {
+			_, err = s.Acquire(ctx, "inf:pinned", leasehold.NewToken(), time.Minute)
+		}
+		var held *driver.HeldError
+		if !errors.As(err, &held) || held.Remaining < century-time.Minute {
+			t.Errorf("Acquire (queued %v) of the pinned row: %v, want a HeldError of 100 years", queued, err)
+		}
+	}
+	if f, err := s.Acquire(ctx, "inf:free", leasehold.NewToken(), time.Minute); err != nil || f <= 7 {
+		t.Errorf("Acquire of the row at -infinity: fence %d, %v; want it taken with a fence above 7", f, err)
 	}
 }

@@ -208,6 +208,15 @@ func checkIdent(arg, whole, part string) error {
 // (driver.Queuer): one row per waiting Acquire, by arrival (seq), valid until
 // deadline. Its head is the oldest row whose deadline has not passed.
 const (
+	// remainingSQL is a row's expires_at - now(), the holder's remaining
+	// TTL, also for a row someone pinned by hand at 'infinity' (or
+	// '-infinity'), whose difference PostgreSQL refuses ("cannot subtract
+	// infinite timestamps"): 100 years (or minus that), which a Go
+	// time.Duration holds. NULL stays NULL.
+	remainingSQL = `(CASE WHEN isfinite(expires_at) THEN expires_at - now()
+	 WHEN expires_at > now() THEN interval '36500 days'
+	 WHEN expires_at < now() THEN interval '-36500 days' END)`
+
 	migrateSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
 	key        text PRIMARY KEY,
 	token      text,
@@ -293,7 +302,7 @@ const (
 	acquireTail = `
 SELECT (SELECT fence FROM acquired), h.remaining, h.queued
   FROM (SELECT) AS one LEFT JOIN (
-	SELECT expires_at - now() AS remaining, queued FROM %[1]s WHERE key = $1) AS h ON true`
+	SELECT ` + remainingSQL + ` AS remaining, queued FROM %[1]s WHERE key = $1) AS h ON true`
 
 	// acquireQueueSteps take the key only if no live waiter is queued
 	// ahead of $2 (queueAhead, queueTake): a plain Acquire does not jump
@@ -317,7 +326,7 @@ SELECT (SELECT fence FROM acquired), h.remaining, h.queued
 	// a plain Acquire of a free key whose row is flagged.
 	acquireQueueTail = acquireQueueSteps + `
 SELECT (SELECT fence FROM acquired),
-       (SELECT expires_at - now() FROM %[1]s WHERE key = $1)`
+       (SELECT ` + remainingSQL + ` FROM %[1]s WHERE key = $1)`
 
 	// acquireQueuedSQL (acquireQueuedTail) is acquireQueueSQL for a waiter:
 	// refused, the caller joins the back of the queue or keeps its place, its
@@ -354,7 +363,7 @@ SELECT (SELECT fence FROM acquired),
 )
 SELECT a.fence,
        CASE WHEN a.fence IS NULL AND NOT EXISTS (` + queueAhead + `)
-            THEN (SELECT expires_at - now() FROM %[1]s WHERE key = $1) END,
+            THEN (SELECT ` + remainingSQL + ` FROM %[1]s WHERE key = $1) END,
        ` + acquireWake + `
   FROM (SELECT (SELECT fence FROM acquired) AS fence) a`
 
@@ -411,13 +420,13 @@ SELECT pg_notify($3, ` + turnPayload + `)
 
 	inspectSQL = `SELECT fence,
        CASE WHEN expires_at > now() THEN token END,
-       CASE WHEN expires_at > now() THEN expires_at - now() END
+       CASE WHEN expires_at > now() THEN ` + remainingSQL + ` END
   FROM %[1]s WHERE key = $1`
 
 	// listSQL reads a page of held locks (inspectSQL's definition of held)
 	// after the key $2 whose key is LIKE $1, in the key column's order:
 	// keyset pagination on the primary key, never an OFFSET.
-	listSQL = `SELECT key, token, fence, expires_at - now()
+	listSQL = `SELECT key, token, fence, ` + remainingSQL + `
   FROM %[1]s
  WHERE key LIKE $1 ESCAPE '\' AND key > $2 AND token IS NOT NULL AND expires_at > now()
  ORDER BY key
