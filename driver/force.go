@@ -51,7 +51,9 @@ type ForceReleaser interface {
 	// Audit returns up to limit records, newest first: key's, or every
 	// key's when key is "". It returns an *ArgumentError for a bad key or a
 	// limit outside 1..MaxAuditLimit. Each store documents how long it keeps
-	// records.
+	// records. A record the store cannot read (written by another tool, or
+	// damaged) is listed as UnreadableAuditRecord makes it, not an error:
+	// one bad record neither hides the others nor goes unseen.
 	Audit(ctx context.Context, key string, limit int) ([]AuditRecord, error)
 }
 
@@ -83,6 +85,13 @@ func ValidateAudit(key string, limit int) error {
 		return &ArgumentError{Arg: "limit", Reason: fmt.Sprintf("%d is outside 1..%d", limit, MaxAuditLimit)}
 	}
 	return nil
+}
+
+// UnreadableAuditRecord is what Audit lists for a stored record it cannot
+// read: its key and time as far as known, and a Reason that says so and
+// why, in brackets, which no operator's reason can look like unnoticed.
+func UnreadableAuditRecord(at time.Time, key, where string, err error) AuditRecord {
+	return AuditRecord{Time: at, Key: key, Reason: fmt.Sprintf("[unreadable audit record %s: %v]", where, err)}
 }
 
 // NewAuditRecord is the record of removing the lease token held with fence,

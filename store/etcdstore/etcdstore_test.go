@@ -516,3 +516,29 @@ func TestRequestsPerOperation(t *testing.T) {
 		})
 	}
 }
+
+// An audit record another tool wrote under the store's prefix, which does
+// not parse, is listed as unreadable, not an error that hides the others.
+func TestUnreadableAuditRecord(t *testing.T) {
+	client := newClient(t, shared.Endpoints())
+	prefix := "audit-" + leasehold.NewToken()[:8] + "/"
+	s := newStore(t, client, etcdstore.WithPrefix(prefix))
+	ctx := t.Context()
+	if _, err := s.Acquire(ctx, "k:good", "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForceRelease(ctx, "k:good", "stuck", "op"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(ctx, prefix+"audit/5:k:bad/1", "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.Audit(ctx, "k:bad", 10)
+	if err != nil || len(recs) != 1 || recs[0].Key != "k:bad" || !strings.HasPrefix(recs[0].Reason, "[unreadable audit record") {
+		t.Errorf("Audit(k:bad) = %+v, %v; want one unreadable record", recs, err)
+	}
+	all, err := s.Audit(ctx, "", 10)
+	if err != nil || len(all) != 2 {
+		t.Errorf("Audit of every key = %+v, %v; want the good record and the unreadable one", all, err)
+	}
+}

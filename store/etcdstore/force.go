@@ -98,7 +98,9 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 	for _, kv := range resp.Kvs {
 		var r auditJSON
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
-			return nil, fmt.Errorf("etcdstore: audit: record %q: %w", kv.Key, err)
+			// Written by another tool: listed as unreadable, not an error.
+			recs = append(recs, driver.UnreadableAuditRecord(time.Time{}, key, fmt.Sprintf("%q", kv.Key), err))
+			continue
 		}
 		recs = append(recs, driver.AuditRecord(r))
 	}

@@ -111,7 +111,9 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 	add := func(key string, lease *lease) error {
 		recs, err := readAudit(lease)
 		if err != nil {
-			return err
+			// Written by another tool: listed as unreadable, not an error.
+			out = append(out, driver.UnreadableAuditRecord(time.Time{}, key, "on "+s.Name(key), err))
+			return nil
 		}
 		for _, r := range slices.Backward(recs) {
 			out = append(out, driver.AuditRecord{Time: r.Time, Key: key, Holder: r.Holder, Token: r.Token, Fence: r.Fence, Reason: r.Reason, By: r.By})

@@ -522,3 +522,44 @@ func TestRequestsPerOperation(t *testing.T) {
 		})
 	}
 }
+
+// An audit annotation another tool wrote, which does not parse, is listed
+// as an unreadable record, for its key and in the listing of every key,
+// beside the readable records of other keys: it neither fails Audit nor
+// hides the others.
+func TestUnreadableAuditAnnotation(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	s := newStore(t, c, ns)
+	ctx, key := t.Context(), storetest.Key(t)
+	good := key + ":good"
+	if _, err := s.Acquire(ctx, good, "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForceRelease(ctx, good, "stuck", "op"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, key, "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	leases := c.CoordinationV1().Leases(ns)
+	lease, err := leases.Get(ctx, s.Name(key), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Annotations[kubestore.AnnotationAudit] = "{not json"
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.Audit(ctx, key, 10)
+	if err != nil || len(recs) != 1 || recs[0].Key != key || !strings.HasPrefix(recs[0].Reason, "[unreadable audit record") {
+		t.Errorf("Audit(%q) = %+v, %v; want one unreadable record", key, recs, err)
+	}
+	all, err := s.Audit(ctx, "", 10)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("Audit of every key = %+v, %v; want the good record and the unreadable one", all, err)
+	}
+	if all[0].Key != good || all[0].Reason != "stuck" {
+		t.Errorf("Audit of every key: first %+v, want %q's record", all[0], good)
+	}
+}

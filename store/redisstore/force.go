@@ -125,7 +125,11 @@ func (s *Store) audit(ctx context.Context, key string, limit int) ([]driver.Audi
 		for _, m := range msgs {
 			rec, err := auditRecord(m.Values)
 			if err != nil {
-				return nil, fmt.Errorf("redisstore: audit %q: %w", st, err)
+				// Written by another tool: listed as unreadable, at the
+				// entry ID's time, under this stream's key when given.
+				ms, _, _ := strings.Cut(m.ID, "-")
+				at, _ := strconv.ParseInt(ms, 10, 64)
+				rec = driver.UnreadableAuditRecord(time.UnixMilli(at), key, fmt.Sprintf("%s in %q", m.ID, st), err)
 			}
 			if key == "" || rec.Key == key {
 				recs = append(recs, rec)

@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest"
 	"github.com/leasehold/leasehold/storetest/testserver"
 )
 
@@ -86,5 +89,42 @@ func TestListBadFenceCounterIsAnError(t *testing.T) {
 	_, _, err := s.List(t.Context(), "app:*", "", 10)
 	if err == nil || !strings.Contains(err.Error(), redisstore.FenceKey("app:x")) {
 		t.Errorf("List over a bad fence counter: %v, want an error naming the counter", err)
+	}
+}
+
+// An audit stream entry another tool wrote, which does not parse, is listed
+// as unreadable, for its key and in the listing of every key, beside the
+// readable records: it neither fails Audit nor hides the others.
+func TestUnreadableAuditEntry(t *testing.T) {
+	c := singleClient(shared.Addr())
+	s := newStore(t, c)
+	ctx := t.Context()
+	key := storetest.Key(t)
+	good := key + ":good"
+	if _, err := s.Acquire(ctx, good, "tok", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForceRelease(ctx, good, "stuck", "op"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: redisstore.AuditKey(key), Values: []string{"foo", "bar"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.Audit(ctx, key, 10)
+	if err != nil || len(recs) != 1 || recs[0].Key != key || !strings.HasPrefix(recs[0].Reason, "[unreadable audit record") || recs[0].Time.IsZero() {
+		t.Errorf("Audit(%q) = %+v, %v; want one unreadable record with the entry's time", key, recs, err)
+	}
+	all, err := s.Audit(ctx, "", 1000)
+	if err != nil {
+		t.Fatalf("Audit of every key: %v", err)
+	}
+	seen := 0
+	for _, r := range all {
+		if r.Key == good && r.Reason == "stuck" || r.Key == "" && strings.HasPrefix(r.Reason, "[unreadable audit record") {
+			seen++
+		}
+	}
+	if seen < 2 {
+		t.Errorf("Audit of every key: %+v; want the good record and the unreadable one", all)
 	}
 }
