@@ -308,15 +308,11 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, endOnLos
 }
 
 // releaseBounded releases l detached from ctx, within timeout. It returns an
-// error only for a lease found lost; a store failure is reported.
+// error only for a lease found lost; a store failure is reported (by the
+// release, OnReleaseFailure) and the TTL frees the key.
 func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Duration) error {
-	switch err := l.release(context.WithoutCancel(ctx), timeout); {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrNotOwned):
+	if err := l.release(context.WithoutCancel(ctx), timeout); errors.Is(err, ErrNotOwned) {
 		return fmt.Errorf("leasehold: %q was lost before fn returned: %w", l.key, err)
-	default:
-		c.releaseFailed(ctx, l.key, l.fence, err)
-		return nil
 	}
+	return nil
 }

@@ -26,8 +26,12 @@ type Lease struct {
 	// (docs/lease-concurrency.md).
 	op chan struct{}
 
-	mu       sync.Mutex
-	ended    bool    // released, handed on or given up; reported once
+	mu    sync.Mutex
+	ended bool // released, handed on or given up; reported once
+	// quiet: never given to a caller (a hand-off that came too late, given
+	// back at once), so no OnAcquire reported it and OnRelease does not
+	// report its end either. Set before the lease is shared.
+	quiet    bool
 	released bool    // a Release ended it: "not owned" is then no wrong-owner event
 	line     *line   // the Client's line of waiters that counts it as held; nil if none (wait.go)
 	r        renewal // everything about renewing it (renewal.go)
@@ -212,6 +216,10 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 			l.r.ttl, l.r.sent = ttl, sent
 		}
 		l.mu.Unlock()
+		if len(l.client.observers) > 0 {
+			observe(l.client, ctx, RenewFailureEvent{Event: l.event(), Err: err, Consecutive: 1},
+				func(o *Observer) func(context.Context, RenewFailureEvent) { return o.OnRenewFailure })
+		}
 	}
 	l.finish()
 	if errors.Is(err, ErrNotOwned) && !released { // after our own release it is no wrong owner
@@ -283,6 +291,9 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 		l.client.lines.unhold(l)
 	default:
 		l.client.lines.unhold(l) // the TTL frees the key: this Client's waiters look again
+		if unknownOutcome(err) {
+			l.client.releaseFailed(ctx, l.key, l.fence, err)
+		}
 	}
 	return err
 }
@@ -348,7 +359,7 @@ func (l *Lease) end(ctx context.Context) {
 		return
 	}
 	l.client.lines.unhold(l)
-	if len(l.client.observers) > 0 {
+	if len(l.client.observers) > 0 && !l.quiet {
 		observe(l.client, ctx, ReleaseEvent{Event: l.event(), Held: time.Since(l.started)},
 			func(o *Observer) func(context.Context, ReleaseEvent) { return o.OnRelease })
 	}

@@ -29,7 +29,9 @@ type queueStore struct {
 	leaves    atomic.Int64             // LeaveQueue calls
 	handOffs  atomic.Int64             // HandOff calls
 	panicking atomic.Bool              // HandOff panics
-	stayArg   atomic.Int64             // the last stay, in ns
+	// beforeHandOff, if set, runs as a HandOff begins.
+	beforeHandOff func()
+	stayArg       atomic.Int64 // the last stay, in ns
 	// beforeQueued, if set, runs at the start of each AcquireQueued, before
 	// the store looks at anything: a test holds an attempt up there.
 	beforeQueued func(ctx context.Context, token string)
@@ -140,6 +142,9 @@ func (s *queueStore) Release(ctx context.Context, key, token string) error {
 // operation takes, a release and an acquire for next are one step.
 func (s *queueStore) HandOff(ctx context.Context, key, token, next string, ttl time.Duration) (int64, string, error) {
 	s.handOffs.Add(1)
+	if s.beforeHandOff != nil {
+		s.beforeHandOff()
+	}
 	if s.panicking.Load() {
 		panic("hand-off")
 	}

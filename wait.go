@@ -671,6 +671,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 				// Counted from the hand-off's send time, as it must be, half
 				// its TTL or more is gone: give it back and take it anew
 				// (if the release fails, leave gives the token back).
+				l.quiet = true // taken and given back: the caller never had it
 				if l.release(ctx, c.cleanupTimeout) == nil {
 					w.unsureSince = time.Time{}
 				}
@@ -703,6 +704,7 @@ func (w *waiter) take(ctx context.Context, h *handed) *Lease {
 	w.inQueue = false // the hand-off took the entry out
 	if expired(ctx) != nil {
 		w.quit() // no hand-off to w: it is leaving
+		l.quiet = true
 		_ = l.release(ctx, w.c.cleanupTimeout)
 		return nil
 	}
@@ -828,6 +830,7 @@ func (ls *lines) answer(w *waiter, h *handed) {
 	case !gone:
 		w.poke()
 	case h.lease != nil:
+		h.lease.quiet = true
 		_ = h.lease.release(context.Background(), w.c.cleanupTimeout)
 	case h.unsure:
 		w.c.cleanUp(context.Background(), w.key, w.token, 0)
