@@ -335,7 +335,7 @@ func (c *Client) reportAcquire(ctx context.Context, key string, ttl time.Duratio
 	if len(c.observers) == 0 {
 		return
 	}
-	ev := AcquireEvent{Event: c.event(key, 0), Result: Acquired, Wait: wait, TTL: ttl, Blocking: blocking}
+	ev := AcquireEvent{Event: c.event(key, 0), Result: Acquired, Wait: wait, TTL: ttl, Blocking: blocking, Err: err}
 	switch {
 	case err == nil:
 		ev.Fence = l.fence

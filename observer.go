@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -75,6 +76,7 @@ type AcquireEvent struct {
 	Wait     time.Duration // from the call to its result
 	TTL      time.Duration // the TTL asked for
 	Blocking bool          // an Acquire, which OnAcquireStart announced
+	Err      error         // what the call returned, for every Result but Acquired
 }
 
 // RenewEvent describes a renewal the store accepted.
@@ -94,6 +96,18 @@ type StoreCallEvent struct {
 	Items int    // leases in the call: 1, or a batch's size
 	Took  time.Duration
 	Err   error // the store's answer: nil, ErrNotAcquired, ErrNotOwned or a failure
+}
+
+// Failed reports whether the call failed: an error that is not one of the
+// store's answers (ErrNotAcquired, ErrNotOwned) nor its caller cancelling
+// it. A call cut short by its caller's deadline is a failure: a store that
+// stops answering shows as nothing else when callers have deadlines (their
+// acquires count as timeouts, AcquireResult), which is what
+// leasehold_store_call_failures_total and its alert are for.
+func (e StoreCallEvent) Failed() bool {
+	err := e.Err
+	return err != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrNotOwned) &&
+		!(errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded))
 }
 
 // ReleaseEvent describes the end of an ownership.
@@ -184,6 +198,11 @@ func (c *Client) reportError(ctx context.Context, key string, fence int64, op st
 // operator's attention, at the levels below, and nothing on the happy path.
 func logObserver(log *slog.Logger) Observer {
 	return Observer{
+		OnAcquire: func(ctx context.Context, ev AcquireEvent) {
+			if ev.Result == StoreFailed {
+				log.WarnContext(ctx, "leasehold: acquire failed: the store failed or refused the input", ev.logAttrs(slog.Any("error", ev.Err))...)
+			}
+		},
 		OnRenewFailure: func(ctx context.Context, ev RenewFailureEvent) {
 			log.WarnContext(ctx, "leasehold: renewal failed", ev.logAttrs(
 				slog.Int("consecutive", ev.Consecutive), slog.Time("deadline", ev.Deadline), slog.Any("error", ev.Err))...)

@@ -81,6 +81,7 @@
 //	leasehold_lock_waiters                      Int64UpDownCounter    {call}   namespace
 //	leasehold_lock_ttl_seconds                  Float64Gauge          s        namespace
 //	leasehold_store_call_seconds                Float64Histogram      s        op, store
+//	leasehold_store_call_failures_total         Int64Counter          {call}   op, store (StoreCallEvent.Failed)
 //
 // The histograms have prom's bucket bounds (HeldBuckets, WaitBuckets;
 // StoreCallBuckets for store calls). leasehold_leases_held counts the leases

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/buildinfo"
 )
 
 // Other is the label value that stands for every namespace, store, result or
@@ -58,7 +59,7 @@ func StoreCallBuckets() []float64 {
 }
 
 type instruments struct {
-	acquire, notOwned, renewFailures, abandoned, expired, releaseFailures, fenceRejected metric.Int64Counter
+	acquire, notOwned, renewFailures, abandoned, expired, releaseFailures, fenceRejected, storeFailures metric.Int64Counter
 
 	wait, held, storeCall metric.Float64Histogram
 	waiters               metric.Int64UpDownCounter
@@ -89,6 +90,7 @@ func newInstruments(m metric.Meter, t *Telemetry) (*instruments, metric.Registra
 	in.expired = counter("leasehold_lock_expired_while_running_total", "{lease}", "Leases that expired while their critical section kept running (continue policy), by namespace.")
 	in.releaseFailures = counter("leasehold_lock_release_failures_total", "{call}", "Releases the store could not answer, by namespace.")
 	in.fenceRejected = counter("leasehold_fence_rejected_total", "{write}", "Writes refused by fenced storage because their fence was stale, by store.")
+	in.storeFailures = counter("leasehold_store_call_failures_total", "{call}", "Calls to the store that failed (an error, a timeout, or the caller's deadline reached during the call; refusals are answers), by op and store.")
 	in.wait = histogram("leasehold_lock_wait_seconds", "Time from an acquire call to its answer (store errors are not observed), by namespace.", WaitBuckets())
 	in.held = histogram("leasehold_lock_held_seconds", "Time a lease was held, from acquire to release or abandonment, by namespace.", HeldBuckets())
 	in.storeCall = histogram("leasehold_store_call_seconds", "Time of each call to the store, by op and store.", StoreCallBuckets())
@@ -127,25 +129,9 @@ func newInstruments(m metric.Meter, t *Telemetry) (*instruments, metric.Registra
 	return &in, reg, nil
 }
 
-// moduleVersion is the version of the leasehold module built into the binary.
-func moduleVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	if bi.Main.Path == "github.com/leasehold/leasehold" {
-		return bi.Main.Version
-	}
-	for _, d := range bi.Deps {
-		if d.Path == "github.com/leasehold/leasehold" {
-			if d.Replace != nil && d.Replace.Version != "" {
-				return d.Replace.Version
-			}
-			return d.Version
-		}
-	}
-	return "unknown"
-}
+// moduleVersion is the version of the leasehold module built into the
+// binary, as package prom reports it: "(devel)" for a work tree.
+func moduleVersion() string { return buildinfo.ModuleVersion(debug.ReadBuildInfo()) }
 
 // boundOp is op, or "other" outside the ops the Client reports.
 func boundOp(op string) string {

@@ -363,7 +363,11 @@ func (t *Telemetry) onStoreCall(ctx context.Context, e leasehold.StoreCallEvent)
 	if !t.stores[store] {
 		store = Other
 	}
-	t.inst.storeCall.Record(ctx, e.Took.Seconds(), metric.WithAttributes(attribute.String("op", op), attribute.String("store", store)))
+	attrs := metric.WithAttributes(attribute.String("op", op), attribute.String("store", store))
+	t.inst.storeCall.Record(ctx, e.Took.Seconds(), attrs)
+	if e.Failed() {
+		t.inst.storeFailures.Add(ctx, 1, attrs)
+	}
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return // a renewal batch, with no caller: a root span per batch would flood traces
 	}

@@ -5,6 +5,7 @@ package prom_test
 // metrics the Observer really exports.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -40,6 +41,13 @@ const (
 // traffic on a Client (histograms and the TTL gauge appear with their first
 // event), by name, and the series names a query may use: a counter's or
 // gauge's name, a histogram's _bucket, _sum and _count.
+// downStore is a store whose acquires fail.
+type downStore struct{ *memstore.Store }
+
+func (downStore) Acquire(context.Context, string, string, time.Duration) (int64, error) {
+	return 0, errors.New("store down")
+}
+
 func exported(t *testing.T) (families []string, series map[string]bool) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -59,6 +67,12 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	// A store call that fails, for leasehold_store_call_failures_total.
+	down := leasehold.New(downStore{memstore.New()}, leasehold.WithObserver(o.Observer()), leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	defer down.Close()
+	if _, err := down.TryAcquire(t.Context(), "runs:R2", time.Minute); err == nil {
+		t.Fatal("TryAcquire on a store that is down succeeded")
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +88,7 @@ func exported(t *testing.T) (families []string, series map[string]bool) {
 			series[name] = true
 		}
 	}
-	if len(families) != 14 {
+	if len(families) != 15 {
 		t.Fatalf("the Observer registers %d families: %v; update this test and the docs", len(families), families)
 	}
 	return families, series

@@ -50,8 +50,12 @@
 //	    the TTL of the namespace's latest successful acquire: the
 //	    dashboard divides hold times by it
 //	leasehold_store_call_seconds{op,store}                   histogram
-//	    each call to the store; op is acquire, release, renew, renew_batch or leave,
-//	    store the store's package (redisstore, memstore, …)
+//	    each call to the store; op is acquire, release, handoff, renew,
+//	    renew_batch, leave, watch or inspect, store the store's package
+//	    (redisstore, memstore, …)
+//	leasehold_store_call_failures_total{op,store}            counter
+//	    the calls that failed (StoreCallEvent.Failed): an error, or no
+//	    answer by the caller's deadline; busy and not owned are answers
 //
 // What each means to an operator, and what to do, is in docs/runbook.md; the
 // alert rules built on them are in deploy/prometheus/alerts.yml and a

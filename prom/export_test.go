@@ -31,3 +31,8 @@ var ModuleVersion = moduleVersion
 
 // WaitersGauge returns the series lock_waiters{namespace=ns}.
 func (o *Metrics) WaitersGauge(ns string) prometheus.Gauge { return o.waiters.WithLabelValues(ns) }
+
+// StoreFailuresCounter returns the series store_call_failures_total{op,store}.
+func (o *Metrics) StoreFailuresCounter(op, store string) prometheus.Counter {
+	return o.storeFailures.WithLabelValues(op, store)
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/buildinfo"
 )
 
 // Other is the label value that stands for every namespace, store, result or
@@ -33,9 +34,6 @@ const DefaultMaxNamespaces = 20
 // A process talks to one or two stores; 8 leaves room for wrappers and
 // tests while capping the histogram at 45 label pairs (5 ops × 9 stores).
 const DefaultMaxStores = 8
-
-// modulePath is the module whose version leasehold_build_info reports.
-const modulePath = "github.com/leasehold/leasehold"
 
 // defaultStores are the names the fenced stores of this repository report.
 var defaultStores = []string{"memory", "redis", "postgres", "etcd", Other}
@@ -189,6 +187,8 @@ type Metrics struct {
 	waiters   *prometheus.GaugeVec
 	ttl       *prometheus.GaugeVec
 	storeCall *prometheus.HistogramVec
+	// storeFailures counts the calls StoreCallEvent.Failed says failed.
+	storeFailures *prometheus.CounterVec
 	// byStoreName maps each store name learned (string) to struct{}.
 	byStoreName   sync.Map
 	storesLearned atomic.Int32 // written under mu
@@ -263,8 +263,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		}, []string{"namespace"}),
 		storeCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leasehold_store_call_seconds",
-			Help:    "Time of each call the Client made to its store, by op (acquire, release, renew, renew_batch, leave) and store (the store's package, such as redisstore).",
+			Help:    "Time of each call the Client made to its store, by op (acquire, release, handoff, renew, renew_batch, leave, watch, inspect) and store (the store's package, such as redisstore).",
 			Buckets: StoreCallBuckets(),
+		}, []string{"op", "store"}),
+		storeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_store_call_failures_total",
+			Help: "Calls to the store that failed (an error, a timeout, or the caller's deadline reached during the call; refusals such as busy or not owned are answers, not failures), by op and store.",
 		}, []string{"op", "store"}),
 		learn:   !cfg.fixed,
 		byStore: make(map[string]prometheus.Counter),
@@ -304,7 +308,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 
 	collectors := []prometheus.Collector{
 		o.acquire, o.wait, o.held, o.notOwned, o.renewFailures, o.abandoned, o.expired, o.releaseFailures, o.fenceRejected,
-		o.buildInfo, o.leases, o.waiters, o.ttl, o.storeCall,
+		o.buildInfo, o.leases, o.waiters, o.ttl, o.storeCall, o.storeFailures,
 	}
 	for i, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -494,7 +498,11 @@ func (o *Metrics) onStoreCall(_ context.Context, e leasehold.StoreCallEvent) {
 	if !slices.Contains(storeOps, op) {
 		op = Other
 	}
-	o.storeCall.WithLabelValues(op, o.storeName(e.Store)).Observe(e.Took.Seconds())
+	store := o.storeName(e.Store)
+	o.storeCall.WithLabelValues(op, store).Observe(e.Took.Seconds())
+	if e.Failed() {
+		o.storeFailures.WithLabelValues(op, store).Inc()
+	}
 }
 
 // storeName returns name if it is, or can become, one of the
@@ -519,30 +527,6 @@ func (o *Metrics) storeName(name string) string {
 	return name
 }
 
-// moduleVersion is the version of modulePath in a binary's build info: its
-// version as a dependency (or the replacement's), "(devel)" when it is the
-// main module, replaced by a directory, or unknown.
-func moduleVersion(bi *debug.BuildInfo, ok bool) string {
-	const devel = "(devel)"
-	if !ok || bi == nil {
-		return devel
-	}
-	if bi.Main.Path == modulePath && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	for _, d := range bi.Deps {
-		if d.Path != modulePath {
-			continue
-		}
-		if d.Replace != nil {
-			if d.Replace.Version == "" {
-				return devel // a directory: the version says nothing of the code
-			}
-			return d.Replace.Version
-		}
-		if d.Version != "" {
-			return d.Version
-		}
-	}
-	return devel
-}
+// moduleVersion is buildinfo.ModuleVersion, which otel's
+// leasehold_build_info reports too.
+var moduleVersion = buildinfo.ModuleVersion
