@@ -18,7 +18,10 @@ import (
 // ErrNotReplicated is matched by the error of an Acquire or Renew whose
 // write the key's primary applied but too few of its replicas acknowledged
 // in time (see the package doc, "Replica acknowledgement"). The Acquire
-// released the key and returned no lease; the Renew counts as not renewed.
+// returned no lease and released the key, unless that release failed too
+// (the error then says so, and the key stays held until its TTL ends; a
+// Client treats the outcome as unknown and releases it again); the Renew
+// counts as not renewed.
 // It never matches ErrNotAcquired or ErrNotOwned: nobody else holds the key.
 var ErrNotReplicated = errors.New("redisstore: not acknowledged by replicas")
 
