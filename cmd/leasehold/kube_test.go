@@ -121,3 +121,21 @@ func TestKubeServerWithAtAfterTheHost(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeRefusedServer: a refused API server fails at once naming the
+// store and its flag, as every other store's does.
+func TestKubeRefusedServer(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	addr := closedAddr(t)
+	kc := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
+		"clusters:\n- name: k\n  cluster:\n    server: https://" + addr + "\n    insecure-skip-tls-verify: true\n" +
+		"users:\n- name: u\n  user:\n    token: Zq8tokenZq8\n" +
+		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n    namespace: ops\n"
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"inspect", "--kube", path, "k"}
+	r := failsWith(t, 1, []string{"kube at https://" + addr + " namespace ops (--kube): cannot connect: " + addr + ": connection refused"}, args...)
+	checkNoLeak(t, r, args, []string{path}, "Zq8tokenZq8")
+}

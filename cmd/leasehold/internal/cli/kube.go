@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -16,7 +18,7 @@ import (
 // namespace ("" for the context's namespace, or "default") under names that
 // start with prefix. The kubeconfig's credentials never appear in messages:
 // only its path, the server's URL and the namespace do.
-func openKube(_ context.Context, name, path, namespace, prefix string, timeout time.Duration) (*backend, error) {
+func openKube(ctx context.Context, name, path, namespace, prefix string, timeout time.Duration) (*backend, error) {
 	// LoadKubeconfig's messages name the file and the field at fault, and
 	// refuse what it cannot honour (an auth-provider) rather than connect
 	// without it.
@@ -47,6 +49,19 @@ func openKube(_ context.Context, name, path, namespace, prefix string, timeout t
 		return nil, usagef("%s: %v (kubeconfig %s)", name, err, path)
 	}
 	b := &backend{kind: "kube", where: cfg.Server + " namespace " + namespace, timeout: timeout, store: st, kubeNamespace: namespace}
+	// A refused server fails at once, naming the store and its flag, as
+	// every other store's does (dialProbe); the server was checked by
+	// LoadKubeconfig, and its host and port hold no credentials.
+	if u, err := url.Parse(cfg.Server); err == nil && u.Host != "" {
+		port := u.Port()
+		if port == "" {
+			port = map[bool]string{true: "80", false: "443"}[u.Scheme == "http"]
+		}
+		if err := dialProbe(ctx, name, b, []string{net.JoinHostPort(u.Hostname(), port)}); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	b.close = func() { st.Close() }
 	// A Lease lasts whole seconds, counted by each observer from its own
 	// first look: the drill fits its TTL to that.

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -112,10 +113,15 @@ Exit codes (as timeout(1)):
   CMD's     CMD ended while the lock was held (128+N: killed by signal N)
   124       the lock was lost, and every process of CMD was stopped
   125       the lock was not acquired (busy after --wait, or the store
-            failed); CMD did not run
+            failed, with or without --wait: the store's error); CMD did
+            not run
   126       CMD was found but cannot be executed
   127       CMD was not found
   2         the command line was wrong; nothing was sent
+
+On a store that does not answer, the library's clean-up of an attempt cut
+short by --wait (its token released, its queue place left; each bounded by
+a fixed 2s) may end lock up to 4s after --wait.
 
 stdout belongs to CMD. lock is quiet on success; on failure or loss it prints
 one line on stderr. -o json makes its messages (acquired, not_acquired, lost,
@@ -161,6 +167,38 @@ type lockRun struct {
 	f      *lockFlags
 	asJSON bool
 	key    string
+	calls  *storeCalls // the Client's store calls, answered or not
+}
+
+// storeCalls records whether any of a Client's store calls was answered
+// (even "busy" or "not ours" is an answer), and the first failure: the
+// attempt's, not that of the clean-up after it.
+type storeCalls struct {
+	mu       sync.Mutex
+	answered bool
+	failed   error
+}
+
+// note is the Client's OnStoreCall.
+func (c *storeCalls) note(_ context.Context, ev leasehold.StoreCallEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case ev.Err == nil, errors.Is(ev.Err, leasehold.ErrNotAcquired), errors.Is(ev.Err, leasehold.ErrNotOwned):
+		c.answered = true
+	case c.failed == nil:
+		c.failed = ev.Err
+	}
+}
+
+// unanswered is the first failure when no call was answered, else nil.
+func (c *storeCalls) unanswered() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.answered {
+		return nil
+	}
+	return c.failed
 }
 
 // lock acquires key, runs argv under it, and returns how lock should exit.
@@ -208,6 +246,10 @@ func (a *app) lock(cmd *cobra.Command, f *lockFlags, key string, argv []string) 
 	// The library's log lines would break lock's one-line messages; what
 	// matters reaches lock as an error, Lost or Err.
 	opts = append(opts, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	// A wait whose attempts the store never answered is the store's
+	// failure, not a busy key: the Acquire's error cannot tell them apart.
+	r.calls = &storeCalls{}
+	opts = append(opts, leasehold.WithObserver(leasehold.Observer{OnStoreCall: r.calls.note}))
 	client := leasehold.New(b.store, opts...)
 	defer client.Close()
 
@@ -235,7 +277,15 @@ func (r *lockRun) acquire(ctx context.Context, client *leasehold.Client, b *back
 		wctx, cancel := context.WithTimeout(ctx, r.f.wait)
 		lease, err = client.Acquire(wctx, r.key, r.f.ttl)
 		cancel()
-		if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) {
+		if serr := storeFailure(err, ctx, wctx); serr != nil {
+			// The attempt failed and its clean-up outlasted --wait: the
+			// store's error, not a busy key.
+			err = fmt.Errorf("%s: %w", b, serr)
+		} else if serr := r.calls.unanswered(); errors.Is(err, leasehold.ErrNotAcquired) && serr != nil && ctx.Err() == nil {
+			// Not one call answered before --wait ran out: the store hangs
+			// (inspecting it would only add --timeout).
+			err = fmt.Errorf("%s did not answer before --wait %v ran out: %w", b, r.f.wait, serr)
+		} else if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) {
 			err = fmt.Errorf("%s: %w", b, err)
 		}
 	}
@@ -266,10 +316,22 @@ func (r *lockRun) acquire(ctx context.Context, client *leasehold.Client, b *back
 		remaining = info.TTL
 	}
 	remaining = remaining.Round(time.Millisecond)
+	how := "one attempt, --wait 0"
+	if r.f.wait > 0 {
+		how = "waited " + waited.Round(time.Millisecond).String() + ", --wait " + r.f.wait.String()
+	}
 	if r.asJSON {
-		r.emit("not_acquired", info.Fence, info.Holder(), "remaining_seconds", seconds(remaining),
-			"waited_seconds", seconds(waited), "wait_seconds", seconds(r.f.wait))
+		kv := []any{"remaining_seconds", seconds(remaining), "waited_seconds", seconds(waited), "wait_seconds", seconds(r.f.wait)}
+		if ierr != nil {
+			kv = append(kv, "error", oneLine(ierr.Error()))
+		}
+		r.emit("not_acquired", info.Fence, info.Holder(), kv...)
 		return nil, exitStatus(ExitNotLocked)
+	}
+	if ierr != nil {
+		// Busy, as far as lock can tell; who holds it is not "another
+		// owner": it may be no one, and the store may be failing.
+		return nil, exitCodeError{ExitNotLocked, fmt.Errorf("lock: %s not acquired (%s); who holds it is unknown: %w", printable(r.key), how, ierr)}
 	}
 	who := "another owner"
 	if h := info.Holder(); h != "" {
@@ -284,10 +346,6 @@ func (r *lockRun) acquire(ctx context.Context, client *leasehold.Client, b *back
 	}
 	if len(about) > 0 {
 		who += " (" + strings.Join(about, ", ") + ")"
-	}
-	how := "one attempt, --wait 0"
-	if r.f.wait > 0 {
-		how = "waited " + waited.Round(time.Millisecond).String() + ", --wait " + r.f.wait.String()
 	}
 	return nil, exitCodeError{ExitNotLocked, fmt.Errorf("lock: %s is held by %s: not acquired (%s)", printable(r.key), who, how)}
 }
@@ -486,6 +544,37 @@ func execError(name string, err error) exitCodeError {
 		err = pe.Err
 	}
 	return exitCodeError{code, fmt.Errorf("lock: cannot run CMD %q: %w", name, err)}
+}
+
+// storeFailure is the store's error in err, the error of an Acquire that
+// ended with wctx (a child of ctx): the library joins ErrNotAcquired and the
+// context's error with the failure of the last attempt when that attempt's
+// clean-up outlasted the context. It is nil for a plain busy timeout, and for
+// an err that is not ErrNotAcquired (reported as it is).
+func storeFailure(err error, ctx, wctx context.Context) error {
+	if !errors.Is(err, leasehold.ErrNotAcquired) {
+		return nil
+	}
+	var failed []error
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		switch {
+		case e == nil, errors.Is(e, leasehold.ErrNotAcquired),
+			e == context.Canceled, e == context.DeadlineExceeded,
+			e == context.Cause(wctx), e == context.Cause(ctx):
+			// The wait's own end, and its cause (a signal).
+		default:
+			failed = append(failed, e)
+		}
+	}
+	walk(err)
+	return errors.Join(failed...)
 }
 
 // notLocked makes err exit 125, unless it is the command line's fault.

@@ -29,8 +29,19 @@ func parseURL(flag, raw string) (*url.URL, error) {
 		return nil, addrError(flag, "URL", "not scheme://host:port")
 	case strings.Contains(u.EscapedPath()+u.RawQuery+u.Fragment, "@"):
 		return nil, addrError(flag, "URL", "an '@' after the host: in a user name or password, write '/' as %2F, '?' as %3F, '#' as %23")
+	case !validPort(u.Port()):
+		// url.Parse takes any digits; the dial would fail (exit 1) on a
+		// value that is the command line's fault.
+		return nil, addrError(flag, "URL", "the port is not a number from 0 to 65535")
 	}
 	return u, nil
+}
+
+// validPort reports whether port, from url.URL.Port, is absent or fits in
+// 16 bits.
+func validPort(port string) bool {
+	_, err := strconv.ParseUint(port, 10, 16)
+	return port == "" || err == nil
 }
 
 // urlReason describes url.Parse's error in fixed words: its own text quotes

@@ -86,7 +86,8 @@ const clusterWhere = "cluster "
 // ...?master_name=NAME) or a Cluster (redis+cluster://); more Sentinels or
 // seeds as ?addr=host:port or as a comma-separated host list.
 // ContextTimeoutEnabled is forced on, so a command cut by --timeout drops
-// its connection at once.
+// its connection at once, and the client's own timeouts are --timeout
+// (redisTimeouts).
 func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout time.Duration) (*backend, error) {
 	if rawURL == "" {
 		return nil, usagef("%s needs a URL, such as redis://127.0.0.1:6379/0 or 127.0.0.1:6379", name)
@@ -119,44 +120,11 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 		}
 	}
 
-	var (
-		newClient func() redis.UniversalClient
-		addrs     []string
-		where     string
-		tlsCfg    **tls.Config
-	)
-	switch variant {
-	case sentinelSuffix:
-		opts, err := redis.ParseFailoverURL(goURL)
-		if err != nil {
-			return nil, addrError(name, "URL", redisReason(err))
-		}
-		if opts.MasterName == "" {
-			return nil, addrError(name, "URL", "a Sentinel URL needs ?master_name=NAME")
-		}
-		opts.ContextTimeoutEnabled = true
-		tlsCfg, addrs = &opts.TLSConfig, opts.SentinelAddrs
-		where = "sentinel " + strings.Join(addrs, ",") + " master " + opts.MasterName + "/" + strconv.Itoa(opts.DB)
-		newClient = func() redis.UniversalClient { return redis.NewFailoverClient(opts) }
-	case clusterSuffix:
-		opts, err := redis.ParseClusterURL(goURL)
-		if err != nil {
-			return nil, addrError(name, "URL", redisReason(err))
-		}
-		opts.ContextTimeoutEnabled = true
-		tlsCfg, addrs = &opts.TLSConfig, opts.Addrs
-		where = clusterWhere + strings.Join(addrs, ",")
-		newClient = func() redis.UniversalClient { return redis.NewClusterClient(opts) }
-	default:
-		opts, err := redis.ParseURL(goURL)
-		if err != nil {
-			return nil, addrError(name, "URL", redisReason(err))
-		}
-		opts.ContextTimeoutEnabled = true
-		tlsCfg, addrs = &opts.TLSConfig, []string{opts.Network + "://" + opts.Addr}
-		where = opts.Addr + "/" + strconv.Itoa(opts.DB)
-		newClient = func() redis.UniversalClient { return redis.NewClient(opts) }
+	f, err := parseRedisForm(name, goURL, variant, timeout)
+	if err != nil {
+		return nil, err
 	}
+	tlsCfg, addrs, where := f.tlsCfg, f.addrs, f.where
 	if tf.given() {
 		if *tlsCfg == nil {
 			*tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -170,7 +138,7 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 		return nil, err
 	}
 	redis.SetLogger(quietRedisLog{})
-	client := newClient()
+	client := f.newClient()
 	st, err := redisstore.New(client)
 	if err != nil {
 		client.Close()
@@ -182,6 +150,70 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 		return client.Del(ctx, keys...).Err()
 	}
 	return b, nil
+}
+
+// redisForm is a Redis URL parsed for the client its scheme chooses.
+type redisForm struct {
+	opts      any // *redis.Options, *redis.FailoverOptions or *redis.ClusterOptions
+	newClient func() redis.UniversalClient
+	addrs     []string
+	where     string
+	tlsCfg    **tls.Config
+}
+
+// parseRedisForm parses goURL (go-redis's scheme: variant removed) for the
+// client variant chooses: a single node, a Sentinel-managed primary or a
+// Cluster, with every call bounded by timeout.
+func parseRedisForm(name, goURL, variant string, timeout time.Duration) (*redisForm, error) {
+	f := &redisForm{}
+	switch variant {
+	case sentinelSuffix:
+		opts, err := redis.ParseFailoverURL(goURL)
+		if err != nil {
+			return nil, addrError(name, "URL", redisReason(err))
+		}
+		if opts.MasterName == "" {
+			return nil, addrError(name, "URL", "a Sentinel URL needs ?master_name=NAME")
+		}
+		opts.ContextTimeoutEnabled = true
+		redisTimeouts(timeout, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout)
+		f.opts, f.tlsCfg, f.addrs = opts, &opts.TLSConfig, opts.SentinelAddrs
+		f.where = "sentinel " + strings.Join(f.addrs, ",") + " master " + opts.MasterName + "/" + strconv.Itoa(opts.DB)
+		f.newClient = func() redis.UniversalClient { return redis.NewFailoverClient(opts) }
+	case clusterSuffix:
+		opts, err := redis.ParseClusterURL(goURL)
+		if err != nil {
+			return nil, addrError(name, "URL", redisReason(err))
+		}
+		opts.ContextTimeoutEnabled = true
+		redisTimeouts(timeout, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout)
+		f.opts, f.tlsCfg, f.addrs = opts, &opts.TLSConfig, opts.Addrs
+		f.where = clusterWhere + strings.Join(f.addrs, ",")
+		f.newClient = func() redis.UniversalClient { return redis.NewClusterClient(opts) }
+	default:
+		opts, err := redis.ParseURL(goURL)
+		if err != nil {
+			return nil, addrError(name, "URL", redisReason(err))
+		}
+		opts.ContextTimeoutEnabled = true
+		redisTimeouts(timeout, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout)
+		f.opts, f.tlsCfg, f.addrs = opts, &opts.TLSConfig, []string{opts.Network + "://" + opts.Addr}
+		f.where = opts.Addr + "/" + strconv.Itoa(opts.DB)
+		f.newClient = func() redis.UniversalClient { return redis.NewClient(opts) }
+	}
+	return f, nil
+}
+
+// redisTimeouts makes --timeout the client's dial, read and write timeouts:
+// ContextTimeoutEnabled alone leaves go-redis's defaults (a 3 s read), which
+// cut a call below a longer --timeout. A shorter timeout the URL set
+// (read_timeout=…) stays; one the URL disabled (≤ 0) is --timeout.
+func redisTimeouts(timeout time.Duration, ds ...*time.Duration) {
+	for _, d := range ds {
+		if *d <= 0 || *d > timeout {
+			*d = timeout
+		}
+	}
 }
 
 // hostListToAddrs rewrites u, a Sentinel or Cluster URL whose host is a

@@ -140,6 +140,7 @@ func (a *app) rootCommand() *cobra.Command {
   release KEY      break a stuck lock whoever holds it (--force --reason), recorded in the store
   audit [KEY]      the forced releases recorded in the store, newest first
   ttl              the TTL a lock path needs, checked against a takeover SLO
+  version          which build this is: module version, commit, Go version
 
 Pick the store with exactly one of --redis, --etcd, --postgres or --kube (inspect,
 ls, lock, release and audit need one; ttl does not; drill runs in-process without one).
@@ -176,6 +177,20 @@ SLO, jobs unfinished); lock exits with its command's code, 124 (lock lost) or 12
 	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
 	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lockCommand(), a.lsCommand(), a.migrateCommand(), a.releaseCommand(), a.auditCommand(), a.ttlCommand(), a.versionCommand())
+	// cobra's help command prints the usage and exits 0 for an unknown
+	// topic; this one is a usage error, like an unknown command.
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(_ *cobra.Command, args []string) error {
+			c, rest, err := root.Find(args)
+			if err != nil || c == nil || len(rest) > 0 {
+				return usagef("unknown help topic %q", strings.Join(args, " "))
+			}
+			c.InitDefaultHelpFlag()
+			return c.Help()
+		},
+	})
 	// cobra adds "completion" here; a shell it has no script for is a
 	// usage error, not its help.
 	root.InitDefaultCompletionCmd()

@@ -116,6 +116,14 @@ var storeSources = []struct{ flag, env string }{
 	{"postgres", EnvPostgresDSN},
 }
 
+// storeOnlyFlags are the flags that mean something to one store only.
+var storeOnlyFlags = []struct{ flag, store string }{
+	{"tls-ca", "redis"}, {"tls-cert", "redis"}, {"tls-key", "redis"},
+	{"etcd-prefix", "etcd"},
+	{"pg-table", "postgres"},
+	{"kube-namespace", "kube"}, {"kube-prefix", "kube"},
+}
+
 // storeEnvValues are the values of the store variables and of a drill
 // worker's job storage variable (envDrillJobs), hidden in every message.
 func storeEnvValues() []string {
@@ -170,6 +178,13 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command) (*backend, er
 		return nil, errNoStore
 	case len(given) > 1:
 		return nil, usagef("choose one store: %s were given", strings.Join(given, " and "))
+	}
+	// A flag of another store would be silently ignored: the operator
+	// meant something this store cannot do (as --tls-* without rediss://).
+	for _, f := range storeOnlyFlags {
+		if f.store != kind && flagSet(cmd.Flags(), f.flag) {
+			return nil, usagef("--%s goes with --%s, not with %s", f.flag, f.store, name)
+		}
 	}
 	switch kind {
 	case "redis":
