@@ -2,6 +2,7 @@ package leasehold_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/memstore"
 )
 
@@ -84,4 +86,90 @@ func TestObserverGoexitDoesNotStopRenewal(t *testing.T) {
 			})
 		})
 	}
+}
+
+// downRenewStore's renewals fail while down is set.
+type downRenewStore struct {
+	driver.Store
+	down atomic.Bool
+}
+
+func (s *downRenewStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	if s.down.Load() {
+		return errors.New("no answer")
+	}
+	return s.Store.Renew(ctx, key, token, ttl)
+}
+
+// A loss takes effect before any Observer hears of it: a Goexit in
+// OnNotOwned leaves no live KeepAlive context behind (it stayed live until
+// the lease's limit, about 16 s past the store's "not owned"), and a Goexit
+// in OnAbandon does not get the abandonment reported twice (the engine that
+// took over decided the lease again).
+func TestObserverGoexitDuringALoss(t *testing.T) {
+	t.Run("OnNotOwned", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			mem := memstore.New()
+			var once atomic.Bool
+			var abandons atomic.Int32
+			c := leasehold.New(mem, leasehold.WithLogger(quietLogger()), leasehold.WithObserver(leasehold.Observer{
+				OnNotOwned: func(context.Context, leasehold.NotOwnedEvent) {
+					if once.CompareAndSwap(false, true) {
+						runtime.Goexit()
+					}
+				},
+				OnAbandon: func(context.Context, leasehold.AbandonEvent) { abandons.Add(1) }}))
+			defer c.Close()
+			const ttl = 30 * time.Second
+			l, err := c.TryAcquire(t.Context(), "jobs:0", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := l.KeepAlive(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := mem.ForceRelease(t.Context(), "jobs:0", "test", "test"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(ttl/3 + time.Second)
+			if k.Context().Err() == nil {
+				t.Errorf("1 s after the store said not owned, the KeepAlive's context is live (OnAbandon reported %d times)", abandons.Load())
+			}
+			time.Sleep(ttl)
+			if n := abandons.Load(); n != 0 {
+				t.Errorf("OnAbandon reported %d times for a lease lost as not owned", n)
+			}
+			k.Stop()
+		})
+	})
+	t.Run("OnAbandon", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := &downRenewStore{Store: memstore.New()}
+			var abandons atomic.Int32
+			c := leasehold.New(store, leasehold.WithLogger(quietLogger()), leasehold.WithObserver(leasehold.Observer{
+				OnAbandon: func(context.Context, leasehold.AbandonEvent) {
+					if abandons.Add(1) == 1 {
+						runtime.Goexit()
+					}
+				}}))
+			defer c.Close()
+			l, err := c.TryAcquire(t.Context(), "jobs:0", 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := l.KeepAlive(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			store.down.Store(true)
+			time.Sleep(time.Minute)
+			if n := abandons.Load(); n != 1 {
+				t.Errorf("OnAbandon reported %d times for one lease, want 1", n)
+			}
+			if k.Context().Err() == nil {
+				t.Error("the abandoned lease's context is live")
+			}
+		})
+	})
 }

@@ -31,10 +31,14 @@ type Lease struct {
 	// quiet: never given to a caller (a hand-off that came too late, given
 	// back at once), so no OnAcquire reported it and OnRelease does not
 	// report its end either. Set before the lease is shared.
-	quiet    bool
-	released bool    // a Release ended it: "not owned" is then no wrong-owner event
-	line     *line   // the Client's line of waiters that counts it as held; nil if none (wait.go)
-	r        renewal // everything about renewing it (renewal.go)
+	quiet bool
+	// notOwnedSeen: an OnNotOwned was reported for it (by the renewal
+	// engine): a Release or Renew refused afterwards does not report it
+	// again.
+	notOwnedSeen bool
+	released     bool    // a Release ended it: "not owned" is then no wrong-owner event
+	line         *line   // the Client's line of waiters that counts it as held; nil if none (wait.go)
+	r            renewal // everything about renewing it (renewal.go)
 }
 
 // newLease is a lease of key just acquired with an attempt sent at sent and
@@ -185,9 +189,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
 	l.mu.Lock()
-	// released or ended: not owned is then no wrong-owner event (after our
-	// own release), or one already reported (the renewal engine's).
-	running, released := l.r.keeper != nil, l.released || l.ended
+	// Not owned is no wrong-owner event after our own release, nor a second
+	// one after the renewal engine reported it.
+	running, released := l.r.keeper != nil, l.released || l.notOwnedSeen
 	l.mu.Unlock()
 	if running {
 		l.finish()
@@ -206,7 +210,6 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		l.mu.Lock()
 		l.r.ttl, l.r.sent, l.r.done = ttl, sent, done
 		l.mu.Unlock()
-		l.renewed(ctx, ttl)
 	case unknownOutcome(err):
 		// It may have been applied: when that would end the lease sooner,
 		// count from it, so that the local deadline (and a KeepAlive
@@ -216,13 +219,19 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 			l.r.ttl, l.r.sent = ttl, sent
 		}
 		l.mu.Unlock()
+	}
+	// Reported once the lease is free for other calls: an Observer may
+	// Release it from the event (it waited for this very call).
+	l.finish()
+	switch {
+	case err == nil:
+		l.renewed(ctx, ttl)
+	case unknownOutcome(err):
 		if len(l.client.observers) > 0 {
 			observe(l.client, ctx, RenewFailureEvent{Event: l.event(), Err: err, Consecutive: 1},
 				func(o *Observer) func(context.Context, RenewFailureEvent) { return o.OnRenewFailure })
 		}
-	}
-	l.finish()
-	if errors.Is(err, ErrNotOwned) && !released { // after our own release it is no wrong owner
+	case errors.Is(err, ErrNotOwned) && !released:
 		l.notOwned(ctx, "renew")
 	}
 	return err
@@ -270,7 +279,7 @@ func (l *Lease) release(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	l.mu.Lock()
-	k, released := l.r.keeper, l.released || l.ended // see Renew
+	k, released := l.r.keeper, l.released || l.notOwnedSeen // see Renew
 	l.mu.Unlock()
 	if k != nil {
 		// Tell the holder before another owner can take the key.
@@ -351,14 +360,26 @@ func (l *Lease) hasEnded() bool {
 // end reports the end of the ownership, once, and lets the Client's waiters
 // for the key look again.
 func (l *Lease) end(ctx context.Context) {
+	if l.markEnded() {
+		l.reportEnd(ctx)
+	}
+}
+
+// markEnded marks the ownership ended and lets the Client's waiters for the
+// key look again; it reports whether this was the first end.
+func (l *Lease) markEnded() (first bool) {
 	l.mu.Lock()
-	first := !l.ended
+	first = !l.ended
 	l.ended = true
 	l.mu.Unlock()
-	if !first {
-		return
+	if first {
+		l.client.lines.unhold(l)
 	}
-	l.client.lines.unhold(l)
+	return first
+}
+
+// reportEnd reports the end of the ownership (OnRelease).
+func (l *Lease) reportEnd(ctx context.Context) {
 	if len(l.client.observers) > 0 && !l.quiet {
 		observe(l.client, ctx, ReleaseEvent{Event: l.event(), Held: time.Since(l.started)},
 			func(o *Observer) func(context.Context, ReleaseEvent) { return o.OnRelease })
@@ -374,6 +395,9 @@ func (l *Lease) renewed(ctx context.Context, ttl time.Duration) {
 }
 
 func (l *Lease) notOwned(ctx context.Context, op string) {
+	l.mu.Lock()
+	l.notOwnedSeen = true
+	l.mu.Unlock()
 	observe(l.client, ctx, NotOwnedEvent{Event: l.event(), Op: op},
 		func(o *Observer) func(context.Context, NotOwnedEvent) { return o.OnNotOwned })
 }

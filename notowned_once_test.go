@@ -2,6 +2,7 @@ package leasehold_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -49,4 +50,42 @@ func TestOneLostLeaseIsOneNotOwnedEvent(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A lease abandoned because its renewals failed (only OnAbandon reported),
+// whose key another Client then takes, is refused to its holder's Release:
+// that is a wrong-owner event, reported. (Suppressing every report after a
+// lease ended lost these.)
+func TestReleaseAfterAbandonReportsNotOwned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		store := &downRenewStore{Store: mem}
+		var notOwned atomic.Int32
+		c := leasehold.New(store, leasehold.WithLogger(quietLogger()), leasehold.WithObserver(leasehold.Observer{
+			OnNotOwned: func(context.Context, leasehold.NotOwnedEvent) { notOwned.Add(1) }}))
+		defer c.Close()
+		other := leasehold.New(mem)
+		defer other.Close()
+		const ttl = 30 * time.Second
+		l, err := c.TryAcquire(t.Context(), "jobs:1", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := l.KeepAlive(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.down.Store(true)
+		<-k.Context().Done()
+		time.Sleep(ttl)
+		if _, err := other.TryAcquire(t.Context(), "jobs:1", ttl); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); !errors.Is(err, leasehold.ErrNotOwned) {
+			t.Fatalf("Release: %v", err)
+		}
+		if n := notOwned.Load(); n != 1 {
+			t.Errorf("Release refused by another owner's key after an abandon: %d OnNotOwned, want 1", n)
+		}
+	})
 }

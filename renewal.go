@@ -374,7 +374,7 @@ func (k *KeepAlive) decide(f func(r *renewal) outcome) (ended bool) {
 		r.reporting.Store(nil)
 		k.report.Unlock()
 	}()
-	if k.stopped {
+	if k.stopped || k.lost != nil {
 		return true
 	}
 	l.mu.Lock()
@@ -396,6 +396,20 @@ func (k *KeepAlive) reportLocked(o outcome) {
 		l.renewed(k.ctx, o.ttl)
 		return
 	}
+	// A loss takes effect before any Observer hears of it: the holder is
+	// told first, and an Observer that ends this goroutine
+	// (runtime.Goexit) leaves no live context behind, nor a lease the
+	// engine that takes over would decide, and report, again (decide).
+	first := false
+	if o.lost != nil {
+		k.lost = o.lost
+		if o.fenced {
+			k.cancel(o.lost)
+		} else if k.onLoss != nil {
+			k.onLoss(o.lost)
+		}
+		first = l.markEnded()
+	}
 	if o.notOwned {
 		l.notOwned(k.ctx, "renew")
 	}
@@ -406,19 +420,16 @@ func (k *KeepAlive) reportLocked(o outcome) {
 	if o.lost == nil {
 		return
 	}
-	k.lost = o.lost
 	if o.fenced {
-		k.cancel(o.lost)
 		observe(c, k.ctx, AbandonEvent{Event: l.event(), Reason: o.lost},
 			func(o *Observer) func(context.Context, AbandonEvent) { return o.OnAbandon })
 	} else {
-		if k.onLoss != nil {
-			k.onLoss(o.lost)
-		}
 		observe(c, k.ctx, LeaseExpiredEvent{Event: l.event(), Overrun: o.overrun, Why: o.why},
 			func(o *Observer) func(context.Context, LeaseExpiredEvent) { return o.OnLeaseExpired })
 	}
-	l.end(k.ctx)
+	if first {
+		l.reportEnd(k.ctx)
+	}
 }
 
 // WithBatchWindow sets how far apart renewals may be due and still share a

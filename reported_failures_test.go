@@ -161,3 +161,41 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// An Observer may Release the lease it is told about from OnRenew of a
+// Renew by hand: the event comes once the Renew no longer holds the lease.
+// Before, the Release waited for the Renew that was reporting to it, until
+// its 2 s bound, failed, and left the key held for its TTL.
+func TestObserverReleasesFromOnRenewOfARenewByHand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New()
+		var target atomic.Pointer[leasehold.Lease]
+		var relErr error
+		c := leasehold.New(mem, leasehold.WithObserver(leasehold.Observer{OnRenew: func(context.Context, leasehold.RenewEvent) {
+			if l := target.Swap(nil); l != nil {
+				relErr = l.Release(context.Background())
+			}
+		}}))
+		defer c.Close()
+		l, err := c.TryAcquire(t.Context(), "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target.Store(l)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := l.Renew(ctx, time.Minute); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		if took := time.Since(start); took > 10*time.Millisecond {
+			t.Errorf("Renew with a 10ms deadline returned after %v", took)
+		}
+		if relErr != nil {
+			t.Errorf("Release from OnRenew: %v", relErr)
+		}
+		if info, _ := mem.Inspect(context.Background(), "k"); info.Held {
+			t.Errorf("the key is held after the Observer's Release (%v left)", info.TTL)
+		}
+	})
+}
