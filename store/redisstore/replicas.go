@@ -219,12 +219,21 @@ func (a *acker) node(c *redis.Client) *ackNode {
 	return n
 }
 
-// asked returns the route of a call a cluster answered ASK (its slot is
-// being migrated, and its key is on the node importing it): that node's,
-// the call sent after ASKING. ok is false when err is not an ASK, or names
-// a node that is not one of the cluster's primaries.
-func (a *acker) asked(ctx context.Context, err error) (r route, ok bool) {
-	if a.cluster == nil || !redis.HasErrorPrefix(err, "ASK") {
+// redirected returns the route of a call a cluster answered MOVED (the
+// slot has another primary) or ASK (the slot is being migrated, and the key
+// is on the node importing it): the node the answer names, and for ASK the
+// call sent after ASKING. The acknowledged path sends to a primary's own
+// client, which follows no redirect. The node is found among the cluster's
+// primaries, which also reloads the client's slot map for the calls after
+// this one; following the answer itself, not that map, keeps a call right
+// when the map was read from a replica that has not heard of the move yet.
+// ok is false when err is neither, or names no primary the client knows.
+func (a *acker) redirected(ctx context.Context, err error) (r route, ok bool) {
+	if a.cluster == nil {
+		return route{}, false
+	}
+	ask := redis.HasErrorPrefix(err, "ASK")
+	if !ask && !redis.HasErrorPrefix(err, "MOVED") {
 		return route{}, false
 	}
 	f := strings.Fields(err.Error())
@@ -248,7 +257,7 @@ func (a *acker) asked(ctx context.Context, err error) (r route, ok bool) {
 	if rerr != nil || r.n == nil {
 		return route{}, false
 	}
-	r.ack.Asking = true
+	r.ack.Asking = ask
 	return r, true
 }
 
@@ -503,10 +512,10 @@ func (s *Store) runAcked(ctx context.Context, sc rscript.Script, keys []string, 
 // (a hand-off, the one call on the path from one holder to the next).
 func (s *Store) runAckedOn(ctx context.Context, sc rscript.Script, keys []string, args []any, late func(*redis.Cmd),
 	op string, wrote func(*redis.Cmd) bool, undo func(redis.UniversalClient) string, direct bool) *redis.Cmd {
-	var asked route // after an ASK: the node importing the key's slot, asked first
+	var next route // after a MOVED or an ASK: the node it names
 	tries, wait := 0, rscript.TryAgainMin
 	for redirects := 0; ; redirects++ {
-		r := asked
+		r := next
 		if r.n == nil {
 			var err error
 			if r, err = s.acks.route(ctx, keys[0]); err != nil {
@@ -515,8 +524,9 @@ func (s *Store) runAckedOn(ctx context.Context, sc rscript.Script, keys []string
 				return cmd
 			}
 		}
-		asked = route{}
-		if s.acks.plain(r) && !r.ack.Asking {
+		redirected := next.n != nil
+		next = route{}
+		if s.acks.plain(r) && !redirected {
 			if direct {
 				cmd, _ := runOn(ctx, s.calls, nil, s.client, sc, keys, args, rscript.Ack{}, late)
 				return cmd
@@ -529,18 +539,18 @@ func (s *Store) runAckedOn(ctx context.Context, sc rscript.Script, keys []string
 			// without acknowledgement, the read riding along.
 			batch = s.batch
 		}
-		if direct || r.ack.Asking {
+		if direct || redirected {
 			batch = nil
 		}
 		cmd, acked := runOn(ctx, s.calls, batch, r.n.client, sc, keys, args, r.ack, late)
 		s.acks.observed(ctx, r, acked)
-		if s.acks.moved(ctx, cmd.Err(), redirects) {
-			continue // not run: MOVED is answered before a script runs
-		}
 		if redirects < maxRedirects {
-			if asked, _ = s.acks.asked(ctx, cmd.Err()); asked.n != nil {
-				continue // not run: nor is ASK
+			if next, _ = s.acks.redirected(ctx, cmd.Err()); next.n != nil {
+				continue // not run: MOVED and ASK are answered before a script runs
 			}
+		}
+		if s.acks.moved(ctx, cmd.Err(), redirects) {
+			continue // a MOVED to a node the client does not know yet: by the reloaded map
 		}
 		if rscript.NotRun(cmd.Err()) && tries < rscript.TryAgainTries && rscript.Pause(ctx, wait) {
 			// A slot being migrated (TRYAGAIN): from the top, the key's
@@ -752,6 +762,10 @@ func (s *Store) renewBatch(ctx context.Context, calls []rscript.Call) []*redis.C
 			}
 		}
 		if len(moved) == 0 || !s.acks.moved(ctx, cmds[moved[0]].Err(), redirects) {
+			// Still MOVED: the reloaded map is behind (read from a
+			// replica that has not heard of the move): one by one, each
+			// following its answer.
+			migrating = append(migrating, moved...)
 			break
 		}
 		todo = moved
