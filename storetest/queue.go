@@ -324,3 +324,103 @@ func testHandOffAtomic(t *testing.T, s driver.Store) {
 		t.Fatal(err)
 	}
 }
+
+// testGrant: a release grants the key to the live head whose turn was
+// watched when it joined, with a higher fence, for no longer than its
+// stay; the word comes once (or is withheld), and the head's next attempt
+// finds the grant, renews it to its TTL and answers its fence; LeaveQueue
+// never releases a key the leaver holds, Decline does, granting the next
+// head in turn, and running twice changes nothing more.
+func testGrant(t *testing.T, s driver.Store) {
+	g := s.(driver.Granter)
+	ctx := t.Context()
+	key := Key(t)
+	const stay = 2 * time.Second // < longTTL: the grant's term is the stay's
+	f0 := acquire(t, s, key, "holder", longTTL)
+	turns := map[string]<-chan struct{}{}
+	for i, w := range []string{"w1", "w2"} {
+		turn, stop, err := g.WatchTurn(ctx, key, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		turns[w] = turn
+		_, err = g.AcquireQueued(ctx, key, w, longTTL, stay)
+		refused(t, w+" joins", err, i == 0)
+	}
+	waitTurn := func(w string) {
+		t.Helper()
+		select {
+		case <-turns[w]:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no word of its turn within 5 s", w)
+		}
+	}
+	if err := s.Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	waitTurn("w1")
+	info := wantHeldBy(t, s, key, "w1")
+	if info.Fence <= f0 || info.TTL <= 0 || info.TTL > stay {
+		t.Fatalf("granted to the head: %+v; want a fence above %d and a TTL within the stay %v", info, f0, stay)
+	}
+	if f, ok := g.Granted(key, "w1"); ok && f != info.Fence {
+		t.Fatalf("the word of the grant: fence %d, want %d", f, info.Fence)
+	}
+	if f, ok := g.Granted(key, "w1"); ok {
+		t.Fatalf("the word of the grant came twice (fence %d)", f)
+	}
+	if f, ok := g.Granted(key, "w2"); ok {
+		t.Fatalf("a waiter behind the head was told of a grant (fence %d)", f)
+	}
+	_, err := s.Acquire(ctx, key, "newcomer", longTTL)
+	refused(t, "a newcomer's Acquire of a granted key", err, true)
+	// The head whose word was lost: its attempt answers the grant's fence
+	// and renews the key to its TTL.
+	f1, err := g.AcquireQueued(ctx, key, "w1", longTTL, stay)
+	if err != nil || f1 != info.Fence {
+		t.Fatalf("the granted head's attempt: %d, %v; want the grant's fence %d", f1, err, info.Fence)
+	}
+	if info := wantHeldBy(t, s, key, "w1"); info.TTL <= stay || info.Fence != f1 {
+		t.Fatalf("after the granted head's attempt: %+v; want its TTL renewed past the stay %v", info, stay)
+	}
+	// Released by w1: granted to w2, who declines it.
+	if err := s.Release(ctx, key, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	waitTurn("w2")
+	info = wantHeldBy(t, s, key, "w2")
+	if info.Fence <= f1 {
+		t.Fatalf("granted to w2: %+v; want a fence above %d", info, f1)
+	}
+	if err := g.LeaveQueue(ctx, key, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	wantHeldBy(t, s, key, "w2") // LeaveQueue never releases
+	for i := range 2 {
+		if err := g.Decline(ctx, key, "w2"); err != nil {
+			t.Fatalf("Decline #%d: %v", i+1, err)
+		}
+		if info := inspect(t, s, key); info.Held {
+			t.Fatalf("after Decline #%d the key is %+v", i+1, info)
+		}
+	}
+	// Nobody queued now: the next acquire takes it, with a higher fence.
+	if f := acquire(t, s, key, "after", longTTL); f <= info.Fence {
+		t.Fatalf("the acquire after the decline: fence %d, want above %d", f, info.Fence)
+	}
+	if err := g.Decline(ctx, key, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	wantHeldBy(t, s, key, "after") // a Decline by a token that holds nothing changes nothing
+	for name, k := range map[string]string{"key": "", "token": key} {
+		tok := "w2"
+		if name == "token" {
+			tok = ""
+		}
+		var ae *driver.ArgumentError
+		if err := g.Decline(ctx, k, tok); !errors.As(err, &ae) || ae.Arg != name {
+			t.Errorf("Decline with a bad %s: %v, want an *ArgumentError naming it", name, err)
+		}
+	}
+}

@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 	_, has["forcer"] = probe.(driver.ForceReleaser)
 	_, has["queuer"] = probe.(driver.Queuer)
 	_, has["handoff"] = probe.(driver.HandOffer)
+	_, has["granter"] = probe.(driver.Granter)
 	has["queuer+forcer"] = has["queuer"] && has["forcer"]
 	_, closer := probe.(interface{ Close() error })
 	has["closer+notifier"] = closer && has["notifier"]
@@ -74,6 +75,7 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		{"ForceReleaseWakesTheHead", testForceReleaseWakesHead, "queuer+forcer"},
 		{"HandOffToTheHead", testHandOff, "handoff"},
 		{"HandOffIsAtomic", testHandOffAtomic, "handoff"},
+		{"GrantToTheWatchedHead", testGrant, "granter"},
 		{"ClosedStoreRefusesWatches", testClosedStore, "closer+notifier"},
 	}
 	for _, tc := range tests {

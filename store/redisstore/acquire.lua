@@ -4,7 +4,11 @@
 -- KEYS[2] is the fence counter: it never expires and shares KEYS[1]'s slot.
 -- KEYS[3] and KEYS[4] are the queue (queue.lua). ARGV[3] is 0, or the ms a
 -- waiter's queue entry lives (it joins or refreshes it when refused), and
--- ARGV[4] then '' or how to wake it (lh_join).
+-- ARGV[4] then '' or how to wake it, ARGV[5] '' or the TTL a release may
+-- grant it the key for (lh_join). A waiter that finds the key held by its
+-- own token (a grant, lh_grant, or a hand-off whose word it missed) owns
+-- it: its TTL restarts at ARGV[2] ms, as a renewal's would, and the answer
+-- is that ownership's fence.
 -- Returns {1, fence as a decimal string} when acquired, {0, remaining ms of
 -- the holder} when not (-2: not held, or the caller is behind the head), and
 -- an error reply, having written nothing, when the counter is not a decimal
@@ -25,13 +29,20 @@ if (empty or head == tok) and redis.call('SET', KEYS[1], tok, 'NX', 'PX', ARGV[2
   end
   return {1, fence}
 end
+if stay > 0 and last and redis.call('GET', KEYS[1]) == tok then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if not empty then
+    lh_remove(KEYS[3], KEYS[4], tok)
+  end
+  return {1, last}
+end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and head then
   -- Free, yet refused: the head may have missed its wake-up.
   lh_wake(KEYS[4], head)
 end
 if stay > 0 then
-  lh_join(KEYS[3], KEYS[4], tok, now or lh_now(), stay, ARGV[4])
+  lh_join(KEYS[3], KEYS[4], tok, now or lh_now(), stay, ARGV[4], ARGV[5] or '')
   if not empty and head ~= tok then
     return {0, -2} -- behind the head: no reason to try at the holder's expiry
   end

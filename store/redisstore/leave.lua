@@ -1,12 +1,36 @@
 -- LeaveQueue: take ARGV[1] out of the queue of KEYS[1] (KEYS[2], KEYS[3];
 -- queue.lua) and, when KEYS[1] is free, wake the queue's head (lh_wake), who
--- may have been waiting behind the leaver. Returns 1, or 0 when
--- ARGV[1] was not queued. Running it twice does no harm.
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+-- may have been waiting behind the leaver. With ARGV[2] '1' the leaver did
+-- not get the key: if KEYS[1] holds its token, a grant to it it never took
+-- (lh_grant), the key is released as release.lua does, granted to the next
+-- live head that asked for it or else freed with the head woken; KEYS[4] is
+-- the fence counter. Returns 1, or 0 when ARGV[1] was neither queued nor
+-- holding the key. Running it twice does no harm.
+local queued = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if queued then
+  lh_remove(KEYS[2], KEYS[3], ARGV[1])
+end
+local free = redis.call('EXISTS', KEYS[1]) == 0
+if not free and ARGV[2] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    local now = lh_now()
+    local head = lh_head(KEYS[2], KEYS[3], now)
+    if head and lh_grant(KEYS[1], KEYS[4], KEYS[2], KEYS[3], head, now) then
+      return 1
+    end
+    redis.call('DEL', KEYS[1])
+    if head then
+      lh_wake(KEYS[3], head)
+    end
+    return 1
+  end
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if not queued then
   return 0
 end
-lh_remove(KEYS[2], KEYS[3], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+if free and redis.call('EXISTS', KEYS[2]) == 1 then
   local head = lh_head(KEYS[2], KEYS[3], lh_now())
   if head then
     lh_wake(KEYS[3], head)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,7 @@ type subscriptions struct {
 	turnMu    sync.Mutex
 	turnSeen  bool                                  // turns was confirmed once: a later confirmation follows a reconnect
 	turnWait  map[string]map[chan struct{}]struct{} // turn watchers by message
+	turnGrant map[string]int64                      // fences of grants by message, for watched messages (takeGrant)
 
 	mu      sync.Mutex
 	ps      *redis.PubSub // nil until the first watch
@@ -64,6 +66,7 @@ func (s *subscriptions) init(client redis.UniversalClient) {
 	s.turnSeed = maphash.MakeSeed()
 	s.turnReady = make(chan struct{})
 	s.turnWait = make(map[string]map[chan struct{}]struct{})
+	s.turnGrant = make(map[string]int64)
 }
 
 // turnMessage is the message that wakes the turn watch of token on key: a
@@ -121,6 +124,7 @@ func (s *subscriptions) watchTurn(ctx context.Context, key, token string) (<-cha
 				delete(w, ch)
 				if len(w) == 0 {
 					delete(s.turnWait, msg)
+					delete(s.turnGrant, msg)
 				}
 			}
 		})
@@ -172,11 +176,48 @@ func (s *subscriptions) notConfirmed(channel string, err error) error {
 	return fmt.Errorf("redisstore: subscribe %q: not confirmed: %w", channel, err)
 }
 
-// wakeTurn wakes the turn watchers of msg.
-func (s *subscriptions) wakeTurn(msg string) {
+// wakeTurn wakes the turn watchers of a turn message: the watch's message,
+// and after a space the fence of a grant (grant.lua), kept for takeGrant
+// while the message is watched. A message of no watch is dropped: its
+// waiter left, and gave a grant back when it did (Decline).
+func (s *subscriptions) wakeTurn(payload string) {
+	msg, fence, granted := strings.Cut(payload, " ")
 	s.turnMu.Lock()
 	defer s.turnMu.Unlock()
-	wakeEach(s.turnWait[msg])
+	w := s.turnWait[msg]
+	if w == nil {
+		return
+	}
+	if granted {
+		if f, ok := driver.ParseFence(fence); ok {
+			s.turnGrant[msg] = f
+		}
+	}
+	wakeEach(w)
+}
+
+// watched reports whether the turn of token on key is watched.
+func (s *subscriptions) watched(key, token string) bool {
+	msg := s.turnMessage(key, token)
+	s.turnMu.Lock()
+	defer s.turnMu.Unlock()
+	return s.turnWait[msg] != nil
+}
+
+// takeGrant returns, and forgets, the fence of a grant to token on key
+// that came while its turn was watched. The message is a 64-bit hash of
+// key and token: a collision could hand one waiter another's fence, which
+// the Client's confirming renewal then refuses (the key does not hold its
+// token).
+func (s *subscriptions) takeGrant(key, token string) (int64, bool) {
+	msg := s.turnMessage(key, token)
+	s.turnMu.Lock()
+	defer s.turnMu.Unlock()
+	f, ok := s.turnGrant[msg]
+	if ok {
+		delete(s.turnGrant, msg)
+	}
+	return f, ok
 }
 
 // wakeAllTurns wakes every turn watcher: the channel was subscribed again

@@ -2,8 +2,9 @@
 -- that use it. q is a ZSET of waiter tokens scored by arrival number; h is a
 -- HASH of token -> deadline in server milliseconds, plus, for a waiter whose
 -- Store watches turns, ' ' .. token -> that Store's channel, a space and the
--- message that wakes this waiter there, and the field '' holding the last
--- arrival number. (Tokens are printable ASCII without spaces: neither '' nor
+-- message that wakes this waiter there, '  ' .. token -> the TTL in ms the
+-- waiter asks a release to grant it the key for (lh_grant; only with a
+-- channel), and the field '' holding the last arrival number. (Tokens are printable ASCII without spaces: neither '' nor
 -- a field starting with a space is one.) Both keys share the lock key's
 -- slot, are deleted when the queue empties, and expire with their latest
 -- entry.
@@ -47,7 +48,7 @@ local function lh_head(q, h, now)
       return tok, false
     end
     redis.call('ZREM', q, tok)
-    redis.call('HDEL', h, tok, ' ' .. tok)
+    redis.call('HDEL', h, tok, ' ' .. tok, '  ' .. tok)
   end
   if redis.call('ZCARD', q) == 0 then
     redis.call('DEL', h)
@@ -59,7 +60,7 @@ end
 -- lh_remove takes tok out of the queue, deleting both keys when it empties.
 local function lh_remove(q, h, tok)
   redis.call('ZREM', q, tok)
-  redis.call('HDEL', h, tok, ' ' .. tok)
+  redis.call('HDEL', h, tok, ' ' .. tok, '  ' .. tok)
   if redis.call('ZCARD', q) == 0 then
     redis.call('DEL', h)
   end
@@ -67,13 +68,16 @@ end
 
 -- lh_join puts tok at the back of the queue, or keeps its place, valid until
 -- now + stay ms; wake is '' or its Store's channel, a space and the message
--- that wakes tok there (lh_wake). The keys live as long as their latest
--- entry.
-local function lh_join(q, h, tok, now, stay, wake)
+-- that wakes tok there (lh_wake), and grant '' or the TTL in ms a release
+-- may grant tok the key for (lh_grant), with a wake only. The keys live as
+-- long as their latest entry.
+local function lh_join(q, h, tok, now, stay, wake, grant)
   if not redis.call('ZSCORE', q, tok) then
     redis.call('ZADD', q, redis.call('HINCRBY', h, '', 1), tok)
   end
-  if wake ~= '' then
+  if wake ~= '' and grant ~= '' then
+    redis.call('HSET', h, tok, now + stay, ' ' .. tok, wake, '  ' .. tok, grant)
+  elseif wake ~= '' then
     redis.call('HSET', h, tok, now + stay, ' ' .. tok, wake)
   else
     redis.call('HSET', h, tok, now + stay)

@@ -86,6 +86,13 @@ func TestTurnWakesTheHeadAlone(t *testing.T) {
 			if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
 				t.Fatal(err)
 			}
+			// Joined before their turns are watched, they ask for no grant
+			// (TestReleaseGrantsTheWatchedHead): a release wakes the head.
+			for _, tok := range []string{head, next} {
+				if _, err := waiters.AcquireQueued(ctx, key, tok, time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
+					t.Fatal(err)
+				}
+			}
 			turn, stop, err := waiters.WatchTurn(ctx, key, head)
 			if err != nil {
 				t.Fatal(err)
@@ -93,11 +100,6 @@ func TestTurnWakesTheHeadAlone(t *testing.T) {
 			nextTurn, stopNext, err := waiters.WatchTurn(ctx, key, next)
 			if err != nil {
 				t.Fatal(err)
-			}
-			for _, tok := range []string{head, next} {
-				if _, err := waiters.AcquireQueued(ctx, key, tok, time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
-					t.Fatal(err)
-				}
 			}
 			if err := tc.wake(key); err != nil {
 				t.Fatalf("%s of %q: %v", tc.name, key, err)

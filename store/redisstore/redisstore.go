@@ -61,12 +61,15 @@ var (
 	fenceLib string
 	//go:embed handoff.lua
 	handOffLua string
+	//go:embed grant.lua
+	grantLib string
 
 	// Acquire, release and hand-off must not run twice; renew and inspect may.
 	acquireScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + acquireLua)
-	handOffScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + handOffLua)
-	releaseScript = rscript.Once(queueLib + releaseLua)
-	leaveScript   = rscript.New(queueLib + leaveLua)
+	handOffScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + grantLib + handOffLua)
+	releaseScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + grantLib + releaseLua)
+	// Run twice, a leave finds the key held by the next head, or free.
+	leaveScript   = rscript.New(rscript.Int64Lib + fenceLib + queueLib + grantLib + leaveLua)
 	renewScript   = rscript.New(renewLua)
 	inspectScript = rscript.New(inspectLua)
 )
@@ -79,6 +82,7 @@ var (
 	_ driver.ForceReleaser   = (*Store)(nil)
 	_ driver.Queuer          = (*Store)(nil)
 	_ driver.HandOffer       = (*Store)(nil)
+	_ driver.Granter         = (*Store)(nil)
 )
 
 // Store is a driver.Store on Redis. It is safe for concurrent use.
@@ -333,9 +337,14 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 		}
 	}
 	sfx := redisslot.Suffix(key) // FenceKey, QueueKey, QueueDeadlinesKey with one slot lookup
-	args := append(make([]any, 0, 4), token, millis(ttl), stayMS)
+	args := append(make([]any, 0, 5), token, millis(ttl), stayMS)
 	if stayMS > 0 { // a waiter: how its Store is woken to its turn (queue.lua)
 		args = append(args, s.subs.turnWake(key, token))
+		if s.subs.watched(key, token) {
+			// Its turn is watched, so a release may grant it the key
+			// (grant.lua): the word reaches it (Granted).
+			args = append(args, millis(ttl))
+		}
 	}
 	res, err := s.runAcked(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
 		args, func(cmd *redis.Cmd) {
@@ -492,19 +501,45 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// releaseKeys are the release script's keys: the lock and its queue.
+// releaseKeys are the release script's keys: the lock, its queue and its
+// fence counter (for a grant to the queue's head).
 func releaseKeys(key string) []string {
 	sfx := redisslot.Suffix(key)
-	return []string{key, queuePrefix + sfx, queuedPrefix + sfx}
+	return []string{key, queuePrefix + sfx, queuedPrefix + sfx, fencePrefix + sfx}
 }
 
 // LeaveQueue implements driver.Queuer in one round trip.
 func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
+	return s.leave(ctx, key, token, "")
+}
+
+// Decline implements driver.Granter in one round trip: LeaveQueue that
+// also releases key if it holds token, a grant never taken, granting it to
+// the next head that asked for one.
+func (s *Store) Decline(ctx context.Context, key, token string) error {
+	return s.leave(ctx, key, token, "1")
+}
+
+// Granted implements driver.Granter: the fence of a grant to token on key
+// that the Store's turn channel brought since token's turn watch began. A
+// grant is not used while writes wait for replicas (replica
+// acknowledgement, on by default where a primary has replicas): the
+// release that made it was not acknowledged, so the waiter's next
+// AcquireQueued, acknowledged, takes it instead.
+func (s *Store) Granted(key, token string) (int64, bool) {
+	if !s.acks.unacked() {
+		return 0, false
+	}
+	return s.subs.takeGrant(key, token)
+}
+
+// leave runs the leave script; decline "1" releases a grant not taken.
+func (s *Store) leave(ctx context.Context, key, token, decline string) error {
 	if err := driver.ValidateRelease(key, token); err != nil {
 		return err
 	}
 	_, err := rscript.Do(ctx, s.calls, func(ctx context.Context) (int64, error) {
-		return leaveScript.Run(ctx, s.client, releaseKeys(key), token).Int64()
+		return leaveScript.Run(ctx, s.client, releaseKeys(key), token, decline).Int64()
 	}, nil)
 	if err != nil {
 		return fmt.Errorf("redisstore: leave the queue of %q: %w", key, err)

@@ -183,6 +183,24 @@ type route struct {
 // plain reports whether the write goes the usual way, through the cluster
 // client (which follows redirects and runs its hooks), as without
 // acknowledgement: nothing to wait for, nothing to read, on a cluster.
+// unacked reports whether writes go without replica acknowledgement: it is
+// off, or the one primary of a client that is not a cluster's had no
+// replica, nor lost one lately, when it was last read. It reads no server.
+// A cluster's primaries are not looked up: false.
+func (a *acker) unacked() bool {
+	switch {
+	case a.opts.mode == ackOff:
+		return true
+	case a.opts.mode == ackFixed || a.cluster != nil || a.one == nil:
+		return false
+	}
+	n := a.one
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.state()
+	return !n.readAt.IsZero() && st.count == 0 && !st.awaited && !st.orphaned
+}
+
 func (a *acker) plain(r route) bool {
 	return r.n == nil || a.cluster != nil && r.ack.Replicas == 0 && !r.ack.Info
 }

@@ -1,0 +1,35 @@
+-- The grant of a released key to its queue's head, put after the fence and
+-- queue libraries.
+
+-- lh_grant gives key k, which its owner is giving up, to the queue's live
+-- head when the head's entry asked for it (lh_join's grant) and the fence
+-- counter fkey allows a new fence: k holds the head's token with a new
+-- fence, for the TTL the head asked or the rest of its entry's stay if
+-- that is shorter, the entry is removed, and the head's Store is told the
+-- fence on its channel (its wake message, a space, the fence). It reports
+-- whether it granted; when it did not, it wrote nothing.
+--
+-- The stay bounds the grant so that a head that died holds the key no longer
+-- than its entry would have held the queue up. The waiter counts the lease
+-- from its last refused attempt's send time, which its entry's stay was
+-- counted from at the latest, for at most that stay (docs/design.md §5).
+local function lh_grant(k, fkey, q, h, head, now)
+  local g = redis.call('HMGET', h, '  ' .. head, ' ' .. head, head)
+  local ttl, wake, dl = tonumber(g[1]), g[2], tonumber(g[3])
+  local sp = wake and string.find(wake, ' ', 1, true)
+  if not (ttl and sp and dl) or ttl < 1 or dl <= now then
+    return false
+  end
+  local ok, last = pcall(lh_last, fkey)
+  if not ok then
+    return false -- a counter that stops a new fence: the head's own attempt reports it
+  end
+  local fence = lh_fence(last)
+  redis.call('SET', k, head, 'PX', math.min(ttl, dl - now))
+  redis.call('SET', fkey, fence)
+  lh_remove(q, h, head)
+  -- pcall: the grant is made; a refused PUBLISH leaves the head to find it
+  -- by its next attempt (acquire.lua answers it with the fence).
+  redis.pcall('PUBLISH', string.sub(wake, 1, sp - 1), string.sub(wake, sp + 1) .. ' ' .. fence)
+  return true
+end
