@@ -47,6 +47,7 @@ type Client struct {
 	notifier       driver.ReleaseNotifier // nil when the store has none
 	queuer         driver.Queuer          // nil when the store has none
 	handOffer      driver.HandOffer       // nil when the store has none
+	granter        driver.Granter         // nil when the store has none
 	observers      []Observer
 	namespace      func(key string) string
 	minBackoff     time.Duration
@@ -190,6 +191,7 @@ func New(store driver.Store, opts ...Option) *Client {
 	c.queuer, _ = store.(driver.Queuer)
 	if c.queuer != nil {
 		c.handOffer, _ = store.(driver.HandOffer)
+		c.granter, _ = store.(driver.Granter)
 	}
 	c.storeName = storeName(store)
 	if nilArg {
@@ -312,9 +314,27 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // A release by this Client hands the key to its own next waiter in process
 // when that waiter is next in the store's queue too (docs/design.md §5).
 //
+// On a store that grants a released key to its queue's head
+// (driver.Granter: Redis) the lease may come from such a grant, without an
+// attempt: it is held first for the waiter's queue stay at most (2.5 s by
+// default), counted from its last refused attempt, and renewed to ttl at
+// once in the background. Should that renewal fail, the Observer hears of
+// it (OnRenewFailure, OnNotOwned) and the lease ends with the grant's
+// shorter term (docs/design.md §5, "Grants").
+//
 // When ctx ends first the error matches ErrNotAcquired and ctx's error. A
 // store failure is returned at once, not retried.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	l, err := c.acquireReported(ctx, key, ttl, c.maxBackoff)
+	if l != nil && !l.unconfirmed.IsZero() {
+		go l.confirm()
+	}
+	return l, err
+}
+
+// acquireKept is Acquire for a lease a KeepAlive renews next (Hold, Lead):
+// a lease from a grant is renewed to its TTL by that KeepAlive, at once.
+func (c *Client) acquireKept(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	return c.acquireReported(ctx, key, ttl, c.maxBackoff)
 }
 

@@ -229,11 +229,11 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 // it is an ErrNotAcquired, not a context error.
 func (c *Client) acquireWithin(ctx context.Context, key string, ttl, budget time.Duration) (*Lease, error) {
 	if budget <= 0 {
-		return c.Acquire(ctx, key, ttl)
+		return c.acquireKept(ctx, key, ttl)
 	}
 	bctx, cancel := context.WithTimeoutCause(ctx, budget, errWaitBudget)
 	defer cancel()
-	l, err := c.Acquire(bctx, key, ttl)
+	l, err := c.acquireKept(bctx, key, ttl)
 	if err != nil && expired(ctx) == nil && (context.Cause(bctx) == errWaitBudget || expired(bctx) != nil) {
 		return nil, fmt.Errorf("leasehold: %q still held after the %v wait budget: %w", key, budget, ErrNotAcquired)
 	}

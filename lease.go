@@ -36,9 +36,13 @@ type Lease struct {
 	// engine): a Release or Renew refused afterwards does not report it
 	// again.
 	notOwnedSeen bool
-	released     bool    // a Release ended it: "not owned" is then no wrong-owner event
-	line         *line   // the Client's line of waiters that counts it as held; nil if none (wait.go)
-	r            renewal // everything about renewing it (renewal.go)
+	released     bool // a Release ended it: "not owned" is then no wrong-owner event
+	// unconfirmed: taken by a grant (driver.Granter), whose term may be
+	// shorter than the TTL, and not renewed since; the renewal.sent the
+	// grant was counted from. Set before the lease is shared.
+	unconfirmed time.Time
+	line        *line   // the Client's line of waiters that counts it as held; nil if none (wait.go)
+	r           renewal // everything about renewing it (renewal.go)
 }
 
 // newLease is a lease of key just acquired with an attempt sent at sent and
@@ -235,6 +239,47 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 		l.notOwned(ctx, "renew")
 	}
 	return err
+}
+
+// confirm renews a lease taken by a grant to its TTL, at once: the grant
+// held the key for the waiter's queue stay at most (driver.Granter). A call
+// on the lease that comes first (a Renew, a KeepAlive, a Release) makes it
+// moot. Its outcome is reported as a Renew's.
+func (l *Lease) confirm() {
+	c := l.client
+	ctx, cancel := context.WithTimeout(context.Background(), defaultRenewTimeout)
+	defer cancel()
+	if !l.begin(ctx.Done()) {
+		return
+	}
+	l.mu.Lock()
+	moot := l.ended || l.released || l.notOwnedSeen || l.r.keeper != nil || !l.r.sent.Equal(l.unconfirmed)
+	ttl := l.r.ttl
+	l.mu.Unlock()
+	if moot || l.awaitInflight(ctx) != nil {
+		l.finish()
+		return
+	}
+	sent := time.Now()
+	err := c.storeCall(ctx, "renew", 1, func() error { return c.store.Renew(ctx, l.key, l.token, ttl) })
+	if err == nil {
+		done := time.Now()
+		l.mu.Lock()
+		l.r.sent, l.r.done = sent, done
+		l.mu.Unlock()
+	}
+	l.finish()
+	switch {
+	case err == nil:
+		l.renewed(ctx, ttl)
+	case unknownOutcome(err):
+		if len(c.observers) > 0 {
+			observe(c, ctx, RenewFailureEvent{Event: l.event(), Err: err, Consecutive: 1},
+				func(o *Observer) func(context.Context, RenewFailureEvent) { return o.OnRenewFailure })
+		}
+	case errors.Is(err, ErrNotOwned):
+		l.notOwned(ctx, "renew")
+	}
 }
 
 // Release gives the key up if it still holds the lease's token, and returns

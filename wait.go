@@ -112,6 +112,9 @@ type waiter struct {
 	turn        <-chan struct{} // its own turn watch (Queuer)
 	stopTurn    func()
 	turnTried   bool
+	// refusedSent is when its last attempt the store refused was sent: a
+	// grant (driver.Granter) is counted from it.
+	refusedSent time.Time
 }
 
 // join puts a new waiter for key at the back of its line.
@@ -623,7 +626,13 @@ func (w *waiter) leave() {
 	}
 	if w.inQueue {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cleanupTimeout)
-		_ = c.storeCall(ctx, "leave", 1, func() error { return c.queuer.LeaveQueue(ctx, w.key, w.token) })
+		_ = c.storeCall(ctx, "leave", 1, func() error {
+			if c.granter != nil && !w.acquired {
+				// A grant to it may have come unseen: give it back.
+				return c.granter.Decline(ctx, w.key, w.token)
+			}
+			return c.queuer.LeaveQueue(ctx, w.key, w.token)
+		})
 		cancel()
 	}
 }
@@ -653,9 +662,18 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		if !w.startTry() {
 			continue // a hand-off is under way: wait for it
 		}
+		if l := w.granted(); l != nil {
+			w.endTry(nil)
+			w.answered(nil)
+			return l, nil
+		}
 		w.prewatch()
+		sent := time.Now()
 		l, err := c.try(ctx, key, w.token, ttl, w.stay)
 		w.endTry(err)
+		if errors.Is(err, ErrNotAcquired) {
+			w.refusedSent = sent
+		}
 		if !w.unsureSince.IsZero() && errors.Is(err, ErrNotAcquired) && expired(ctx) == nil {
 			// Refused, perhaps by its own token: a hand-off of unknown
 			// outcome to it that landed late.
@@ -686,6 +704,33 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		}
 		return l, nil
 	}
+}
+
+// granted returns w's lease from a grant of the key to it that its store
+// told of (driver.Granter), or nil. The grant holds the key for w's TTL or
+// the rest of its entry's stay if that is shorter, so the lease counts
+// min(ttl, stay) from w's last refused attempt, and its first renewal
+// (Lease.confirm, or the KeepAlive that follows) brings it to the TTL. A
+// grant with less than half of that left before its local deadline is
+// left to w's next attempt, which finds the key held by w's token and
+// renews it (driver.Granter). An attempt is marked in flight (startTry).
+func (w *waiter) granted() *Lease {
+	c := w.c
+	if c.granter == nil || w.turn == nil || w.refusedSent.IsZero() {
+		return nil
+	}
+	fence, ok := c.granter.Granted(w.key, w.token)
+	if !ok {
+		return nil
+	}
+	first := min(w.ttl, w.stay)
+	if time.Until(w.refusedSent.Add(first-w.ttl/DefaultDriftDivisor)) < first/2 {
+		return nil
+	}
+	sent := w.refusedSent.Add(first - w.ttl) // so that sent + ttl is the grant's term
+	l := c.newLease(w.key, w.token, fence, w.ttl, sent, time.Now())
+	l.unconfirmed = sent
+	return l
 }
 
 // take makes a hand-off's answer w's lease, or nil. A lease handed to a
