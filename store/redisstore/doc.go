@@ -21,6 +21,15 @@
 // QueueDeadlinesKey(key) names, with a hash of key and token as the message:
 // WatchTurn); a key nobody queues for is released without a PUBLISH.
 //
+// A waiter whose turn its Store watches when it attempts asks for a grant
+// (driver.Granter): the release then gives it the key in the same script,
+// with a new fence, for its TTL or the rest of its entry's stay if that is
+// shorter, and publishes its message followed by the fence, which Granted
+// returns. Its next attempt finds a grant whose word was lost (the key
+// holds its token): it renews the key to its TTL and answers the fence.
+// Decline gives back a grant never taken. While writes wait for replicas
+// the word is not used: the waiter's acknowledged attempt takes the grant.
+//
 // Each operation is one Lua script, so one round trip once the script is
 // cached on the server (EVALSHA, with EVAL as the fallback). Acquire and
 // release must not run twice, so they are sent as commands go-redis does not
