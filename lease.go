@@ -189,6 +189,13 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
+	return l.renew(ctx, ttl, false)
+}
+
+// renew is Renew; confirming, it is the confirmation of a grant (confirm),
+// which a call on the lease since the grant makes moot: it then does
+// nothing and returns nil.
+func (l *Lease) renew(ctx context.Context, ttl time.Duration, confirming bool) error {
 	if !l.begin(ctx.Done()) {
 		return fmt.Errorf("leasehold: renew %q: still waiting for another call on the lease: %w", l.key, context.Cause(ctx))
 	}
@@ -196,8 +203,13 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	// Not owned is no wrong-owner event after our own release, nor a second
 	// one after the renewal engine reported it.
 	running, released := l.r.keeper != nil, l.released || l.notOwnedSeen
+	moot := running || l.ended || released || !l.r.sent.Equal(l.unconfirmed)
 	l.mu.Unlock()
-	if running {
+	switch {
+	case confirming && moot:
+		l.finish()
+		return nil
+	case running:
 		l.finish()
 		return fmt.Errorf("leasehold: %q is renewed by its KeepAlive; stop it before renewing by hand", l.key)
 	}
@@ -246,40 +258,9 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // on the lease that comes first (a Renew, a KeepAlive, a Release) makes it
 // moot. Its outcome is reported as a Renew's.
 func (l *Lease) confirm() {
-	c := l.client
 	ctx, cancel := context.WithTimeout(context.Background(), defaultRenewTimeout)
 	defer cancel()
-	if !l.begin(ctx.Done()) {
-		return
-	}
-	l.mu.Lock()
-	moot := l.ended || l.released || l.notOwnedSeen || l.r.keeper != nil || !l.r.sent.Equal(l.unconfirmed)
-	ttl := l.r.ttl
-	l.mu.Unlock()
-	if moot || l.awaitInflight(ctx) != nil {
-		l.finish()
-		return
-	}
-	sent := time.Now()
-	err := c.storeCall(ctx, "renew", 1, func() error { return c.store.Renew(ctx, l.key, l.token, ttl) })
-	if err == nil {
-		done := time.Now()
-		l.mu.Lock()
-		l.r.sent, l.r.done = sent, done
-		l.mu.Unlock()
-	}
-	l.finish()
-	switch {
-	case err == nil:
-		l.renewed(ctx, ttl)
-	case unknownOutcome(err):
-		if len(c.observers) > 0 {
-			observe(c, ctx, RenewFailureEvent{Event: l.event(), Err: err, Consecutive: 1},
-				func(o *Observer) func(context.Context, RenewFailureEvent) { return o.OnRenewFailure })
-		}
-	case errors.Is(err, ErrNotOwned):
-		l.notOwned(ctx, "renew")
-	}
+	_ = l.renew(ctx, l.TTL(), true)
 }
 
 // Release gives the key up if it still holds the lease's token, and returns

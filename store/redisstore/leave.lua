@@ -2,9 +2,9 @@
 -- queue.lua) and, when KEYS[1] is free, wake the queue's head (lh_wake), who
 -- may have been waiting behind the leaver. With ARGV[2] '1' the leaver did
 -- not get the key: if KEYS[1] holds its token, a grant to it it never took
--- (lh_grant), the key is released as release.lua does, granted to the next
--- live head that asked for it or else freed with the head woken; KEYS[4] is
--- the fence counter. Returns 1, or 0 when ARGV[1] was neither queued nor
+-- (lh_grant), the key is released as release.lua does (lh_pass): granted to
+-- the next live head that asked for it, or else freed with the head woken;
+-- KEYS[4] is the fence counter. Returns 1, or 0 when ARGV[1] was neither queued nor
 -- holding the key. Running it twice does no harm.
 local queued = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if queued then
@@ -12,19 +12,7 @@ if queued then
 end
 local free = redis.call('EXISTS', KEYS[1]) == 0
 if not free and ARGV[2] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('EXISTS', KEYS[2]) == 1 then
-    local now = lh_now()
-    local head = lh_head(KEYS[2], KEYS[3], now)
-    if head and lh_grant(KEYS[1], KEYS[4], KEYS[2], KEYS[3], head, now) then
-      return 1
-    end
-    redis.call('DEL', KEYS[1])
-    if head then
-      lh_wake(KEYS[3], head)
-    end
-    return 1
-  end
-  redis.call('DEL', KEYS[1])
+  lh_pass(KEYS[1], KEYS[4], KEYS[2], KEYS[3], '')
   return 1
 end
 if not queued then

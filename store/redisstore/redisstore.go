@@ -63,13 +63,15 @@ var (
 	handOffLua string
 	//go:embed grant.lua
 	grantLib string
+	//go:embed pass.lua
+	passLib string
 
 	// Acquire, release and hand-off must not run twice; renew and inspect may.
 	acquireScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + acquireLua)
 	handOffScript = rscript.Once(rscript.Int64Lib + fenceLib + queueLib + grantLib + handOffLua)
-	releaseScript = rscript.Once(queueLib + grantOnDemand + releaseLua)
+	releaseScript = rscript.Once(queueLib + grantOnDemand + passLib + releaseLua)
 	// Run twice, a leave finds the key held by the next head, or free.
-	leaveScript   = rscript.New(queueLib + grantOnDemand + leaveLua)
+	leaveScript   = rscript.New(queueLib + grantOnDemand + passLib + leaveLua)
 	renewScript   = rscript.New(renewLua)
 	inspectScript = rscript.New(inspectLua)
 )
