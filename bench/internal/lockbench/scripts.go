@@ -42,17 +42,26 @@ func readLeaseholdScripts() (*leaseholdScripts, error) {
 	}
 	dir := filepath.Join(filepath.Dir(self), "..", "..", "..", "store", "redisstore")
 	lua := map[string]string{}
-	for _, name := range []string{"internal/rscript/int64.lua", "fence.lua", "queue.lua", "acquire.lua", "release.lua", "renew.lua"} {
+	for _, name := range []string{"internal/rscript/int64.lua", "fence.lua", "queue.lua", "grant.lua", "pass.lua", "acquire.lua", "release.lua", "renew.lua"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			return nil, fmt.Errorf("lockbench: the %s row sends redisstore's Lua, read from the repository: %w", scriptsID, err)
 		}
 		lua[name] = string(b)
 	}
-	// As redisstore.go's acquireScript, releaseScript and renewScript.
+	// As redisstore.go's acquireScript, releaseScript (with its
+	// grantOnDemand) and renewScript; a difference is caught below, by the
+	// scripts' SHA1s.
+	grantOnDemand := "local lh_grant_built\n" +
+		"local function lh_grant(k, fkey, q, h, head, now)\n" +
+		"  if not lh_grant_built then\n" +
+		"    lh_grant_built = (function()\n" + lua["internal/rscript/int64.lua"] + lua["fence.lua"] + lua["grant.lua"] + "\n    return lh_grant\n  end)()\n" +
+		"  end\n" +
+		"  return lh_grant_built(k, fkey, q, h, head, now)\n" +
+		"end\n"
 	srcs := map[string]string{
 		"acquire": lua["internal/rscript/int64.lua"] + lua["fence.lua"] + lua["queue.lua"] + lua["acquire.lua"],
-		"release": lua["queue.lua"] + lua["release.lua"],
+		"release": lua["queue.lua"] + grantOnDemand + lua["pass.lua"] + lua["release.lua"],
 		"renew":   lua["renew.lua"],
 	}
 	ls := &leaseholdScripts{
@@ -134,7 +143,7 @@ func (h *scriptsHandle) acquire(ctx context.Context) error {
 }
 
 func (h *scriptsHandle) release(ctx context.Context) error {
-	keys := []string{h.key, redisstore.QueueKey(h.key), redisstore.QueueDeadlinesKey(h.key)}
+	keys := []string{h.key, redisstore.QueueKey(h.key), redisstore.QueueDeadlinesKey(h.key), redisstore.FenceKey(h.key)}
 	n, err := h.ls.release.Exec(ctx, h.c, keys, []string{h.token, redisstore.ReleaseChannel(h.key)}).AsInt64()
 	if err != nil {
 		return err
