@@ -112,9 +112,6 @@ type waiter struct {
 	turn        <-chan struct{} // its own turn watch (Queuer)
 	stopTurn    func()
 	turnTried   bool
-	// refusedSent is when its last attempt the store refused was sent: a
-	// grant (driver.Granter) is counted from it.
-	refusedSent time.Time
 }
 
 // join puts a new waiter for key at the back of its line.
@@ -662,18 +659,14 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		if !w.startTry() {
 			continue // a hand-off is under way: wait for it
 		}
-		if l := w.granted(); l != nil {
+		if l := w.granted(ctx); l != nil {
 			w.endTry(nil)
 			w.answered(nil)
 			return l, nil
 		}
 		w.prewatch()
-		sent := time.Now()
 		l, err := c.try(ctx, key, w.token, ttl, w.stay)
 		w.endTry(err)
-		if errors.Is(err, ErrNotAcquired) {
-			w.refusedSent = sent
-		}
 		if !w.unsureSince.IsZero() && errors.Is(err, ErrNotAcquired) && expired(ctx) == nil {
 			// Refused, perhaps by its own token: a hand-off of unknown
 			// outcome to it that landed late.
@@ -681,7 +674,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 				if w.stay > 0 {
 					w.inQueue = true // the refused attempt joined the queue again: leave takes it out
 				}
-				if time.Since(w.unsureSince) < w.ttl/2 {
+				if time.Since(l.r.sent) < w.ttl/2 {
 					w.unsureSince = time.Time{}
 					w.acquired, w.heldUntil = true, time.Now().Add(w.ttl)
 					return l, nil
@@ -693,6 +686,7 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 				if l.release(ctx, c.cleanupTimeout) == nil {
 					w.unsureSince = time.Time{}
 				}
+				w.forgetGrant()
 				w.tryNow = true
 			}
 		}
@@ -709,28 +703,41 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 // granted returns w's lease from a grant of the key to it that its store
 // told of (driver.Granter), or nil. The grant holds the key for w's TTL or
 // the rest of its entry's stay if that is shorter, so the lease counts
-// min(ttl, stay) from w's last refused attempt, and its first renewal
-// (Lease.confirm, or the KeepAlive that follows) brings it to the TTL. A
-// grant with less than half of that left before its local deadline is
-// left to w's next attempt, which finds the key held by w's token and
-// renews it (driver.Granter). An attempt is marked in flight (startTry).
-func (w *waiter) granted() *Lease {
+// min(ttl, stay) from the send time of the attempt the grant names, and its
+// first renewal (Lease.confirm, or the KeepAlive that follows) brings it to
+// the TTL. A grant with less than half of that left before its local
+// deadline is left to w's next attempt, which finds the key held by w's
+// token and renews it (driver.Granter), as is any grant once w's ctx ended
+// or its Client closed: the attempt then fails, and w declines the grant
+// as it leaves. An attempt is marked in flight (startTry).
+func (w *waiter) granted(ctx context.Context) *Lease {
 	c := w.c
-	if c.granter == nil || w.turn == nil || w.refusedSent.IsZero() {
+	if c.granter == nil || w.turn == nil || c.usable() != nil || expired(ctx) != nil {
 		return nil
 	}
-	fence, ok := c.granter.Granted(w.key, w.token)
+	fence, from, ok := c.granter.Granted(w.key, w.token)
 	if !ok {
 		return nil
 	}
 	first := min(w.ttl, w.stay)
-	if time.Until(w.refusedSent.Add(first-w.ttl/DefaultDriftDivisor)) < first/2 {
+	if time.Until(from.Add(first-w.ttl/DefaultDriftDivisor)) < first/2 {
 		return nil
 	}
-	sent := w.refusedSent.Add(first - w.ttl) // so that sent + ttl is the grant's term
+	// Counted so that sent + ttl is the grant's term, and its certain
+	// expiry (renewal.expiredBy) no later than the grant's.
+	sent, done := from.Add(first-w.ttl), time.Now().Add(first-w.ttl)
 	l := c.newLease(w.key, w.token, fence, w.ttl, sent, time.Now())
+	l.r.done = done
 	l.unconfirmed = sent
 	return l
+}
+
+// forgetGrant drops the word of a grant to w that may still wait in its
+// store: w gave its token's hold of the key back, and keeps waiting.
+func (w *waiter) forgetGrant() {
+	if w.c.granter != nil {
+		w.c.granter.Granted(w.key, w.token)
+	}
 }
 
 // take makes a hand-off's answer w's lease, or nil. A lease handed to a
@@ -765,6 +772,7 @@ func (w *waiter) claim(ctx context.Context, sent time.Time) *Lease {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanupTimeout)
 	defer cancel()
 	var info driver.Info
+	asked := time.Now()
 	err := c.storeCall(cctx, "inspect", 1, func() (err error) {
 		info, err = c.store.Inspect(cctx, w.key)
 		return err
@@ -772,11 +780,23 @@ func (w *waiter) claim(ctx context.Context, sent time.Time) *Lease {
 	switch {
 	case err != nil:
 		c.cleanUp(ctx, w.key, w.token, 0)
+		w.forgetGrant()
 		return nil
 	case !info.Held || info.Token != w.token || info.Fence <= 0:
 		return nil
 	}
-	return c.newLease(w.key, w.token, info.Fence, w.ttl, sent, time.Now())
+	// The key may hold w's token by a grant (driver.Granter), not by the
+	// hand-off, for less than ttl from sent: the lease ends no later than
+	// the store says, and is then renewed to its TTL as a grant's is.
+	from := sent
+	if end := asked.Add(info.TTL); end.Before(sent.Add(w.ttl)) {
+		from = end.Add(-w.ttl)
+	}
+	l := c.newLease(w.key, w.token, info.Fence, w.ttl, from, time.Now())
+	if from != sent {
+		l.unconfirmed = from
+	}
+	return l
 }
 
 // giveBack ends l in the store: by a hand-off to the head of the Client's

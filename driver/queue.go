@@ -98,23 +98,26 @@ type HandOffer interface {
 // and tells the head's store client the fence, so that the new owner starts
 // without an attempt of its own (docs/design.md §5, "Grants").
 //
-// A grant holds the key for the TTL the head's last AcquireQueued asked,
-// or the rest of the stay of the entry that call made or refreshed when
-// that is shorter: a head that died holds the key no longer than its entry
-// would have held the queue up. Counted by the waiter, the grant's lease
-// runs at least min(ttl, stay) from the send time of its last
-// AcquireQueued the store refused (stay as QueueStay caps it).
+// A grant holds the key for the TTL the head asked, or the rest of the stay
+// of its entry when that is shorter: a head that died holds the key no
+// longer than its entry would have held the queue up. The entry's stay was
+// last counted from an AcquireQueued of the head, which the grant names, so
+// the grant's lease runs at least min(ttl, stay) from that call's send time
+// (stay as QueueStay caps it).
 type Granter interface {
 	Queuer
 
 	// Granted reports the fence of a grant of key to token that the store
 	// told this client of since token's turn watch (WatchTurn) began, and
-	// forgets it. ok is false when no word of one came: words may be lost,
-	// and a store may withhold them (for instance until a write is
-	// acknowledged by replicas). A waiter whose grant went unseen finds it
-	// by its next AcquireQueued, which renews the key it holds to that
-	// call's ttl and returns the grant's fence.
-	Granted(key, token string) (fence int64, ok bool)
+	// the send time of the AcquireQueued of token whose entry the grant
+	// was sized from, and forgets it. ok is false when no word of one came:
+	// words may be lost, and a store may withhold them (for instance until
+	// a write is acknowledged by replicas). A waiter whose grant went
+	// unseen finds it by its next AcquireQueued, which renews the key it
+	// holds to that call's ttl and returns the grant's fence. A waiter that
+	// gave the key back since (Decline, Release) must ignore a word that
+	// was still waiting.
+	Granted(key, token string) (fence int64, from time.Time, ok bool)
 
 	// Decline is LeaveQueue for a waiter that does not take the key: when
 	// key holds token, a grant the waiter will not use, it is released as

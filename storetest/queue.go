@@ -338,6 +338,7 @@ func testGrant(t *testing.T, s driver.Store) {
 	const stay = 2 * time.Second // < longTTL: the grant's term is the stay's
 	f0 := acquire(t, s, key, "holder", longTTL)
 	turns := map[string]<-chan struct{}{}
+	var joined [2]time.Time // around w1's attempt
 	for i, w := range []string{"w1", "w2"} {
 		turn, stop, err := g.WatchTurn(ctx, key, w)
 		if err != nil {
@@ -345,7 +346,13 @@ func testGrant(t *testing.T, s driver.Store) {
 		}
 		defer stop()
 		turns[w] = turn
+		if i == 0 {
+			joined[0] = time.Now()
+		}
 		_, err = g.AcquireQueued(ctx, key, w, longTTL, stay)
+		if i == 0 {
+			joined[1] = time.Now()
+		}
 		refused(t, w+" joins", err, i == 0)
 	}
 	waitTurn := func(w string) {
@@ -364,13 +371,14 @@ func testGrant(t *testing.T, s driver.Store) {
 	if info.Fence <= f0 || info.TTL <= 0 || info.TTL > stay {
 		t.Fatalf("granted to the head: %+v; want a fence above %d and a TTL within the stay %v", info, f0, stay)
 	}
-	if f, ok := g.Granted(key, "w1"); ok && f != info.Fence {
-		t.Fatalf("the word of the grant: fence %d, want %d", f, info.Fence)
+	if f, from, ok := g.Granted(key, "w1"); ok && (f != info.Fence || from.Before(joined[0]) || from.After(joined[1])) {
+		t.Fatalf("the word of the grant: fence %d from %v; want %d from the send of w1's attempt, between %v and %v",
+			f, from, info.Fence, joined[0], joined[1])
 	}
-	if f, ok := g.Granted(key, "w1"); ok {
+	if f, _, ok := g.Granted(key, "w1"); ok {
 		t.Fatalf("the word of the grant came twice (fence %d)", f)
 	}
-	if f, ok := g.Granted(key, "w2"); ok {
+	if f, _, ok := g.Granted(key, "w2"); ok {
 		t.Fatalf("a waiter behind the head was told of a grant (fence %d)", f)
 	}
 	_, err := s.Acquire(ctx, key, "newcomer", longTTL)

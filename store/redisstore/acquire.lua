@@ -5,16 +5,32 @@
 -- KEYS[3] and KEYS[4] are the queue (queue.lua). ARGV[3] is 0, or the ms a
 -- waiter's queue entry lives (it joins or refreshes it when refused), and
 -- ARGV[4] then '' or how to wake it, ARGV[5] '' or the TTL a release may
--- grant it the key for (lh_join). A waiter that finds the key held by its
--- own token (a grant, lh_grant, or a hand-off whose word it missed) owns
--- it: its TTL restarts at ARGV[2] ms, as a renewal's would, and the answer
--- is that ownership's fence.
+-- grant it the key for and this attempt's id (lh_join). A waiter that finds
+-- the key held by its own token (a grant, lh_grant, or a hand-off whose
+-- word it missed) owns it: its TTL restarts at ARGV[2] ms, as a renewal's
+-- would, and the answer is that ownership's fence (a new one only when the
+-- counter was deleted).
 -- Returns {1, fence as a decimal string} when acquired, {0, remaining ms of
 -- the holder} when not (-2: not held, or the caller is behind the head), and
 -- an error reply, having written nothing, when the counter is not a decimal
 -- in 1 .. 2^63-1 or cannot rise further.
-local last = lh_last(KEYS[2])
 local tok, stay = ARGV[1], tonumber(ARGV[3])
+if stay > 0 and redis.call('GET', KEYS[1]) == tok then
+  local f = redis.call('GET', KEYS[2])
+  if f ~= LH_MAX then -- the last fence is this ownership's: no new one needed
+    f = lh_last(KEYS[2]) -- raises, having written nothing, on a counter that is not a decimal
+    if not f then -- deleted by hand: restarted from the clock, as any fence
+      f = lh_fence(false)
+      redis.call('SET', KEYS[2], f)
+    end
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    lh_remove(KEYS[3], KEYS[4], tok)
+  end
+  return {1, f}
+end
+local last = lh_last(KEYS[2])
 local now, head, empty = false, false, true
 if redis.call('EXISTS', KEYS[3]) == 1 then
   now = lh_now()
@@ -28,13 +44,6 @@ if (empty or head == tok) and redis.call('SET', KEYS[1], tok, 'NX', 'PX', ARGV[2
     lh_remove(KEYS[3], KEYS[4], tok)
   end
   return {1, fence}
-end
-if stay > 0 and last and redis.call('GET', KEYS[1]) == tok then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if not empty then
-    lh_remove(KEYS[3], KEYS[4], tok)
-  end
-  return {1, last}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and head then

@@ -11,11 +11,13 @@
 --
 -- The stay bounds the grant so that a head that died holds the key no longer
 -- than its entry would have held the queue up. The waiter counts the lease
--- from its last refused attempt's send time, which its entry's stay was
--- counted from at the latest, for at most that stay (docs/design.md §5).
+-- from the send time of the attempt the id names, which its entry's stay
+-- was counted from at the latest, for at most that stay (docs/design.md §5).
 local function lh_grant(k, fkey, q, h, head, now)
   local g = redis.call('HMGET', h, '  ' .. head, ' ' .. head, head)
-  local ttl, wake, dl = tonumber(g[1]), g[2], tonumber(g[3])
+  local ttl, id = string.match(g[1] or '', '^(%d+) (%S+)$')
+  local wake, dl = g[2], tonumber(g[3])
+  ttl = tonumber(ttl)
   local sp = wake and string.find(wake, ' ', 1, true)
   if not (ttl and sp and dl) or ttl < 1 or dl <= now then
     return false
@@ -30,6 +32,6 @@ local function lh_grant(k, fkey, q, h, head, now)
   lh_remove(q, h, head)
   -- pcall: the grant is made; a refused PUBLISH leaves the head to find it
   -- by its next attempt (acquire.lua answers it with the fence).
-  redis.pcall('PUBLISH', string.sub(wake, 1, sp - 1), string.sub(wake, sp + 1) .. ' ' .. fence)
+  redis.pcall('PUBLISH', string.sub(wake, 1, sp - 1), string.sub(wake, sp + 1) .. ' ' .. fence .. ' ' .. id)
   return true
 end

@@ -148,11 +148,11 @@ func (s *lostWords) AcquireQueued(ctx context.Context, key, token string, ttl, s
 	return s.Store.AcquireQueued(ctx, key, token, ttl, stay)
 }
 
-func (s *lostWords) Granted(key, token string) (int64, bool) {
+func (s *lostWords) Granted(key, token string) (int64, time.Time, bool) {
 	if s.armed.Load() {
 		s.cancel()
 	}
-	return 0, false
+	return 0, time.Time{}, false
 }
 
 // A waiter that gives up after a grant was made to it, unseen, gives the key
@@ -327,7 +327,7 @@ func TestReleaseGrantsNothingPastABadCounter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the head was not woken")
 	}
-	if f, ok := s.Granted(key, "head"); ok {
+	if f, _, ok := s.Granted(key, "head"); ok {
 		t.Fatalf("a grant past a bad counter (fence %d)", f)
 	}
 	if n, err := rc.Exists(ctx, key).Result(); err != nil || n != 0 {

@@ -41,7 +41,9 @@ type subscriptions struct {
 	turnMu    sync.Mutex
 	turnSeen  bool                                  // turns was confirmed once: a later confirmation follows a reconnect
 	turnWait  map[string]map[chan struct{}]struct{} // turn watchers by message
-	turnGrant map[string]int64                      // fences of grants by message, for watched messages (takeGrant)
+	turnGrant map[string]grant                      // grants by message, for watched messages (takeGrant)
+	attempts  map[string][]attemptSent              // by message, a watched waiter's latest attempts that asked for a grant, oldest first
+	attemptID uint64                                // the last attempt id given; under turnMu
 
 	mu      sync.Mutex
 	ps      *redis.PubSub // nil until the first watch
@@ -66,8 +68,28 @@ func (s *subscriptions) init(client redis.UniversalClient) {
 	s.turnSeed = maphash.MakeSeed()
 	s.turnReady = make(chan struct{})
 	s.turnWait = make(map[string]map[chan struct{}]struct{})
-	s.turnGrant = make(map[string]int64)
+	s.turnGrant = make(map[string]grant)
+	s.attempts = make(map[string][]attemptSent)
 }
+
+// grant is the word of a grant: its fence, and the send time of the attempt
+// it names.
+type grant struct {
+	fence int64
+	from  time.Time
+}
+
+// attemptSent is an attempt that asked for a grant: its id and send time.
+type attemptSent struct {
+	id   string
+	sent time.Time
+}
+
+// maxAttemptsKept bounds the attempts kept per watched waiter. A grant names
+// the latest attempt that reached the server before it; a Client's waiter
+// sends one at a time, so that is one of its last two, and a word naming an
+// older one is dropped (the waiter's next attempt finds the grant).
+const maxAttemptsKept = 4
 
 // turnMessage is the message that wakes the turn watch of token on key: a
 // hash of both, never the token, which is the lease's credential once
@@ -125,6 +147,7 @@ func (s *subscriptions) watchTurn(ctx context.Context, key, token string) (<-cha
 				if len(w) == 0 {
 					delete(s.turnWait, msg)
 					delete(s.turnGrant, msg)
+					delete(s.attempts, msg)
 				}
 			}
 		})
@@ -177,11 +200,12 @@ func (s *subscriptions) notConfirmed(channel string, err error) error {
 }
 
 // wakeTurn wakes the turn watchers of a turn message: the watch's message,
-// and after a space the fence of a grant (grant.lua), kept for takeGrant
-// while the message is watched. A message of no watch is dropped: its
-// waiter left, and gave a grant back when it did (Decline).
+// and for a grant (grant.lua) a space, its fence, a space and the id of the
+// attempt it names, kept for takeGrant while the message is watched. A word
+// of no watch is dropped (its waiter left, and gave a grant back when it
+// did: Decline), as is one naming an attempt not kept.
 func (s *subscriptions) wakeTurn(payload string) {
-	msg, fence, granted := strings.Cut(payload, " ")
+	msg, rest, granted := strings.Cut(payload, " ")
 	s.turnMu.Lock()
 	defer s.turnMu.Unlock()
 	w := s.turnWait[msg]
@@ -189,35 +213,52 @@ func (s *subscriptions) wakeTurn(payload string) {
 		return
 	}
 	if granted {
-		if f, ok := driver.ParseFence(fence); ok {
-			s.turnGrant[msg] = f
+		fence, id, _ := strings.Cut(rest, " ")
+		f, ok := driver.ParseFence(fence)
+		for _, a := range s.attempts[msg] {
+			if ok && a.id == id {
+				s.turnGrant[msg] = grant{fence: f, from: a.sent}
+			}
 		}
+		delete(s.attempts, msg) // the grant took the entry: a later attempt makes a new one
 	}
 	wakeEach(w)
 }
 
-// watched reports whether the turn of token on key is watched.
-func (s *subscriptions) watched(key, token string) bool {
+// attempt gives an id to an attempt of token on key about to be sent, and
+// keeps its send time, if its turn is watched: a release may then grant it
+// the key, and the word will name this id.
+func (s *subscriptions) attempt(key, token string) (string, bool) {
 	msg := s.turnMessage(key, token)
 	s.turnMu.Lock()
 	defer s.turnMu.Unlock()
-	return s.turnWait[msg] != nil
+	if s.turnWait[msg] == nil {
+		return "", false
+	}
+	s.attemptID++
+	id := strconv.FormatUint(s.attemptID, 36)
+	kept := append(s.attempts[msg], attemptSent{id: id, sent: time.Now()})
+	if len(kept) > maxAttemptsKept {
+		kept = kept[len(kept)-maxAttemptsKept:]
+	}
+	s.attempts[msg] = kept
+	return id, true
 }
 
 // takeGrant returns, and forgets, the fence of a grant to token on key
-// that came while its turn was watched. The message is a 64-bit hash of
-// key and token: a collision could hand one waiter another's fence, which
-// the Client's confirming renewal then refuses (the key does not hold its
-// token).
-func (s *subscriptions) takeGrant(key, token string) (int64, bool) {
+// that came while its turn was watched, and the send time of the attempt
+// it names. The message is a 64-bit hash of key and token: a collision
+// could hand one waiter another's fence, which the Client's confirming
+// renewal then refuses (the key does not hold its token).
+func (s *subscriptions) takeGrant(key, token string) (int64, time.Time, bool) {
 	msg := s.turnMessage(key, token)
 	s.turnMu.Lock()
 	defer s.turnMu.Unlock()
-	f, ok := s.turnGrant[msg]
+	g, ok := s.turnGrant[msg]
 	if ok {
 		delete(s.turnGrant, msg)
 	}
-	return f, ok
+	return g.fence, g.from, ok
 }
 
 // wakeAllTurns wakes every turn watcher: the channel was subscribed again

@@ -3,8 +3,9 @@
 -- HASH of token -> deadline in server milliseconds, plus, for a waiter whose
 -- Store watches turns, ' ' .. token -> that Store's channel, a space and the
 -- message that wakes this waiter there, '  ' .. token -> the TTL in ms the
--- waiter asks a release to grant it the key for (lh_grant; only with a
--- channel), and the field '' holding the last arrival number. (Tokens are printable ASCII without spaces: neither '' nor
+-- waiter asks a release to grant it the key for, a space and the id of the
+-- attempt that asked (lh_grant; only with a channel), and the field ''
+-- holding the last arrival number. (Tokens are printable ASCII without spaces: neither '' nor
 -- a field starting with a space is one.) Both keys share the lock key's
 -- slot, are deleted when the queue empties, and expire with their latest
 -- entry.
@@ -69,7 +70,8 @@ end
 -- lh_join puts tok at the back of the queue, or keeps its place, valid until
 -- now + stay ms; wake is '' or its Store's channel, a space and the message
 -- that wakes tok there (lh_wake), and grant '' or the TTL in ms a release
--- may grant tok the key for (lh_grant), with a wake only. The keys live as
+-- may grant tok the key for and the attempt's id (lh_grant), with a wake
+-- only. The keys live as
 -- long as their latest entry.
 local function lh_join(q, h, tok, now, stay, wake, grant)
   if not redis.call('ZSCORE', q, tok) then
@@ -79,6 +81,7 @@ local function lh_join(q, h, tok, now, stay, wake, grant)
     redis.call('HSET', h, tok, now + stay, ' ' .. tok, wake, '  ' .. tok, grant)
   elseif wake ~= '' then
     redis.call('HSET', h, tok, now + stay, ' ' .. tok, wake)
+    redis.call('HDEL', h, '  ' .. tok) -- its turn no longer watched: no grant
   else
     redis.call('HSET', h, tok, now + stay)
   end

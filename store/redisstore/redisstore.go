@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -357,10 +358,11 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl time.Duratio
 	args := append(make([]any, 0, 5), token, millis(ttl), stayMS)
 	if stayMS > 0 { // a waiter: how its Store is woken to its turn (queue.lua)
 		args = append(args, s.subs.turnWake(key, token))
-		if s.subs.watched(key, token) {
+		if id, ok := s.subs.attempt(key, token); ok {
 			// Its turn is watched, so a release may grant it the key
-			// (grant.lua): the word reaches it (Granted).
-			args = append(args, millis(ttl))
+			// (grant.lua): the word reaches it (Granted), naming this
+			// attempt, whose send time the grant is counted from.
+			args = append(args, strconv.FormatInt(millis(ttl), 10)+" "+id)
 		}
 	}
 	res, err := s.runAcked(ctx, acquireScript, []string{key, fencePrefix + sfx, queuePrefix + sfx, queuedPrefix + sfx},
@@ -538,14 +540,15 @@ func (s *Store) Decline(ctx context.Context, key, token string) error {
 }
 
 // Granted implements driver.Granter: the fence of a grant to token on key
-// that the Store's turn channel brought since token's turn watch began. A
-// grant is not used while writes wait for replicas (replica
-// acknowledgement, on by default where a primary has replicas): the
-// release that made it was not acknowledged, so the waiter's next
+// that the Store's turn channel brought since token's turn watch began, and
+// the send time of the AcquireQueued whose entry the grant was sized from
+// (the word names it). A grant is not used while writes wait for replicas
+// (replica acknowledgement, on by default where a primary has replicas):
+// the release that made it was not acknowledged, so the waiter's next
 // AcquireQueued, acknowledged, takes it instead.
-func (s *Store) Granted(key, token string) (int64, bool) {
+func (s *Store) Granted(key, token string) (int64, time.Time, bool) {
 	if !s.acks.unacked() {
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	return s.subs.takeGrant(key, token)
 }

@@ -1,0 +1,246 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/store/redisstore"
+	"github.com/leasehold/leasehold/storetest"
+)
+
+// faultyHandOff is a real Store whose next HandOff, once armed, fails
+// as a call whose request never reached the server does (a reset
+// connection): an outcome the Client cannot know. Optionally its next
+// Inspect fails the same way.
+type faultyHandOff struct {
+	*redisstore.Store
+	failHandOff atomic.Bool
+	failInspect atomic.Bool
+	mu          sync.Mutex
+	handOffNext []string
+}
+
+var errInjected = errors.New("injected: write tcp 127.0.0.1: connection reset by peer (the request never reached the server)")
+
+func (s *faultyHandOff) HandOff(ctx context.Context, key, token, next string, ttl time.Duration) (int64, string, error) {
+	if s.failHandOff.CompareAndSwap(true, false) {
+		s.mu.Lock()
+		s.handOffNext = append(s.handOffNext, next)
+		s.mu.Unlock()
+		return 0, "", errInjected
+	}
+	return s.Store.HandOff(ctx, key, token, next, ttl)
+}
+
+func (s *faultyHandOff) Inspect(ctx context.Context, key string) (driver.Info, error) {
+	if s.failInspect.CompareAndSwap(true, false) {
+		time.Sleep(50 * time.Millisecond) // long enough for a grant's word on pub/sub to arrive meanwhile
+		return driver.Info{}, errInjected
+	}
+	return s.Store.Inspect(ctx, key)
+}
+
+var leaseLeftRE = regexp.MustCompile(`\(([0-9.]+[a-zµ]+) left\)`)
+
+// leaseLeft is how long the lease believes it still holds the key (from
+// its String, the only public view of its local deadline).
+func leaseLeft(t *testing.T, l *leasehold.Lease) time.Duration {
+	t.Helper()
+	m := leaseLeftRE.FindStringSubmatch(l.String())
+	if m == nil {
+		return 0
+	}
+	d, err := time.ParseDuration(m[1])
+	if err != nil {
+		t.Fatalf("parse %q: %v", l.String(), err)
+	}
+	return d
+}
+
+// A hand-off to this Client's own waiter that fails before reaching the
+// server is followed by a plain release (giveBack), which grants the key
+// to that same waiter (it is the queue's head and asked for a grant). The
+// waiter then claims the hand-off of unknown outcome (claim) and finds the
+// key held by its token: by a grant, for the waiter's stay at most (2.5 s
+// by default), not by a hand-off for the TTL. The lease must end no later
+// than the store says (it was dated for the whole TTL, ~10 s, while the key
+// expired within 2.5 s and another Client took it).
+func TestGrantClaimAfterFailedHandOffOutlivesTheKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	const ttl = 10 * time.Second
+	for attempt := range 5 {
+		key := storetest.Key(t) + ":" + string(rune('a'+attempt))
+		fs := &faultyHandOff{Store: newStore(t, singleClient(shared.Addr()))}
+		// The Store's turn channel is up, as after any earlier wait in the
+		// process: a waiter's watch is then in place before its first
+		// attempt (prewatch), also while this Client holds the key.
+		if _, stop, err := fs.WatchTurn(ctx, key+":warm", "warm"); err != nil {
+			t.Fatal(err)
+		} else {
+			stop()
+		}
+		c := leasehold.New(fs)
+		other := leasehold.New(newStore(t, singleClient(shared.Addr())))
+		held, err := c.Acquire(ctx, key, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			l   *leasehold.Lease
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := c.Acquire(ctx, key, ttl)
+			got <- result{l, err}
+		}()
+		waitGrantAsked(t, key)
+		time.Sleep(20 * time.Millisecond) // let the waiter's attempt be answered: a hand-off goes only to a waiter not trying
+		fs.failHandOff.Store(true)
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not get the key within 10 s")
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		fs.mu.Lock()
+		named := len(fs.handOffNext) == 1 && fs.handOffNext[0] != ""
+		fs.mu.Unlock()
+		if !named {
+			// The waiter was trying at the release: no hand-off named it.
+			_ = r.l.Release(context.WithoutCancel(ctx))
+			c.Close()
+			other.Close()
+			continue
+		}
+		info, err := fs.Store.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := leaseLeft(t, r.l)
+		t.Logf("waiter's lease %v; server: held=%v by waiter=%v, TTL %v", r.l, info.Held, info.Token == r.l.Token(), info.TTL)
+		margin := ttl / leasehold.DefaultDriftDivisor
+		if info.Held && info.Token == r.l.Token() && left-margin <= info.TTL {
+			t.Logf("no defect on this run: the lease's deadline is within the key's TTL")
+			_ = r.l.Release(context.WithoutCancel(ctx))
+			c.Close()
+			other.Close()
+			return
+		}
+		// Show the second holder: wait for the key to expire, then another
+		// Client takes it while the waiter's lease still believes it holds.
+		var l2 *leasehold.Lease
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if l2, err = other.TryAcquire(ctx, key, ttl); err == nil {
+				break
+			}
+		}
+		if l2 != nil {
+			t.Errorf("two holders: another Client took %q (fence %d) while the waiter's lease %v still believes it holds it (from a claim of a failed hand-off that was really a grant for the stay)", key, l2.Fence(), r.l)
+			_ = l2.Release(context.WithoutCancel(ctx))
+		} else {
+			t.Errorf("the waiter's lease believes %v left (deadline %v after the drift margin) but the key's TTL on the server is %v", left, left-margin, info.TTL)
+		}
+		c.Close()
+		other.Close()
+		return
+	}
+	t.Skip("the waiter was trying at every release: no hand-off named it")
+}
+
+// The same failed hand-off, and then the waiter's look at the key (claim's
+// Inspect) fails too: claim then releases the waiter's token in case
+// (cleanUp), which gives back the grant the retried release made to it,
+// while the grant's word still waits in the Store (the waiter was waiting
+// for the hand-off's answer, not its turn channel, when it came). The
+// waiter must not take a lease from that word (waiter.granted) for a key it
+// just gave back, which another Client then holds (forgetGrant).
+func TestGrantWordOutlivesClaimCleanUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	const ttl = time.Second
+	for attempt := range 5 {
+		key := storetest.Key(t) + ":" + string(rune('a'+attempt))
+		fs := &faultyHandOff{Store: newStore(t, singleClient(shared.Addr()))}
+		if _, stop, err := fs.WatchTurn(ctx, key+":warm", "warm"); err != nil {
+			t.Fatal(err)
+		} else {
+			stop()
+		}
+		c := leasehold.New(fs, leasehold.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+		other := leasehold.New(newStore(t, singleClient(shared.Addr())))
+		held, err := c.Acquire(ctx, key, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			l   *leasehold.Lease
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := c.Acquire(ctx, key, ttl)
+			got <- result{l, err}
+		}()
+		waitGrantAsked(t, key)
+		time.Sleep(5 * time.Millisecond)
+		fs.failHandOff.Store(true)
+		fs.failInspect.Store(true)
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not get the key within 10 s")
+		}
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		fs.mu.Lock()
+		named := len(fs.handOffNext) == 1 && fs.handOffNext[0] != ""
+		fs.mu.Unlock()
+		inspected := !fs.failInspect.Load()
+		info, err := fs.Store.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := leaseLeft(t, r.l)
+		t.Logf("hand-off named the waiter: %v, claim's Inspect failed: %v; waiter's lease %v; server: held=%v by waiter=%v, TTL %v, fence %d",
+			named, inspected, r.l, info.Held, info.Token == r.l.Token(), info.TTL, info.Fence)
+		if !named || !inspected {
+			_ = r.l.Release(context.WithoutCancel(ctx))
+			c.Close()
+			other.Close()
+			continue
+		}
+		if !info.Held || info.Token != r.l.Token() {
+			l2, err := other.TryAcquire(ctx, key, ttl)
+			if err == nil {
+				t.Errorf("two holders: Acquire returned a lease %v from a grant its own clean-up had given back; another Client then took the key with fence %d", r.l, l2.Fence())
+				_ = l2.Release(context.WithoutCancel(ctx))
+			} else {
+				t.Errorf("Acquire returned a lease %v (%v left) for a key that does not hold its token (%+v)", r.l, left, info)
+			}
+		}
+		c.Close()
+		other.Close()
+		return
+	}
+	t.Skip("no run had the hand-off name the waiter and claim inspect the key")
+}
