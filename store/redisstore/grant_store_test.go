@@ -139,3 +139,45 @@ func TestGrantFenceEdges(t *testing.T) {
 		stop()
 	}
 }
+
+// Granted forgets the attempts it was asked about: a word naming one of
+// them that arrives later is dropped (a waiter that asks to forget a grant,
+// having given its key back, must not take one still on its way), and the
+// waiter's next attempt finds the grant instead.
+func TestGrantWordAfterForgetIsDropped(t *testing.T) {
+	ctx := t.Context()
+	key := storetest.Key(t)
+	s := newStore(t, singleClient(shared.Addr()))
+	if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	turn, stop, err := s.WatchTurn(ctx, key, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := s.AcquireQueued(ctx, key, "w", time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("joins: %v", err)
+	}
+	if _, _, ok := s.Granted(key, "w"); ok {
+		t.Fatal("a word before any grant")
+	}
+	if err := s.Release(ctx, key, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-turn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no word of the grant within 5 s")
+	}
+	if f, _, ok := s.Granted(key, "w"); ok {
+		t.Fatalf("a word naming an attempt forgotten before it came was kept (fence %d)", f)
+	}
+	info, err := s.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := s.AcquireQueued(ctx, key, "w", time.Minute, time.Minute); err != nil || f != info.Fence {
+		t.Fatalf("the waiter's next attempt: %d, %v; want the grant's fence %d", f, err, info.Fence)
+	}
+}

@@ -72,17 +72,21 @@ func (s *subscriptions) init(client redis.UniversalClient) {
 	s.attempts = make(map[string][]attemptSent)
 }
 
-// grant is the word of a grant: its fence, and the send time of the attempt
-// it names.
+// grant is the word of a grant: its fence, the send time of the attempt it
+// names, and that attempt's key and token (messages are hashes, which may
+// collide).
 type grant struct {
-	fence int64
-	from  time.Time
+	fence      int64
+	from       time.Time
+	key, token string
 }
 
-// attemptSent is an attempt that asked for a grant: its id and send time.
+// attemptSent is an attempt that asked for a grant: its id, send time, key
+// and token.
 type attemptSent struct {
-	id   string
-	sent time.Time
+	id         string
+	sent       time.Time
+	key, token string
 }
 
 // maxAttemptsKept bounds the attempts kept per watched waiter. A grant names
@@ -217,7 +221,7 @@ func (s *subscriptions) wakeTurn(payload string) {
 		f, ok := driver.ParseFence(fence)
 		for _, a := range s.attempts[msg] {
 			if ok && a.id == id {
-				s.turnGrant[msg] = grant{fence: f, from: a.sent}
+				s.turnGrant[msg] = grant{fence: f, from: a.sent, key: a.key, token: a.token}
 			}
 		}
 		delete(s.attempts, msg) // the grant took the entry: a later attempt makes a new one
@@ -237,7 +241,7 @@ func (s *subscriptions) attempt(key, token string) (string, bool) {
 	}
 	s.attemptID++
 	id := strconv.FormatUint(s.attemptID, 36)
-	kept := append(s.attempts[msg], attemptSent{id: id, sent: time.Now()})
+	kept := append(s.attempts[msg], attemptSent{id: id, sent: time.Now(), key: key, token: token})
 	if len(kept) > maxAttemptsKept {
 		kept = kept[len(kept)-maxAttemptsKept:]
 	}
@@ -247,18 +251,35 @@ func (s *subscriptions) attempt(key, token string) (string, bool) {
 
 // takeGrant returns, and forgets, the fence of a grant to token on key
 // that came while its turn was watched, and the send time of the attempt
-// it names. The message is a 64-bit hash of key and token: a collision
-// could hand one waiter another's fence, which the Client's confirming
-// renewal then refuses (the key does not hold its token).
+// it names. It also forgets the attempts of token on key kept so far, so
+// that a word naming one of them that is still on its way is dropped: the
+// waiter takes it now or never (it calls this before each attempt, and to
+// forget a grant whose key it gave back, and each attempt has a new id).
+// Messages are 64-bit hashes of key and token; a grant is only returned to
+// the key and token of the attempt it names.
 func (s *subscriptions) takeGrant(key, token string) (int64, time.Time, bool) {
 	msg := s.turnMessage(key, token)
 	s.turnMu.Lock()
 	defer s.turnMu.Unlock()
-	g, ok := s.turnGrant[msg]
-	if ok {
-		delete(s.turnGrant, msg)
+	if kept := s.attempts[msg]; len(kept) > 0 {
+		others := kept[:0]
+		for _, a := range kept {
+			if a.key != key || a.token != token {
+				others = append(others, a)
+			}
+		}
+		if len(others) == 0 {
+			delete(s.attempts, msg)
+		} else {
+			s.attempts[msg] = others
+		}
 	}
-	return g.fence, g.from, ok
+	g, ok := s.turnGrant[msg]
+	if !ok || g.key != key || g.token != token {
+		return 0, time.Time{}, false
+	}
+	delete(s.turnGrant, msg)
+	return g.fence, g.from, true
 }
 
 // wakeAllTurns wakes every turn watcher: the channel was subscribed again

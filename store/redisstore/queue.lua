@@ -84,6 +84,7 @@ local function lh_join(q, h, tok, now, stay, wake, grant)
     redis.call('HDEL', h, '  ' .. tok) -- its turn no longer watched: no grant
   else
     redis.call('HSET', h, tok, now + stay)
+    redis.call('HDEL', h, ' ' .. tok, '  ' .. tok) -- nobody to wake, nor to grant
   end
   if redis.call('PTTL', q) < stay then
     redis.call('PEXPIRE', q, stay)
