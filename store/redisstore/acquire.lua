@@ -15,7 +15,9 @@
 -- an error reply, having written nothing, when the counter is not a decimal
 -- in 1 .. 2^63-1 or cannot rise further.
 local tok, stay = ARGV[1], tonumber(ARGV[3])
-if stay > 0 and redis.call('GET', KEYS[1]) == tok then
+-- pcall: a key of another type is no lock of this waiter's (WRONGTYPE is a
+-- table here, never tok); the refusal below reports it as before.
+if stay > 0 and redis.pcall('GET', KEYS[1]) == tok then
   local f = redis.call('GET', KEYS[2])
   if f ~= LH_MAX then -- the last fence is this ownership's: no new one needed
     f = lh_last(KEYS[2]) -- raises, having written nothing, on a counter that is not a decimal

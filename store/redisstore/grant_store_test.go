@@ -181,3 +181,27 @@ func TestGrantWordAfterForgetIsDropped(t *testing.T) {
 		t.Fatalf("the waiter's next attempt: %d, %v; want the grant's fence %d", f, err, info.Fence)
 	}
 }
+
+// A queued attempt and a Decline on a key that holds another type (no lock)
+// fail or pass as they did before grants: the attempt is refused as held
+// by an unreadable holder, not failed by the own-token check's GET, and
+// Decline leaves the key alone.
+func TestGrantChecksOnAKeyOfAnotherType(t *testing.T) {
+	ctx := t.Context()
+	key := storetest.Key(t)
+	s := newStore(t, singleClient(shared.Addr()))
+	rc := singleClient(shared.Addr())
+	defer rc.Close()
+	if err := rc.HSet(ctx, key, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireQueued(ctx, key, "w", time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("a queued attempt on a hash: %v, want ErrNotAcquired", err)
+	}
+	if err := s.Decline(ctx, key, "w"); err != nil {
+		t.Fatalf("Decline on a hash: %v", err)
+	}
+	if typ, err := rc.Type(ctx, key).Result(); err != nil || typ != "hash" {
+		t.Fatalf("the key after Decline: %q, %v; want the hash left alone", typ, err)
+	}
+}

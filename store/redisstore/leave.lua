@@ -11,7 +11,8 @@ if queued then
   lh_remove(KEYS[2], KEYS[3], ARGV[1])
 end
 local free = redis.call('EXISTS', KEYS[1]) == 0
-if not free and ARGV[2] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
+-- pcall: a key of another type holds no token (WRONGTYPE is a table here).
+if not free and ARGV[2] == '1' and redis.pcall('GET', KEYS[1]) == ARGV[1] then
   lh_pass(KEYS[1], KEYS[4], KEYS[2], KEYS[3], '')
   return 1
 end
