@@ -317,8 +317,8 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // On a store that grants a released key to its queue's head
 // (driver.Granter: Redis) the lease may come from such a grant, without an
 // attempt: it is held first for the waiter's queue stay at most (2.5 s by
-// default), counted from its last refused attempt, and renewed to ttl at
-// once in the background. Should that renewal fail, the Observer hears of
+// default), counted from the send of the attempt the grant names, and
+// renewed to ttl at once in the background. Should that renewal fail, the Observer hears of
 // it (OnRenewFailure, OnNotOwned) and the lease ends with the grant's
 // shorter term (docs/design.md §5, "Grants").
 //

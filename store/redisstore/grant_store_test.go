@@ -59,27 +59,13 @@ func TestGrantFoundByAttemptWithoutCounter(t *testing.T) {
 	ctx := t.Context()
 	key := storetest.Key(t)
 	s := newStore(t, singleClient(shared.Addr()))
-	if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	turn, stop, err := s.WatchTurn(ctx, key, "w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
 	const ttl, stay = time.Minute, time.Second
-	if _, err := s.AcquireQueued(ctx, key, "w", ttl, stay); !errors.Is(err, driver.ErrNotAcquired) {
-		t.Fatalf("joins: %v", err)
-	}
-	time.Sleep(600 * time.Millisecond)
+	turn := heldWithWatchedWaiter(t, s, key, "w", ttl, stay)
+	time.Sleep(600 * time.Millisecond) // ages the entry: the grant is shorter than its stay
 	if err := s.Release(ctx, key, "holder"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-turn:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no word")
-	}
+	waitWord(t, turn)
 	rc := singleClient(shared.Addr())
 	defer rc.Close()
 	if err := rc.Del(ctx, redisstore.FenceKey(key)).Err(); err != nil {
@@ -105,27 +91,14 @@ func TestGrantFenceEdges(t *testing.T) {
 	s := newStore(t, singleClient(shared.Addr()))
 	for _, start := range []string{"9007199254740991", "9007199254740992", "8999999999999999", "9223372036854775806"} {
 		key := storetest.Key(t) + start
-		if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		turn := heldWithWatchedWaiter(t, s, key, "w", time.Minute, time.Minute)
 		if err := rc.Set(ctx, redisstore.FenceKey(key), start, 0).Err(); err != nil {
 			t.Fatal(err)
-		}
-		turn, stop, err := s.WatchTurn(ctx, key, "w")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.AcquireQueued(ctx, key, "w", time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
-			t.Fatalf("joins: %v", err)
 		}
 		if err := s.Release(ctx, key, "holder"); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-turn:
-		case <-time.After(5 * time.Second):
-			t.Fatal("no word")
-		}
+		waitWord(t, turn)
 		n, _ := strconv.ParseInt(start, 10, 64)
 		g, _, ok := s.Granted(key, "w")
 		info, _ := s.Inspect(ctx, key)
@@ -136,7 +109,6 @@ func TestGrantFenceEdges(t *testing.T) {
 		if err != nil || f != n+1 {
 			t.Errorf("from %s: own-token attempt %d %v, want %d", start, f, err, n+1)
 		}
-		stop()
 	}
 }
 
@@ -148,28 +120,14 @@ func TestGrantWordAfterForgetIsDropped(t *testing.T) {
 	ctx := t.Context()
 	key := storetest.Key(t)
 	s := newStore(t, singleClient(shared.Addr()))
-	if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	turn, stop, err := s.WatchTurn(ctx, key, "w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if _, err := s.AcquireQueued(ctx, key, "w", time.Minute, time.Minute); !errors.Is(err, driver.ErrNotAcquired) {
-		t.Fatalf("joins: %v", err)
-	}
+	turn := heldWithWatchedWaiter(t, s, key, "w", time.Minute, time.Minute)
 	if _, _, ok := s.Granted(key, "w"); ok {
 		t.Fatal("a word before any grant")
 	}
 	if err := s.Release(ctx, key, "holder"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-turn:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no word of the grant within 5 s")
-	}
+	waitWord(t, turn)
 	if f, _, ok := s.Granted(key, "w"); ok {
 		t.Fatalf("a word naming an attempt forgotten before it came was kept (fence %d)", f)
 	}
@@ -203,5 +161,35 @@ func TestGrantChecksOnAKeyOfAnotherType(t *testing.T) {
 	}
 	if typ, err := rc.Type(ctx, key).Result(); err != nil || typ != "hash" {
 		t.Fatalf("the key after Decline: %q, %v; want the hash left alone", typ, err)
+	}
+}
+
+// heldWithWatchedWaiter has "holder" take key for a minute and tok join its
+// queue with its turn watched, so that it asks for a grant; it returns the
+// watch, stopped when the test ends.
+func heldWithWatchedWaiter(t *testing.T, s *redisstore.Store, key, tok string, ttl, stay time.Duration) <-chan struct{} {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	turn, stop, err := s.WatchTurn(ctx, key, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if _, err := s.AcquireQueued(ctx, key, tok, ttl, stay); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("%s joins: %v", tok, err)
+	}
+	return turn
+}
+
+// waitWord waits, at most 5 s, for the word on a turn watch.
+func waitWord(t *testing.T, turn <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-turn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no word of the turn within 5 s")
 	}
 }

@@ -303,17 +303,7 @@ func TestReleaseGrantsNothingPastABadCounter(t *testing.T) {
 	ctx := t.Context()
 	key := storetest.Key(t)
 	s := newStore(t, singleClient(shared.Addr()))
-	if _, err := s.Acquire(ctx, key, "holder", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	turn, stop, err := s.WatchTurn(ctx, key, "head")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if _, err := s.AcquireQueued(ctx, key, "head", time.Minute, time.Minute); !errors.Is(err, leasehold.ErrNotAcquired) {
-		t.Fatalf("the head joins: %v", err)
-	}
+	turn := heldWithWatchedWaiter(t, s, key, "head", time.Minute, time.Minute)
 	rc := singleClient(shared.Addr())
 	defer rc.Close()
 	if err := rc.Set(ctx, redisstore.FenceKey(key), "not a number", 0).Err(); err != nil {
@@ -322,11 +312,7 @@ func TestReleaseGrantsNothingPastABadCounter(t *testing.T) {
 	if err := s.Release(ctx, key, "holder"); err != nil {
 		t.Fatalf("release past a bad counter: %v", err)
 	}
-	select {
-	case <-turn:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the head was not woken")
-	}
+	waitWord(t, turn)
 	if f, _, ok := s.Granted(key, "head"); ok {
 		t.Fatalf("a grant past a bad counter (fence %d)", f)
 	}
