@@ -20,8 +20,9 @@ import (
 	"time"
 )
 
-// This file starts real etcd servers (Debian package etcd-server, which
-// installs /usr/bin/etcd) for tests, the way redis.go starts redis-server:
+// This file starts real etcd servers (EtcdPath: the build of
+// scripts/etcd.sh, or the Debian package etcd-server's /usr/bin/etcd) for
+// tests, the way redis.go starts redis-server:
 // one temporary directory per member, free loopback ports, the process a
 // direct child with a parent-death signal, every wait bounded in time. It
 // talks to etcd only through its HTTP endpoints (/health and the JSON
@@ -57,9 +58,46 @@ const (
 	etcdElectionMillis  = 500
 )
 
-// errEtcdNotFound is returned when etcd is not on PATH.
-var errEtcdNotFound = errors.New("testserver: etcd not found on PATH: " +
-	"install the Debian package etcd-server (make test does this when run as root)")
+// errEtcdNotFound is returned when EtcdPath finds no etcd.
+var errEtcdNotFound = errors.New("testserver: etcd not found: run scripts/etcd.sh to build it, " +
+	"or install the Debian package etcd-server (make test does both)")
+
+// EtcdVersion is the etcd release scripts/etcd.sh builds, the release of the
+// etcd client store/etcdstore uses; keep the two in step.
+const EtcdVersion = "v3.6.16"
+
+// envEtcd names an etcd binary to use instead of the cached build.
+const envEtcd = "LEASEHOLD_ETCD"
+
+// EtcdPath returns the etcd binary the tests and benchmarks run: $LEASEHOLD_ETCD
+// if set, else etcd in the directory etcd-VERSION of the cache
+// ($LEASEHOLD_CACHE, or leasehold in os.UserCacheDir) where scripts/etcd.sh
+// builds it, else etcd on PATH (Debian's, an older release: 3.4 on Debian 12,
+// whose transactions cost the server more, docs/design.md §9).
+func EtcdPath() (string, error) {
+	if path := os.Getenv(envEtcd); path != "" {
+		if !executable(path) {
+			return "", fmt.Errorf("%w ($%s is %s, not an executable file)", errEtcdNotFound, envEtcd, path)
+		}
+		return path, nil
+	}
+	if dir, err := cacheDir(); err == nil {
+		if path := filepath.Join(dir, "etcd-"+EtcdVersion, "etcd"); executable(path) {
+			return path, nil
+		}
+	}
+	path, err := exec.LookPath("etcd")
+	if err != nil {
+		return "", errEtcdNotFound
+	}
+	return path, nil
+}
+
+// executable reports whether path is a regular file with an execute bit.
+func executable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
 
 // etcdHTTP is the client for readiness checks. Keep-alives are off so that no
 // idle connection to a stopped member (or to a port reused by another test)
@@ -112,9 +150,9 @@ func StartEtcd(tb testing.TB) *EtcdServer {
 // one is healthy. A start that fails because a port was taken is retried
 // with new ports and new directories.
 func startEtcdMembers(n int) ([]*EtcdServer, error) {
-	bin, err := exec.LookPath("etcd")
+	bin, err := EtcdPath()
 	if err != nil {
-		return nil, errEtcdNotFound
+		return nil, err
 	}
 	return onFreePorts(2*n, func(ports []int) ([]*EtcdServer, error) {
 		members, err := newEtcdMembers(bin, ports)

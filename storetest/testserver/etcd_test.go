@@ -3,10 +3,12 @@ package testserver
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -253,5 +255,48 @@ func TestEtcdClusterSurvivesMemberLoss(t *testing.T) {
 func TestEtcdClusterSize(t *testing.T) {
 	if _, err := NewEtcdCluster(0); err == nil {
 		t.Fatal("NewEtcdCluster(0) succeeded")
+	}
+}
+
+// EtcdPath takes $LEASEHOLD_ETCD, then the cache's build of EtcdVersion,
+// then etcd on PATH; a $LEASEHOLD_ETCD that is not a binary is an error,
+// never a silent fall back to another etcd.
+func TestEtcdPath(t *testing.T) {
+	fake := func(dir string) string {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, "etcd")
+		if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return bin
+	}
+	t.Setenv(envEtcd, filepath.Join(t.TempDir(), "nothing"))
+	if _, err := EtcdPath(); !errors.Is(err, errEtcdNotFound) || !strings.Contains(err.Error(), envEtcd) {
+		t.Fatalf("$%s naming nothing: %v, want not found, naming the variable", envEtcd, err)
+	}
+	named := fake(t.TempDir())
+	t.Setenv(envEtcd, named)
+	if got, err := EtcdPath(); err != nil || got != named {
+		t.Fatalf("EtcdPath() = %q, %v; want %q", got, err, named)
+	}
+	t.Setenv(envEtcd, "")
+	cache := t.TempDir()
+	t.Setenv(envCache, cache)
+	onPath := fake(t.TempDir())
+	t.Setenv("PATH", filepath.Dir(onPath))
+	if got, err := EtcdPath(); err != nil || got != onPath {
+		t.Fatalf("empty cache: EtcdPath() = %q, %v; want %q from PATH", got, err, onPath)
+	}
+	cached := fake(filepath.Join(cache, "etcd-"+EtcdVersion))
+	if got, err := EtcdPath(); err != nil || got != cached {
+		t.Fatalf("EtcdPath() = %q, %v; want the cached build %q", got, err, cached)
+	}
+	t.Setenv(envCache, t.TempDir())
+	t.Setenv("PATH", t.TempDir())
+	if _, err := EtcdPath(); !errors.Is(err, errEtcdNotFound) {
+		t.Fatalf("no etcd anywhere: %v, want not found", err)
 	}
 }

@@ -64,7 +64,8 @@ const (
 	// envKubeAPIServer names a kube-apiserver binary to use instead of the
 	// cached build.
 	envKubeAPIServer = "LEASEHOLD_KUBE_APISERVER"
-	// envCache is the cache directory scripts/kube-apiserver.sh builds into.
+	// envCache is the cache directory scripts/kube-apiserver.sh and
+	// scripts/etcd.sh build into.
 	envCache = "LEASEHOLD_CACHE"
 )
 
@@ -82,21 +83,30 @@ var ErrKubeAPIServerNotFound = errors.New("testserver: kube-apiserver " + KubeVe
 func KubeAPIServerPath() (string, error) {
 	path := os.Getenv(envKubeAPIServer)
 	if path == "" {
-		dir := os.Getenv(envCache)
-		if dir == "" {
-			base, err := os.UserCacheDir()
-			if err != nil {
-				return "", fmt.Errorf("%w (no cache directory: %v)", ErrKubeAPIServerNotFound, err)
-			}
-			dir = filepath.Join(base, "leasehold")
+		dir, err := cacheDir()
+		if err != nil {
+			return "", fmt.Errorf("%w (%v)", ErrKubeAPIServerNotFound, err)
 		}
 		path = filepath.Join(dir, "kube-apiserver-"+KubeVersion, "kube-apiserver")
 	}
-	fi, err := os.Stat(path)
-	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+	if !executable(path) {
 		return "", fmt.Errorf("%w (looked for %s)", ErrKubeAPIServerNotFound, path)
 	}
 	return path, nil
+}
+
+// cacheDir is where scripts/kube-apiserver.sh and scripts/etcd.sh build:
+// $LEASEHOLD_CACHE, or leasehold in os.UserCacheDir ($XDG_CACHE_HOME or
+// ~/.cache on Linux).
+func cacheDir() (string, error) {
+	if dir := os.Getenv(envCache); dir != "" {
+		return dir, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory: %w", err)
+	}
+	return filepath.Join(base, "leasehold"), nil
 }
 
 // SkipWithoutKubeAPIServer skips the test when no kube-apiserver binary is
