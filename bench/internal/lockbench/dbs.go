@@ -104,6 +104,11 @@ func newEtcdBench(ctx context.Context, maxConc int) (_ *dbBench, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The server's release: Debian's etcd 3.4 and a current one differ
+	// (a transaction costs 3.4 far more server CPU, docs/design.md §9).
+	if st, err := muCli.Status(ctx, srv.Endpoints()[0]); err == nil {
+		d.from = "etcd " + st.Version + ", " + d.from
+	}
 	st, err := etcdstore.New(lhCli)
 	if err != nil {
 		return nil, err
@@ -160,26 +165,49 @@ func newEtcdBench(ctx context.Context, maxConc int) (_ *dbBench, err error) {
 					return mus[w].Unlock(ctx)
 				}, nil
 			}},
-		{id: "txns", label: "parts: etcdstore's two transactions alone (a lease per worker)", lib: partLib,
+	}
+	for _, sh := range etcdShapes {
+		d.cyclers = append(d.cyclers, &dbCycler{id: sh.id, label: sh.label, lib: partLib,
 			prepare: func(ctx context.Context, tag string, conc int) (func(context.Context, int) error, error) {
-				return etcdPart(ctx, partCli, tag, conc, nil)
-			}},
-		{id: "keepalive", label: "parts: + a keep-alive of the lease alongside each acquire", lib: partLib,
-			prepare: func(ctx context.Context, tag string, conc int) (func(context.Context, int) error, error) {
-				return etcdPart(ctx, partCli, tag, conc, streams)
-			}},
+				ka := streams
+				if !sh.keepAlive {
+					ka = nil
+				}
+				return etcdPart(ctx, partCli, tag, conc, sh, ka)
+			}})
 	}
 	return d, nil
 }
 
+// etcdShape is how much of etcdstore's cycle a parts row sends: each row
+// adds one thing to the row before it, so that the rows take the cycle
+// apart from the Mutex's shape up to etcdstore's.
+type etcdShape struct {
+	id, label    string
+	tokenRelease bool // the release deletes the lock key only if it holds the token (else by key alone)
+	fence        bool // the acquire also puts the fence key
+	queue        bool // the acquire also requires the key's queue prefix empty
+	keepAlive    bool // a keep-alive of the lease alongside each acquire
+}
+
+// etcdShapes are the parts rows, in the order they add up.
+var etcdShapes = []etcdShape{
+	{id: "lock", label: "parts: the lock key alone (put on the lease if absent, delete)"},
+	{id: "token", label: "parts: + the release checks the token", tokenRelease: true},
+	{id: "fence", label: "parts: + the acquire puts the fence key", tokenRelease: true, fence: true},
+	{id: "txns", label: "parts: + the queue check (etcdstore's two transactions alone)", tokenRelease: true, fence: true, queue: true},
+	{id: "keepalive", label: "parts: + a keep-alive of the lease alongside each acquire", tokenRelease: true, fence: true, queue: true, keepAlive: true},
+}
+
 // etcdPart is a cycle of etcdstore's transactions, as it sends them for a
-// free key no one waits for, on a lease per worker granted here: the acquire
-// (the lock key free and the key's queue empty; put the lock key on the
-// lease and the fence key), then the release (the lock key still holds the
-// token; delete it). With streams, each acquire also keeps its worker's lease
-// alive on the worker's stream alongside the transaction, as etcdstore does
-// for the idle lease it reuses.
-func etcdPart(ctx context.Context, cli *clientv3.Client, tag string, conc int, streams []pb.Lease_LeaseKeepAliveClient) (func(context.Context, int) error, error) {
+// free key no one waits for, on a lease per worker granted here, with what
+// sh leaves out left out: the acquire (the lock key free and the key's
+// queue empty; put the lock key on the lease and the fence key), then the
+// release (the lock key still holds the token; delete it). With streams,
+// each acquire also keeps its worker's lease alive on the worker's stream
+// alongside the transaction, as etcdstore does for the idle lease it
+// reuses.
+func etcdPart(ctx context.Context, cli *clientv3.Client, tag string, conc int, sh etcdShape, streams []pb.Lease_LeaseKeepAliveClient) (func(context.Context, int) error, error) {
 	leases := make([]clientv3.LeaseID, conc)
 	for w := range leases {
 		g, err := cli.Grant(ctx, int64(dbTTL/time.Second))
@@ -200,10 +228,15 @@ func etcdPart(ctx context.Context, cli *clientv3.Client, tag string, conc int, s
 				}
 			})
 		}
-		resp, err := cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0), clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(lk, token, clientv3.WithLease(leases[w])), clientv3.OpPut(fk, "")).
-			Else(clientv3.OpGet(lk, clientv3.WithKeysOnly())).Commit()
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
+		if sh.queue {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qp), "=", 0).WithPrefix())
+		}
+		then := []clientv3.Op{clientv3.OpPut(lk, token, clientv3.WithLease(leases[w]))}
+		if sh.fence {
+			then = append(then, clientv3.OpPut(fk, ""))
+		}
+		resp, err := cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(lk, clientv3.WithKeysOnly())).Commit()
 		ka.Wait()
 		switch {
 		case err != nil:
@@ -212,6 +245,10 @@ func etcdPart(ctx context.Context, cli *clientv3.Client, tag string, conc int, s
 			return fmt.Errorf("keep-alive: %w", kaErr)
 		case !resp.Succeeded:
 			return errors.New("acquire of a free key: not acquired")
+		}
+		if !sh.tokenRelease {
+			_, err := cli.Delete(ctx, lk)
+			return err
 		}
 		rel, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(lk), "=", token)).Then(clientv3.OpDelete(lk, clientv3.WithPrevKV())).Commit()
 		if err == nil && !rel.Succeeded {
@@ -291,6 +328,12 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 	lhLib := &library{name: "leasehold", hook: &counter{}}
 	advLib := &library{name: "advisory", hook: &counter{}}
 	lhPool, err := newPool(lhLib)
+	if err == nil {
+		var version string
+		if lhPool.QueryRow(ctx, "SHOW server_version").Scan(&version) == nil {
+			d.from = "PostgreSQL " + version + ", " + d.from
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
