@@ -14,23 +14,13 @@ import (
 	"github.com/leasehold/leasehold/storetest"
 )
 
-// storeCalls counts a Client's store calls by op, and passes each renew to
-// renewed.
-type storeCalls struct {
-	mu      sync.Mutex
-	n       map[string]int
-	renewed chan error
-}
+// renewals passes a Client's renew calls' answers to renewed.
+type renewals struct{ renewed chan error }
 
-func newStoreCalls() *storeCalls {
-	return &storeCalls{n: map[string]int{}, renewed: make(chan error, 16)}
-}
+func newRenewals() *renewals { return &renewals{renewed: make(chan error, 16)} }
 
-func (c *storeCalls) observer() leasehold.Option {
+func (c *renewals) observer() leasehold.Option {
 	return leasehold.WithObserver(leasehold.Observer{OnStoreCall: func(_ context.Context, ev leasehold.StoreCallEvent) {
-		c.mu.Lock()
-		c.n[ev.Op]++
-		c.mu.Unlock()
 		if ev.Op == "renew" {
 			select {
 			case c.renewed <- ev.Err:
@@ -38,12 +28,6 @@ func (c *storeCalls) observer() leasehold.Option {
 			}
 		}
 	}})
-}
-
-func (c *storeCalls) count(op string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[op]
 }
 
 // waitGrantAsked waits until a waiter in key's queue has asked for a grant
@@ -67,6 +51,24 @@ func waitGrantAsked(t *testing.T, key string) {
 	t.Fatalf("no waiter of %q asked for a grant within 5 s", key)
 }
 
+// countedAttempts is a real Store that counts the attempts made on it as
+// they start: an Observer hears of a call only once it is answered, which
+// may be after the server saw it.
+type countedAttempts struct {
+	*redisstore.Store
+	started atomic.Int64
+}
+
+func (s *countedAttempts) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	s.started.Add(1)
+	return s.Store.Acquire(ctx, key, token, ttl)
+}
+
+func (s *countedAttempts) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	s.started.Add(1)
+	return s.Store.AcquireQueued(ctx, key, token, ttl, stay)
+}
+
 // A waiter of another Client takes the key its holder releases from the
 // release's grant, with no attempt of its own after it, and its lease is
 // renewed to its TTL at once (the grant held it for the stay at most).
@@ -77,8 +79,9 @@ func TestClientTakesAGrantWithoutAnAttempt(t *testing.T) {
 	sa := newStore(t, singleClient(shared.Addr()))
 	a := leasehold.New(sa)
 	defer a.Close()
-	calls := newStoreCalls()
-	b := leasehold.New(newStore(t, singleClient(shared.Addr())), calls.observer())
+	calls := newRenewals()
+	sb := &countedAttempts{Store: newStore(t, singleClient(shared.Addr()))}
+	b := leasehold.New(sb, calls.observer())
 	defer b.Close()
 	held, err := a.Acquire(ctx, key, ttl)
 	if err != nil {
@@ -93,8 +96,8 @@ func TestClientTakesAGrantWithoutAnAttempt(t *testing.T) {
 		l, err := b.Acquire(ctx, key, ttl)
 		got <- result{l, err}
 	}()
-	waitGrantAsked(t, key)
-	attempts := calls.count("acquire")
+	waitGrantAsked(t, key) // the server has seen the attempt that asked
+	attempts := sb.started.Load()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +111,7 @@ func TestClientTakesAGrantWithoutAnAttempt(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	defer r.l.Release(context.WithoutCancel(ctx))
-	if n := calls.count("acquire"); n != attempts {
+	if n := sb.started.Load(); n != attempts {
 		t.Errorf("the waiter made %d attempts after the release, want none: the grant gives it the key", n-attempts)
 	}
 	if r.l.Fence() <= held.Fence() {
