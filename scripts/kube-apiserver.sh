@@ -24,32 +24,8 @@ set -euo pipefail
 KUBE_VERSION=v1.36.3
 STAGING_VERSION=v0.${KUBE_VERSION#v1.}
 
-if [ -n "${LEASEHOLD_KUBE_APISERVER:-}" ] && [ -x "$LEASEHOLD_KUBE_APISERVER" ]; then
-  echo "$LEASEHOLD_KUBE_APISERVER"
-  exit 0
-fi
-
-cache=${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}
-dir=$cache/kube-apiserver-$KUBE_VERSION
-bin=$dir/kube-apiserver
-if [ -x "$bin" ]; then
-  echo "$bin"
-  exit 0
-fi
-
-command -v go >/dev/null 2>&1 || { echo "kube-apiserver.sh: go is not on PATH" >&2; exit 1; }
-start=$(date +%s)
-echo "building kube-apiserver $KUBE_VERSION into $dir (cold: about 6 minutes and 2.3 GB of memory)" >&2
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-kube-apiserver.XXXXXX")
-tmp=
-trap 'rm -rf "$work" ${tmp:+"$tmp"}' EXIT
-mkdir -p "$dir"
-cd "$work"
-# A throwaway module outside any workspace: the repository's go.work and
-# go.mod files must not see (or be changed by) this build.
-export GOWORK=off GOFLAGS=-mod=mod
-go mod init leasehold.invalid/kube-apiserver-build >/dev/null 2>&1
+. "$(dirname "$0")/gobuild.sh"
+gobuild_start kube-apiserver "$KUBE_VERSION" LEASEHOLD_KUBE_APISERVER "cold: about 6 minutes and 2.3 GB of memory"
 
 # k8s.io/kubernetes replaces each staging module with ./staging/src/k8s.io/...,
 # which a module dependency cannot use; point each at its published version.
@@ -64,12 +40,4 @@ done < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")
 [ ${#args[@]} -gt 10 ] || { echo "kube-apiserver.sh: found too few staging replaces in $gomod" >&2; exit 1; }
 go mod edit "${args[@]}"
 
-# Build to a temporary name in the target directory, then rename: a binary at
-# $bin is always a whole one, even if this build is interrupted.
-tmp=$(mktemp "$dir/.kube-apiserver.XXXXXX")
-go build -trimpath -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver
-chmod 0755 "$tmp"
-mv -f "$tmp" "$bin"
-tmp=
-echo "built $bin in $(( $(date +%s) - start )) s" >&2
-echo "$bin"
+gobuild_finish k8s.io/kubernetes/cmd/kube-apiserver
