@@ -3,7 +3,7 @@
 #
 # gobuild_start NAME VERSION OVERRIDE WHAT prints the binary's path and exits
 # the script when it is there: $OVERRIDE (the name of an environment variable)
-# if that names an executable, else $LEASEHOLD_CACHE (default
+# if set (an error when it names no executable), else $LEASEHOLD_CACHE (default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/leasehold)/NAME-VERSION/NAME, which
 # storetest/testserver reads too. Otherwise it says it builds (WHAT says how
 # long that takes) and leaves the script in a throwaway module outside any
@@ -11,11 +11,18 @@
 # nor change the build, with dir and bin set and the module removed on exit.
 gobuild_start() {
   local name=$1 version=$2 override=${!3:-} what=$4
-  if [ -n "$override" ] && [ -x "$override" ]; then
+  if [ -n "$override" ]; then
+    # As the tests take it: a variable naming no binary is an error, not
+    # a reason to build another.
+    [ -f "$override" ] && [ -x "$override" ] || { echo "$name: \$$3 is $override, not an executable file" >&2; exit 1; }
     echo "$override"
     exit 0
   fi
   local cache=${LEASEHOLD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leasehold}
+  case $cache in
+  /*) ;;
+  *) echo "$name: the cache directory $cache is not an absolute path (\$LEASEHOLD_CACHE, \$XDG_CACHE_HOME)" >&2; exit 1 ;;
+  esac
   dir=$cache/$name-$version
   bin=$dir/$name
   if [ -x "$bin" ]; then

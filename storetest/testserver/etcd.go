@@ -70,10 +70,11 @@ const EtcdVersion = "v3.6.16"
 const envEtcd = "LEASEHOLD_ETCD"
 
 // EtcdPath returns the etcd binary the tests and benchmarks run: $LEASEHOLD_ETCD
-// if set, else etcd in the directory etcd-VERSION of the cache
-// ($LEASEHOLD_CACHE, or leasehold in os.UserCacheDir) where scripts/etcd.sh
-// builds it, else etcd on PATH (Debian's, an older release: 3.4 on Debian 12,
-// whose transactions cost the server more, docs/design.md §9).
+// if set, else etcd in the directory etcd-VERSION of the cache (cacheDir:
+// $LEASEHOLD_CACHE, or leasehold in $XDG_CACHE_HOME or ~/.cache) where
+// scripts/etcd.sh builds it, else etcd on PATH (Debian's, an older release:
+// 3.4 on Debian 12, whose transactions cost the server more, docs/design.md
+// §9). A cache directory that is not an absolute path is an error.
 func EtcdPath() (string, error) {
 	if path := os.Getenv(envEtcd); path != "" {
 		if !executable(path) {
@@ -81,10 +82,12 @@ func EtcdPath() (string, error) {
 		}
 		return path, nil
 	}
-	if dir, err := cacheDir(); err == nil {
-		if path := filepath.Join(dir, "etcd-"+EtcdVersion, "etcd"); executable(path) {
-			return path, nil
-		}
+	dir, err := cacheDir()
+	if err != nil {
+		return "", fmt.Errorf("%w (%v)", errEtcdNotFound, err)
+	}
+	if path := filepath.Join(dir, "etcd-"+EtcdVersion, "etcd"); executable(path) {
+		return path, nil
 	}
 	path, err := exec.LookPath("etcd")
 	if err != nil {

@@ -299,4 +299,22 @@ func TestEtcdPath(t *testing.T) {
 	if _, err := EtcdPath(); !errors.Is(err, errEtcdNotFound) {
 		t.Fatalf("no etcd anywhere: %v, want not found", err)
 	}
+	// A relative cache is refused, not read from the test's directory: the
+	// scripts resolve it from another one.
+	t.Setenv("PATH", filepath.Dir(onPath))
+	t.Setenv(envCache, "relative/cache")
+	if _, err := EtcdPath(); !errors.Is(err, errEtcdNotFound) || !strings.Contains(err.Error(), "not an absolute path") {
+		t.Fatalf("relative $%s: %v, want an error saying so", envCache, err)
+	}
+	t.Setenv(envCache, "")
+	t.Setenv("XDG_CACHE_HOME", "relative")
+	if _, err := EtcdPath(); err == nil || !strings.Contains(err.Error(), "$XDG_CACHE_HOME") {
+		t.Fatalf("relative $XDG_CACHE_HOME: %v, want an error naming it", err)
+	}
+	xdg := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", xdg)
+	cached = fake(filepath.Join(xdg, "leasehold", "etcd-"+EtcdVersion))
+	if got, err := EtcdPath(); err != nil || got != cached {
+		t.Fatalf("EtcdPath() = %q, %v; want the build under $XDG_CACHE_HOME %q", got, err, cached)
+	}
 }

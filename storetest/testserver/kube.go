@@ -76,8 +76,8 @@ var ErrKubeAPIServerNotFound = errors.New("testserver: kube-apiserver " + KubeVe
 
 // KubeAPIServerPath returns the kube-apiserver binary the tests use:
 // $LEASEHOLD_KUBE_APISERVER if set, else kube-apiserver in the directory
-// kube-apiserver-VERSION of the cache ($LEASEHOLD_CACHE, or leasehold in
-// os.UserCacheDir, which is $XDG_CACHE_HOME or ~/.cache on Linux) where
+// kube-apiserver-VERSION of the cache (cacheDir: $LEASEHOLD_CACHE, or
+// leasehold in $XDG_CACHE_HOME or ~/.cache) where
 // scripts/kube-apiserver.sh builds it. The error wraps
 // ErrKubeAPIServerNotFound when the file is not there.
 func KubeAPIServerPath() (string, error) {
@@ -95,18 +95,28 @@ func KubeAPIServerPath() (string, error) {
 	return path, nil
 }
 
-// cacheDir is where scripts/kube-apiserver.sh and scripts/etcd.sh build:
-// $LEASEHOLD_CACHE, or leasehold in os.UserCacheDir ($XDG_CACHE_HOME or
-// ~/.cache on Linux).
+// cacheDir is where scripts/kube-apiserver.sh and scripts/etcd.sh build
+// (scripts/gobuild.sh), by the same rule on every system: $LEASEHOLD_CACHE,
+// else leasehold in $XDG_CACHE_HOME, else in ~/.cache. It must be an
+// absolute path: a test runs in its package's directory, the scripts in
+// the repository's.
 func cacheDir() (string, error) {
-	if dir := os.Getenv(envCache); dir != "" {
-		return dir, nil
+	dir, from := os.Getenv(envCache), "$"+envCache
+	if dir == "" {
+		base, from2 := os.Getenv("XDG_CACHE_HOME"), "$XDG_CACHE_HOME"
+		if base == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", fmt.Errorf("no cache directory: %w", err)
+			}
+			base, from2 = filepath.Join(home, ".cache"), "$HOME"
+		}
+		dir, from = filepath.Join(base, "leasehold"), from2
 	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache directory: %w", err)
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("the cache directory %s (from %s) is not an absolute path", dir, from)
 	}
-	return filepath.Join(base, "leasehold"), nil
+	return dir, nil
 }
 
 // SkipWithoutKubeAPIServer skips the test when no kube-apiserver binary is
