@@ -793,7 +793,7 @@ func (w *waiter) claim(ctx context.Context, sent time.Time) *Lease {
 		from = end.Add(-w.ttl)
 	}
 	l := c.newLease(w.key, w.token, info.Fence, w.ttl, from, time.Now())
-	if from != sent {
+	if !from.Equal(sent) {
 		l.unconfirmed = from
 	}
 	return l

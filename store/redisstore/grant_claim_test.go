@@ -25,6 +25,32 @@ type faultyHandOff struct {
 	failInspect atomic.Bool
 	mu          sync.Mutex
 	handOffNext []string
+	answered    atomic.Int64 // attempts (AcquireQueued) answered
+}
+
+func (s *faultyHandOff) AcquireQueued(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
+	defer s.answered.Add(1)
+	return s.Store.AcquireQueued(ctx, key, token, ttl, stay)
+}
+
+// waitAnswered waits, at most 5 s, until an attempt has been answered: its
+// waiter is then between attempts, or about to be (a hand-off goes only to
+// a waiter not trying; the tests try again when none named it).
+func (s *faultyHandOff) waitAnswered(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); s.answered.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no attempt answered within 5 s")
+		}
+		time.Sleep(time.Millisecond) // polling the count, not standing in for it
+	}
+}
+
+// namedWaiter reports whether the one failed hand-off named a waiter.
+func (s *faultyHandOff) namedWaiter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.handOffNext) == 1 && s.handOffNext[0] != ""
 }
 
 var errInjected = errors.New("injected: write tcp 127.0.0.1: connection reset by peer (the request never reached the server)")
@@ -45,6 +71,21 @@ func (s *faultyHandOff) Inspect(ctx context.Context, key string) (driver.Info, e
 		return driver.Info{}, errInjected
 	}
 	return s.Store.Inspect(ctx, key)
+}
+
+// newFaultyHandOff is a faultyHandOff on the shared server whose turn
+// channel is up, as after any earlier wait in the process: a waiter's
+// watch is then in place before its first attempt (prewatch), also while
+// its Client holds the key.
+func newFaultyHandOff(t *testing.T, ctx context.Context, key string) *faultyHandOff {
+	t.Helper()
+	fs := &faultyHandOff{Store: newStore(t, singleClient(shared.Addr()))}
+	_, stop, err := fs.WatchTurn(ctx, key+":warm", "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	return fs
 }
 
 var leaseLeftRE = regexp.MustCompile(`\(([0-9.]+[a-zµ]+) left\)`)
@@ -78,51 +119,25 @@ func TestGrantClaimAfterFailedHandOffOutlivesTheKey(t *testing.T) {
 	const ttl = 10 * time.Second
 	for attempt := range 5 {
 		key := storetest.Key(t) + ":" + string(rune('a'+attempt))
-		fs := &faultyHandOff{Store: newStore(t, singleClient(shared.Addr()))}
-		// The Store's turn channel is up, as after any earlier wait in the
-		// process: a waiter's watch is then in place before its first
-		// attempt (prewatch), also while this Client holds the key.
-		if _, stop, err := fs.WatchTurn(ctx, key+":warm", "warm"); err != nil {
-			t.Fatal(err)
-		} else {
-			stop()
-		}
+		fs := newFaultyHandOff(t, ctx, key)
 		c := leasehold.New(fs)
 		other := leasehold.New(newStore(t, singleClient(shared.Addr())))
 		held, err := c.Acquire(ctx, key, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		type result struct {
-			l   *leasehold.Lease
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			l, err := c.Acquire(ctx, key, ttl)
-			got <- result{l, err}
-		}()
+		got := acquireAsync(ctx, c, key, ttl)
 		waitGrantAsked(t, key)
-		time.Sleep(20 * time.Millisecond) // let the waiter's attempt be answered: a hand-off goes only to a waiter not trying
+		fs.waitAnswered(t)
 		fs.failHandOff.Store(true)
 		if err := held.Release(ctx); err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		var r result
-		select {
-		case r = <-got:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter did not get the key within 10 s")
-		}
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		fs.mu.Lock()
-		named := len(fs.handOffNext) == 1 && fs.handOffNext[0] != ""
-		fs.mu.Unlock()
+		l := got.lease(t)
+		named := fs.namedWaiter()
 		if !named {
 			// The waiter was trying at the release: no hand-off named it.
-			_ = r.l.Release(context.WithoutCancel(ctx))
+			_ = l.Release(context.WithoutCancel(ctx))
 			c.Close()
 			other.Close()
 			continue
@@ -131,12 +146,12 @@ func TestGrantClaimAfterFailedHandOffOutlivesTheKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		left := leaseLeft(t, r.l)
-		t.Logf("waiter's lease %v; server: held=%v by waiter=%v, TTL %v", r.l, info.Held, info.Token == r.l.Token(), info.TTL)
+		left := leaseLeft(t, l)
+		t.Logf("waiter's lease %v; server: held=%v by waiter=%v, TTL %v", l, info.Held, info.Token == l.Token(), info.TTL)
 		margin := ttl / leasehold.DefaultDriftDivisor
-		if info.Held && info.Token == r.l.Token() && left-margin <= info.TTL {
+		if info.Held && info.Token == l.Token() && left-margin <= info.TTL {
 			t.Logf("no defect on this run: the lease's deadline is within the key's TTL")
-			_ = r.l.Release(context.WithoutCancel(ctx))
+			_ = l.Release(context.WithoutCancel(ctx))
 			c.Close()
 			other.Close()
 			return
@@ -150,7 +165,7 @@ func TestGrantClaimAfterFailedHandOffOutlivesTheKey(t *testing.T) {
 			}
 		}
 		if l2 != nil {
-			t.Errorf("two holders: another Client took %q (fence %d) while the waiter's lease %v still believes it holds it (from a claim of a failed hand-off that was really a grant for the stay)", key, l2.Fence(), r.l)
+			t.Errorf("two holders: another Client took %q (fence %d) while the waiter's lease %v still believes it holds it (from a claim of a failed hand-off that was really a grant for the stay)", key, l2.Fence(), l)
 			_ = l2.Release(context.WithoutCancel(ctx))
 		} else {
 			t.Errorf("the waiter's lease believes %v left (deadline %v after the drift margin) but the key's TTL on the server is %v", left, left-margin, info.TTL)
@@ -175,67 +190,44 @@ func TestGrantWordOutlivesClaimCleanUp(t *testing.T) {
 	const ttl = time.Second
 	for attempt := range 5 {
 		key := storetest.Key(t) + ":" + string(rune('a'+attempt))
-		fs := &faultyHandOff{Store: newStore(t, singleClient(shared.Addr()))}
-		if _, stop, err := fs.WatchTurn(ctx, key+":warm", "warm"); err != nil {
-			t.Fatal(err)
-		} else {
-			stop()
-		}
+		fs := newFaultyHandOff(t, ctx, key)
 		c := leasehold.New(fs, leasehold.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 		other := leasehold.New(newStore(t, singleClient(shared.Addr())))
 		held, err := c.Acquire(ctx, key, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		type result struct {
-			l   *leasehold.Lease
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			l, err := c.Acquire(ctx, key, ttl)
-			got <- result{l, err}
-		}()
+		got := acquireAsync(ctx, c, key, ttl)
 		waitGrantAsked(t, key)
-		time.Sleep(5 * time.Millisecond)
+		fs.waitAnswered(t)
 		fs.failHandOff.Store(true)
 		fs.failInspect.Store(true)
 		if err := held.Release(ctx); err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		var r result
-		select {
-		case r = <-got:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter did not get the key within 10 s")
-		}
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		fs.mu.Lock()
-		named := len(fs.handOffNext) == 1 && fs.handOffNext[0] != ""
-		fs.mu.Unlock()
+		l := got.lease(t)
+		named := fs.namedWaiter()
 		inspected := !fs.failInspect.Load()
 		info, err := fs.Store.Inspect(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		left := leaseLeft(t, r.l)
+		left := leaseLeft(t, l)
 		t.Logf("hand-off named the waiter: %v, claim's Inspect failed: %v; waiter's lease %v; server: held=%v by waiter=%v, TTL %v, fence %d",
-			named, inspected, r.l, info.Held, info.Token == r.l.Token(), info.TTL, info.Fence)
+			named, inspected, l, info.Held, info.Token == l.Token(), info.TTL, info.Fence)
 		if !named || !inspected {
-			_ = r.l.Release(context.WithoutCancel(ctx))
+			_ = l.Release(context.WithoutCancel(ctx))
 			c.Close()
 			other.Close()
 			continue
 		}
-		if !info.Held || info.Token != r.l.Token() {
+		if !info.Held || info.Token != l.Token() {
 			l2, err := other.TryAcquire(ctx, key, ttl)
 			if err == nil {
-				t.Errorf("two holders: Acquire returned a lease %v from a grant its own clean-up had given back; another Client then took the key with fence %d", r.l, l2.Fence())
+				t.Errorf("two holders: Acquire returned a lease %v from a grant its own clean-up had given back; another Client then took the key with fence %d", l, l2.Fence())
 				_ = l2.Release(context.WithoutCancel(ctx))
 			} else {
-				t.Errorf("Acquire returned a lease %v (%v left) for a key that does not hold its token (%+v)", r.l, left, info)
+				t.Errorf("Acquire returned a lease %v (%v left) for a key that does not hold its token (%+v)", l, left, info)
 			}
 		}
 		c.Close()

@@ -51,6 +51,41 @@ func waitGrantAsked(t *testing.T, key string) {
 	t.Fatalf("no waiter of %q asked for a grant within 5 s", key)
 }
 
+// answer is an Acquire's answer.
+type answer struct {
+	l   *leasehold.Lease
+	err error
+}
+
+// acquiring is an Acquire running on a goroutine of its own.
+type acquiring chan answer
+
+// acquireAsync starts c.Acquire(ctx, key, ttl) on a goroutine.
+func acquireAsync(ctx context.Context, c *leasehold.Client, key string, ttl time.Duration) acquiring {
+	got := make(acquiring, 1)
+	go func() {
+		l, err := c.Acquire(ctx, key, ttl)
+		got <- answer{l, err}
+	}()
+	return got
+}
+
+// lease waits at most 10 s for the Acquire's lease, failing the test on
+// an error or when there is none by then.
+func (got acquiring) lease(t *testing.T) *leasehold.Lease {
+	t.Helper()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.l
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the key within 10 s of the release")
+		return nil
+	}
+}
+
 // countedAttempts is a real Store that counts the attempts made on it as
 // they start: an Observer hears of a call only once it is answered, which
 // may be after the server saw it.
@@ -87,35 +122,19 @@ func TestClientTakesAGrantWithoutAnAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		l   *leasehold.Lease
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := b.Acquire(ctx, key, ttl)
-		got <- result{l, err}
-	}()
+	got := acquireAsync(ctx, b, key, ttl)
 	waitGrantAsked(t, key) // the server has seen the attempt that asked
 	attempts := sb.started.Load()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not get the key within 10 s of the release")
-	}
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	defer r.l.Release(context.WithoutCancel(ctx))
+	l := got.lease(t)
+	defer l.Release(context.WithoutCancel(ctx))
 	if n := sb.started.Load(); n != attempts {
 		t.Errorf("the waiter made %d attempts after the release, want none: the grant gives it the key", n-attempts)
 	}
-	if r.l.Fence() <= held.Fence() {
-		t.Errorf("the grant's fence %d is not above the holder's %d", r.l.Fence(), held.Fence())
+	if l.Fence() <= held.Fence() {
+		t.Errorf("the grant's fence %d is not above the holder's %d", l.Fence(), held.Fence())
 	}
 	select {
 	case err := <-calls.renewed:
@@ -129,8 +148,8 @@ func TestClientTakesAGrantWithoutAnAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !info.Held || info.Fence != r.l.Fence() || info.TTL <= 5*time.Second {
-		t.Errorf("after the confirming renewal: %+v; want held with fence %d and a TTL near %v", info, r.l.Fence(), ttl)
+	if !info.Held || info.Fence != l.Fence() || info.TTL <= 5*time.Second {
+		t.Errorf("after the confirming renewal: %+v; want held with fence %d and a TTL near %v", info, l.Fence(), ttl)
 	}
 }
 

@@ -545,12 +545,15 @@ func (s *Store) Decline(ctx context.Context, key, token string) error {
 // (the word names it). A grant is not used while writes wait for replicas
 // (replica acknowledgement, on by default where a primary has replicas):
 // the release that made it was not acknowledged, so the waiter's next
-// AcquireQueued, acknowledged, takes it instead.
+// AcquireQueued, acknowledged, takes it instead. The word and the attempts
+// it may name are forgotten either way, as a waiter that calls this to drop
+// a grant it gave back relies on.
 func (s *Store) Granted(key, token string) (int64, time.Time, bool) {
-	if !s.acks.unacked() {
+	fence, from, ok := s.subs.takeGrant(key, token)
+	if !ok || !s.acks.unacked() {
 		return 0, time.Time{}, false
 	}
-	return s.subs.takeGrant(key, token)
+	return fence, from, true
 }
 
 // leave runs the leave script; decline "1" releases a grant not taken.
