@@ -181,7 +181,7 @@ func TestClientRejectsBadInputWithoutWriting(t *testing.T) {
 	if err := l.Renew(ctx, -time.Second); !errors.Is(err, leasehold.ErrInvalidArgument) {
 		t.Errorf("Renew with a negative ttl: %v", err)
 	}
-	if info, _ := store.Inspect(ctx, "k"); info.Fence != 1 || info.TTL > time.Minute {
+	if info, _ := store.Inspect(ctx, "k"); info.Fence != l.Fence() || info.TTL > time.Minute {
 		t.Errorf("bad calls wrote to the store: %+v", info)
 	}
 }
@@ -210,7 +210,9 @@ func TestTokensAreUniqueAndLongEnough(t *testing.T) {
 // fence is above the previous one's.
 func TestContendedAcquireExcludesAndFencesRise(t *testing.T) {
 	const workers, rounds = 8, 50
-	c := leasehold.New(memstore.New())
+	// A clock standing still: the fences count up by one from its floor.
+	t0 := time.Unix(1_700_000_000, 0)
+	c := leasehold.New(memstore.New(memstore.WithClock(func() time.Time { return t0 })))
 	var (
 		inside    atomic.Int32
 		lastFence int64 // written only by the owner
@@ -242,8 +244,8 @@ func TestContendedAcquireExcludesAndFencesRise(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if lastFence != workers*rounds {
-		t.Fatalf("last fence %d, want %d (one per critical section)", lastFence, workers*rounds)
+	if want := t0.UnixNano() + workers*rounds - 1; lastFence != want {
+		t.Fatalf("last fence %d, want %d (one per critical section)", lastFence, want)
 	}
 }
 

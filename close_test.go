@@ -122,7 +122,7 @@ func TestLeasePrintsNoTokenAndTheClientIsQuiet(t *testing.T) {
 			t.Errorf("%s prints %s", verb, out)
 		}
 	}
-	if out := l.String(); !strings.Contains(out, "fence 1") || !strings.Contains(out, "left") {
+	if out := l.String(); !strings.Contains(out, fmt.Sprintf("fence %d", l.Fence())) || !strings.Contains(out, "left") {
 		t.Errorf("String() = %q, want the fence and the time left", out)
 	}
 	// A release refused, an abandonment: events, and no log line.

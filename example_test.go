@@ -36,9 +36,11 @@ func Example() {
 	fmt.Println("A's late release:", err, errors.Is(err, leasehold.ErrNotOwned))
 	fmt.Println("B renews:", b.Renew(ctx, 10*time.Second))
 	fmt.Println("B releases:", b.Release(ctx))
+	// A fence is the store's clock at the acquire (memstore's in ns), or the key's last
+	// fence + 1 when that is higher: it rises even across a restart.
 	// Output:
-	// A holds the job with fence 1
-	// B took over with fence 2
+	// A holds the job with fence 1767225600000000000
+	// B took over with fence 1767225611000000000
 	// A's late release: leasehold: not owned true
 	// B renews: <nil>
 	// B releases: <nil>
@@ -76,10 +78,10 @@ func ExampleClient_Hold() {
 		})
 	fmt.Println("Hold:", err)
 	v, f, _ := jobs.Read(context.Background(), "jobs:42")
-	fmt.Printf("jobs:42 = %q, written with fence %d\n", v, f)
+	fmt.Printf("jobs:42 = %q, written with a fence: %v\n", v, f > 0)
 	// Output:
 	// Hold: <nil>
-	// jobs:42 = "done", written with fence 1
+	// jobs:42 = "done", written with a fence: true
 }
 
 // KeepAlive renews a lease by hand-acquired in the background; its Context
@@ -95,11 +97,11 @@ func ExampleLease_KeepAlive() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("working under fence", l.Fence(), "live:", k.Context().Err() == nil)
+	fmt.Println("live:", k.Context().Err() == nil)
 	fmt.Println("release:", l.Release(ctx))
 	fmt.Println("keep-alive context:", k.Context().Err())
 	// Output:
-	// working under fence 1 live: true
+	// live: true
 	// release: <nil>
 	// keep-alive context: context canceled
 }
@@ -110,14 +112,14 @@ func ExampleClient_Lead() {
 	ctx, cancel := context.WithCancel(context.Background())
 	client := leasehold.New(memstore.New())
 	err := client.Lead(ctx, "leader:snapshots", func(lctx context.Context, l *leasehold.Lease) {
-		fmt.Println("leading with fence", l.Fence())
+		fmt.Println("leading with a fence:", l.Fence() > 0)
 		cancel()
 		<-lctx.Done()
 		fmt.Println("stopped leading")
 	})
 	fmt.Println("Lead:", err)
 	// Output:
-	// leading with fence 1
+	// leading with a fence: true
 	// stopped leading
 	// Lead: context canceled
 }
@@ -127,10 +129,11 @@ func ExampleClient_Lead() {
 func ExampleClient_RunLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	client := leasehold.New(memstore.New())
-	ticks := 0
+	ticks, last := 0, int64(0)
 	err := client.RunLoop(ctx, "loops:reconcile", 10*time.Millisecond, func(ctx context.Context, l *leasehold.Lease) error {
 		ticks++
-		fmt.Println("tick", ticks, "with fence", l.Fence())
+		fmt.Println("tick", ticks, "with a newer fence:", l.Fence() > last)
+		last = l.Fence()
 		if ticks == 2 {
 			cancel()
 		}
@@ -138,7 +141,7 @@ func ExampleClient_RunLoop() {
 	})
 	fmt.Println("RunLoop:", err)
 	// Output:
-	// tick 1 with fence 1
-	// tick 2 with fence 2
+	// tick 1 with a newer fence: true
+	// tick 2 with a newer fence: true
 	// RunLoop: context canceled
 }

@@ -3,9 +3,18 @@
 //
 // It gives every guarantee of the Store contract within one process: atomic
 // compare-and-delete and compare-and-expire, and fences that rise strictly
-// per key for as long as the Store value lives (they start again from 1 in a
-// new Store, so do not persist them across restarts). Time comes from an
-// injectable clock, so tests can move it instead of sleeping.
+// per key. A fence is max(the key's last fence + 1, the Store's clock in
+// nanoseconds since the Unix epoch), as redisstore's and pgstore's are on
+// their server's clock: a process that restarts loses its leases, but its
+// new Store's fences start above those it issued before, so storage that
+// keeps the highest fence it has seen goes on taking its writes. That holds
+// while the clock does not step back by more than the time the restart took.
+// Nanoseconds, where the servers count microseconds: a process can take a
+// key more than once a microsecond, so fences counted in microseconds could
+// run ahead of the clock and be issued again after a quick restart; it
+// cannot take a key once a nanosecond.
+// Time comes from an injectable clock, so tests can move it instead of
+// sleeping.
 //
 // Memory: one entry per key ever acquired, for the fence that must keep
 // rising after release; expired leases are swept as the store is used.
@@ -116,13 +125,25 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 			s.held(k, now)
 		}
 	}
-	if s.fences[key] == math.MaxInt64 {
+	last := s.fences[key]
+	if last == math.MaxInt64 {
 		return 0, fmt.Errorf("memstore: acquire %q: its fence is at %d and cannot rise; nothing was written", key, int64(math.MaxInt64))
 	}
-	fence := s.fences[key] + 1
+	fence := max(last+1, clockFloor(now))
 	s.fences[key] = fence
 	s.locks[key] = entry{token: token, expires: now.Add(ttl)}
 	return fence, nil
+}
+
+// clockFloor is the least fence an acquire at now may issue: now in
+// nanoseconds since the Unix epoch, or 0 for a clock outside the years 1970
+// to 2262, which int64 nanoseconds cannot hold (a test's clock): the fences
+// then count on from the last.
+func clockFloor(now time.Time) int64 {
+	if sec := now.Unix(); sec < 0 || sec >= math.MaxInt64/1_000_000_000 {
+		return 0
+	}
+	return now.UnixNano()
 }
 
 // Release implements driver.Store.

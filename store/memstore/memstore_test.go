@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -96,5 +97,70 @@ func TestNilOptionIsSkipped(t *testing.T) {
 	clock.Advance(10 * time.Second) // the clock after the nil option is the Store's
 	if info, err := s.Inspect(t.Context(), "k"); err != nil || info.Held {
 		t.Fatalf("Inspect after the TTL on the Store's clock = %+v, %v; want free", info, err)
+	}
+}
+
+// A restarted process has a new Store: its fences start above those the old
+// one issued, on the clock, so storage that kept the old fences takes the
+// new owner's writes. Within a Store they rise by one while the clock stands
+// still, and keep rising when it steps back.
+func TestFencesRiseAcrossARestart(t *testing.T) {
+	ctx := t.Context()
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	acquire := func(s *memstore.Store) int64 {
+		t.Helper()
+		f, err := s.Acquire(ctx, "k", "t", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, "k", "t"); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	old := memstore.New(memstore.WithClock(clock.Now))
+	want := clock.Now().UnixNano()
+	if f := acquire(old); f != want {
+		t.Fatalf("first fence %d, want the clock in ns, %d", f, want)
+	}
+	for i := range int64(1000) { // more acquires than nanoseconds pass
+		if f := acquire(old); f != want+1+i {
+			t.Fatalf("fence %d with the clock standing still, want %d", f, want+1+i)
+		}
+	}
+	last := want + 1000
+
+	clock.Advance(time.Millisecond) // the restart
+	restarted := memstore.New(memstore.WithClock(clock.Now))
+	if f := acquire(restarted); f <= last {
+		t.Fatalf("a new Store's first fence %d, not above the old Store's last, %d", f, last)
+	}
+	clock.Advance(-time.Hour) // a clock stepped back
+	prev := acquire(restarted)
+	if f := acquire(restarted); f != prev+1 {
+		t.Fatalf("after the clock stepped back: fence %d, want %d", f, prev+1)
+	}
+}
+
+// A clock whose nanoseconds do not fit in int64, or before 1970, floors
+// nothing: the fences count from 1, and no acquire fails or wraps.
+func TestFenceClockOutOfRange(t *testing.T) {
+	for _, now := range []time.Time{
+		{},
+		time.Unix(-1, 0),
+		time.Unix(math.MaxInt64/1_000_000_000, 0),
+		time.Unix(math.MaxInt64/1_000_000_000-1, 999_999_999),
+		time.Unix(math.MaxInt64/1_000_000, 0),
+		time.Unix(math.MaxInt64, 0),
+	} {
+		s := memstore.New(memstore.WithClock(func() time.Time { return now }))
+		f, err := s.Acquire(t.Context(), "k", "t", time.Second)
+		want := int64(1)
+		if sec := now.Unix(); sec >= 0 && sec < math.MaxInt64/1_000_000_000 {
+			want = now.UnixNano()
+		}
+		if err != nil || f != want {
+			t.Errorf("clock %v: fence (%d, %v), want %d", now, f, err, want)
+		}
 	}
 }
