@@ -503,8 +503,11 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 type pgPart struct {
 	id, label        string
 	acquire, release string
-	lib              *library
-	pool             *pgxpool.Pool
+	// channel: the release takes a third argument, the notification
+	// channel, as pgstore's does.
+	channel bool
+	lib     *library
+	pool    *pgxpool.Pool
 }
 
 // cycle takes key with token and releases it: one round trip each.
@@ -517,7 +520,11 @@ func (p *pgPart) cycle(ctx context.Context, key, token string) error {
 	if fence == nil {
 		return errors.New("acquire of a free key: not acquired")
 	}
-	tag, err := p.pool.Exec(ctx, p.release, key, token)
+	args := []any{key, token}
+	if p.channel {
+		args = append(args, "lockbench")
+	}
+	tag, err := p.pool.Exec(ctx, p.release, args...)
 	if err == nil && tag.RowsAffected() != 1 {
 		err = errors.New("release of a held key: not owned")
 	}
@@ -570,6 +577,11 @@ SELECT (SELECT fence FROM acquired),
        (SELECT expires_at - now() FROM lockbench_parts WHERE key = $1)`
 	partRelease = `UPDATE lockbench_parts SET token = NULL, expires_at = NULL
  WHERE key = $1 AND token = $2 AND expires_at > now()`
+	// partRowRelease is partRelease returning a row, as pgstore's release
+	// does for its wake-up call (a NULL when no waiter is queued), with
+	// the channel as its third argument.
+	partRowRelease = partRelease + `
+RETURNING CASE WHEN token IS NOT NULL THEN $3::text END`
 )
 
 // pgParts are the parts' cycles, in the order they add up.
@@ -577,6 +589,7 @@ var pgParts = []*pgPart{
 	{id: "row", label: "parts: the lease row alone (upsert, clear)", acquire: partRowAcquire, release: partRelease},
 	{id: "fence", label: "parts: row + fence, a refusal returning nothing", acquire: partFenceOnlyAcquire, release: partRelease},
 	{id: "ttl", label: "parts: row + fence + the holder's TTL on a refusal (pgstore without its queue)", acquire: partFenceAcquire, release: partRelease},
+	{id: "returning", label: "parts: + the release returning a row, as pgstore's does", acquire: partFenceAcquire, release: partRowRelease, channel: true},
 }
 
 // appName is the application_name of the connections of lib's pool, by
