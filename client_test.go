@@ -174,6 +174,9 @@ func TestClientRejectsBadInputWithoutWriting(t *testing.T) {
 			t.Errorf("%s: error %v, want an *ArgumentError naming %q", tc.name, err, tc.arg)
 		}
 	}
+	if info, _ := store.Inspect(ctx, "k"); info.Fence != 0 || info.Held {
+		t.Fatalf("bad acquires wrote to the store: %+v", info)
+	}
 	l, err := c.TryAcquire(ctx, "k", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +247,7 @@ func TestContendedAcquireExcludesAndFencesRise(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if want := t0.UnixNano() + workers*rounds - 1; lastFence != want {
+	if want := t0.UnixMicro() + workers*rounds - 1; lastFence != want {
 		t.Fatalf("last fence %d, want %d (one per critical section)", lastFence, want)
 	}
 }

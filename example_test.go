@@ -36,11 +36,11 @@ func Example() {
 	fmt.Println("A's late release:", err, errors.Is(err, leasehold.ErrNotOwned))
 	fmt.Println("B renews:", b.Renew(ctx, 10*time.Second))
 	fmt.Println("B releases:", b.Release(ctx))
-	// A fence is the store's clock at the acquire (memstore's in ns), or the key's last
+	// A fence is the store's clock in µs at the acquire, or the key's last
 	// fence + 1 when that is higher: it rises even across a restart.
 	// Output:
-	// A holds the job with fence 1767225600000000000
-	// B took over with fence 1767225611000000000
+	// A holds the job with fence 1767225600000000
+	// B took over with fence 1767225611000000
 	// A's late release: leasehold: not owned true
 	// B renews: <nil>
 	// B releases: <nil>

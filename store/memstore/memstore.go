@@ -4,15 +4,15 @@
 // It gives every guarantee of the Store contract within one process: atomic
 // compare-and-delete and compare-and-expire, and fences that rise strictly
 // per key. A fence is max(the key's last fence + 1, the Store's clock in
-// nanoseconds since the Unix epoch), as redisstore's and pgstore's are on
-// their server's clock: a process that restarts loses its leases, but its
-// new Store's fences start above those it issued before, so storage that
-// keeps the highest fence it has seen goes on taking its writes. That holds
-// while the clock does not step back by more than the time the restart took.
-// Nanoseconds, where the servers count microseconds: a process can take a
-// key more than once a microsecond, so fences counted in microseconds could
-// run ahead of the clock and be issued again after a quick restart; it
-// cannot take a key once a nanosecond.
+// microseconds since the Unix epoch), as redisstore's, pgstore's and a new
+// kubestore Lease's are on their clocks. A process that restarts loses its
+// leases and their holders, but its new Store's fences start above those it
+// issued before, so storage that keeps the highest fence it has seen goes on
+// taking its writes, as it does after a move to one of those stores. A
+// fence below that (the clock stepped back, or a key taken more than once
+// a microsecond, whose fences run ahead of the clock: the Store alone does
+// that in a tight loop, a Client on one key does not) only makes the
+// storage refuse writes until the clock passes it.
 // Time comes from an injectable clock, so tests can move it instead of
 // sleeping.
 //
@@ -69,7 +69,8 @@ var (
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock sets the clock that decides expiry. Default: time.Now.
+// WithClock sets the clock that decides expiry and floors the fences.
+// Default: time.Now. Fences rise across a restart only on a wall clock.
 func WithClock(now func() time.Time) Option {
 	return func(s *Store) {
 		if now != nil {
@@ -136,14 +137,14 @@ func (s *Store) Acquire(ctx context.Context, key, token string, ttl time.Duratio
 }
 
 // clockFloor is the least fence an acquire at now may issue: now in
-// nanoseconds since the Unix epoch, or 0 for a clock outside the years 1970
-// to 2262, which int64 nanoseconds cannot hold (a test's clock): the fences
-// then count on from the last.
+// microseconds since the Unix epoch, or 0 for a clock before 1970 or past
+// what int64 microseconds hold (a test's clock): the fences then count on
+// from the last.
 func clockFloor(now time.Time) int64 {
-	if sec := now.Unix(); sec < 0 || sec >= math.MaxInt64/1_000_000_000 {
+	if sec := now.Unix(); sec < 0 || sec >= math.MaxInt64/1_000_000 {
 		return 0
 	}
-	return now.UnixNano()
+	return now.UnixMicro()
 }
 
 // Release implements driver.Store.

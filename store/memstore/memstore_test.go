@@ -119,18 +119,18 @@ func TestFencesRiseAcrossARestart(t *testing.T) {
 		return f
 	}
 	old := memstore.New(memstore.WithClock(clock.Now))
-	want := clock.Now().UnixNano()
+	want := clock.Now().UnixMicro()
 	if f := acquire(old); f != want {
-		t.Fatalf("first fence %d, want the clock in ns, %d", f, want)
+		t.Fatalf("first fence %d, want the clock in µs, %d", f, want)
 	}
-	for i := range int64(1000) { // more acquires than nanoseconds pass
+	for i := range int64(1000) { // more acquires than microseconds pass
 		if f := acquire(old); f != want+1+i {
 			t.Fatalf("fence %d with the clock standing still, want %d", f, want+1+i)
 		}
 	}
 	last := want + 1000
 
-	clock.Advance(time.Millisecond) // the restart
+	clock.Advance(2 * time.Millisecond) // the restart, longer than the fences' 1 ms lead
 	restarted := memstore.New(memstore.WithClock(clock.Now))
 	if f := acquire(restarted); f <= last {
 		t.Fatalf("a new Store's first fence %d, not above the old Store's last, %d", f, last)
@@ -142,25 +142,26 @@ func TestFencesRiseAcrossARestart(t *testing.T) {
 	}
 }
 
-// A clock whose nanoseconds do not fit in int64, or before 1970, floors
-// nothing: the fences count from 1, and no acquire fails or wraps.
+// A clock before 1970, or past the last second whose microseconds int64
+// holds, floors nothing: the fences count from 1, and no acquire fails or
+// wraps (before the year -290307 UnixMicro itself wraps).
 func TestFenceClockOutOfRange(t *testing.T) {
-	for _, now := range []time.Time{
-		{},
-		time.Unix(-1, 0),
-		time.Unix(math.MaxInt64/1_000_000_000, 0),
-		time.Unix(math.MaxInt64/1_000_000_000-1, 999_999_999),
-		time.Unix(math.MaxInt64/1_000_000, 0),
-		time.Unix(math.MaxInt64, 0),
+	for _, tc := range []struct {
+		now  time.Time
+		want int64
+	}{
+		{time.Time{}, 1},
+		{time.Unix(-1, 0), 1},
+		{time.Date(-300_000, 1, 1, 0, 0, 0, 0, time.UTC), 1},
+		{time.Unix(0, 0), 1},
+		{time.Unix(0, 1_000), 1},
+		{time.Unix(9_223_372_036_853, 999_999_999), 9_223_372_036_853_999_999},
+		{time.Unix(9_223_372_036_854, 0), 1}, // MaxInt64 / 1e6: the cut-off
+		{time.Unix(math.MaxInt64, 0), 1},
 	} {
-		s := memstore.New(memstore.WithClock(func() time.Time { return now }))
-		f, err := s.Acquire(t.Context(), "k", "t", time.Second)
-		want := int64(1)
-		if sec := now.Unix(); sec >= 0 && sec < math.MaxInt64/1_000_000_000 {
-			want = now.UnixNano()
-		}
-		if err != nil || f != want {
-			t.Errorf("clock %v: fence (%d, %v), want %d", now, f, err, want)
+		s := memstore.New(memstore.WithClock(func() time.Time { return tc.now }))
+		if f, err := s.Acquire(t.Context(), "k", "t", time.Second); err != nil || f != tc.want {
+			t.Errorf("clock %v: fence (%d, %v), want %d", tc.now, f, err, tc.want)
 		}
 	}
 }
