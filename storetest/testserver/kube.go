@@ -103,15 +103,15 @@ func KubeAPIServerPath() (string, error) {
 func cacheDir() (string, error) {
 	dir, from := os.Getenv(envCache), "$"+envCache
 	if dir == "" {
-		base, from2 := os.Getenv("XDG_CACHE_HOME"), "$XDG_CACHE_HOME"
-		if base == "" {
+		dir, from = os.Getenv("XDG_CACHE_HOME"), "$XDG_CACHE_HOME"
+		if dir == "" {
 			home, err := os.UserHomeDir()
 			if err != nil {
 				return "", fmt.Errorf("no cache directory: %w", err)
 			}
-			base, from2 = filepath.Join(home, ".cache"), "$HOME"
+			dir, from = filepath.Join(home, ".cache"), "$HOME"
 		}
-		dir, from = filepath.Join(base, "leasehold"), from2
+		dir = filepath.Join(dir, "leasehold")
 	}
 	if !filepath.IsAbs(dir) {
 		return "", fmt.Errorf("the cache directory %s (from %s) is not an absolute path", dir, from)
