@@ -36,6 +36,19 @@ const (
 	// milliseconds, a store that is down a dozen attempts.
 	releaseRetryMin = 10 * time.Millisecond
 	releaseRetryMax = 500 * time.Millisecond
+
+	// grantConfirmDelay is how long after Acquire returns a lease taken by a
+	// grant (driver.Granter) its confirming renewal waits: a lease released
+	// (or renewed by hand) before then needs none, so a critical section of
+	// a few milliseconds costs a transfer across processes two round trips
+	// instead of three, and the confirmation no longer competes with the
+	// next hand-off for the cores (docs/design.md §5, "Grants"). Until it
+	// lands the lease keeps the grant's term, of which it holds at least
+	// half when taken: a pause longer than that in these 10 ms ends the
+	// lease early, as one in the round trip of the confirmation already
+	// could; it never makes two holders. A section longer than this pays
+	// the confirmation as before, off its critical path.
+	grantConfirmDelay = 10 * time.Millisecond
 )
 
 // Client takes leases from a Store. It is safe for concurrent use. Share one
@@ -318,16 +331,17 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // (driver.Granter: Redis) the lease may come from such a grant, without an
 // attempt: it is held first for the waiter's queue stay at most (2.5 s by
 // default), counted from the send of the attempt the grant names, and
-// renewed to ttl at once in the background. Should that renewal fail, the Observer hears of
-// it (OnRenewFailure, OnNotOwned) and the lease ends with the grant's
-// shorter term (docs/design.md §5, "Grants").
+// renewed to ttl in the background 10 ms after Acquire returns, unless a
+// Release, Renew or KeepAlive came first. Should that renewal fail, the
+// Observer hears of it (OnRenewFailure, OnNotOwned) and the lease ends with
+// the grant's shorter term (docs/design.md §5, "Grants").
 //
 // When ctx ends first the error matches ErrNotAcquired and ctx's error. A
 // store failure is returned at once, not retried.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	l, err := c.acquireReported(ctx, key, ttl, c.maxBackoff)
 	if l != nil && !l.unconfirmed.IsZero() {
-		go l.confirm()
+		time.AfterFunc(grantConfirmDelay, l.confirm)
 	}
 	return l, err
 }

@@ -253,11 +253,15 @@ func (l *Lease) renew(ctx context.Context, ttl time.Duration, confirming bool) e
 	return err
 }
 
-// confirm renews a lease taken by a grant to its TTL, at once: the grant
-// held the key for the waiter's queue stay at most (driver.Granter). A call
-// on the lease that comes first (a Renew, a KeepAlive, a Release) makes it
-// moot. Its outcome is reported as a Renew's.
+// confirm renews a lease taken by a grant to its TTL, grantConfirmDelay
+// after Acquire returned it: the grant held the key for the waiter's queue
+// stay at most (driver.Granter). A call on the lease that comes first (a
+// Renew, a KeepAlive, a Release) makes it moot, and so does the Client's
+// Close, which stops renewing. Its outcome is reported as a Renew's.
 func (l *Lease) confirm() {
+	if l.client.usable() != nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultRenewTimeout)
 	defer cancel()
 	_ = l.renew(ctx, l.TTL(), true)

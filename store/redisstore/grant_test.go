@@ -153,6 +153,64 @@ func TestClientTakesAGrantWithoutAnAttempt(t *testing.T) {
 	}
 }
 
+// countedRenews is a real Store that counts the Renew calls made on it as
+// they start.
+type countedRenews struct {
+	*redisstore.Store
+	started atomic.Int64
+}
+
+func (s *countedRenews) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
+	s.started.Add(1)
+	return s.Store.Renew(ctx, key, token, ttl)
+}
+
+// A lease taken by a grant and released at once, or whose Client closed at
+// once, is never confirmed: its confirming renewal waits 10 ms after
+// Acquire returns, and a release or Close before then makes it moot. So a
+// short critical section costs a transfer across processes two round trips
+// (the release that grants, the releaser's next join), not three.
+func TestGrantReleasedOrClosedAtOnceSendsNoConfirmation(t *testing.T) {
+	for _, end := range []string{"released", "closed"} {
+		t.Run(end, func(t *testing.T) {
+			ctx := t.Context()
+			key := storetest.Key(t)
+			const ttl = 10 * time.Second // > the waiter's stay: a grant's term is shorter than its TTL
+			sa := newStore(t, singleClient(shared.Addr()))
+			a := leasehold.New(sa)
+			defer a.Close()
+			sb := &countedRenews{Store: newStore(t, singleClient(shared.Addr()))}
+			b := leasehold.New(sb)
+			defer b.Close()
+			held, err := a.Acquire(ctx, key, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := acquireAsync(ctx, b, key, ttl)
+			waitGrantAsked(t, key)
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l := got.lease(t)
+			if end == "released" {
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("release of the granted lease: %v", err)
+				}
+			} else {
+				b.Close()
+				defer sb.Store.Release(context.WithoutCancel(ctx), key, l.Token())
+			}
+			// The confirmation's timer (10 ms, the Client's
+			// grantConfirmDelay) has fired well before this one; a slow
+			// machine can only let a late confirmation pass unseen.
+			<-time.After(500 * time.Millisecond)
+			if n := sb.started.Load(); n != 0 {
+				t.Errorf("%d renewals after a grant %s at once, want none", n, end)
+			}
+		})
+	}
+}
+
 // lostWords is a Store whose grants' words never arrive, and which cancels
 // a waiter's context when it looks for one, once armed.
 type lostWords struct {
