@@ -191,16 +191,22 @@ func TestInTxDeadlineWhileWaitingForRow(t *testing.T) {
 func TestInTxFnEndsTheTransaction(t *testing.T) {
 	cases := []struct {
 		name     string
-		end      func(ctx context.Context, tx pgx.Tx) error
+		end      func(ctx context.Context, tx pgx.Tx, table string) error
 		wantErr  bool
 		payload  string
 		fenceNow int64
 	}{
-		{"Commit", func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }, true, "by 9", 9},
-		{"COMMIT statement", func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "COMMIT"); return err }, true, "by 9", 9},
-		{"Rollback", func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }, true, "by 4", 4},
-		{"ROLLBACK statement", func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "ROLLBACK"); return err }, true, "by 4", 4},
-		{"failed statement ignored", func(ctx context.Context, tx pgx.Tx) error { _, _ = tx.Exec(ctx, "SELECT 1/0"); return nil }, true, "by 4", 4},
+		{"Commit", func(ctx context.Context, tx pgx.Tx, _ string) error { return tx.Commit(ctx) }, true, "by 9", 9},
+		{"COMMIT statement", func(ctx context.Context, tx pgx.Tx, _ string) error { _, err := tx.Exec(ctx, "COMMIT"); return err }, true, "by 9", 9},
+		{"Rollback", func(ctx context.Context, tx pgx.Tx, _ string) error { return tx.Rollback(ctx) }, true, "by 4", 4},
+		{"ROLLBACK statement", func(ctx context.Context, tx pgx.Tx, _ string) error { _, err := tx.Exec(ctx, "ROLLBACK"); return err }, true, "by 4", 4},
+		{"failed statement ignored", func(ctx context.Context, tx pgx.Tx, _ string) error { _, _ = tx.Exec(ctx, "SELECT 1/0"); return nil }, true, "by 4", 4},
+		// A statement that ends the transaction and opens another leaves the
+		// status 'T': the write in the second, made without the row lock
+		// and the fence, must not commit.
+		{"ROLLBACK AND CHAIN, then a write", chainThenWrite("ROLLBACK AND CHAIN"), true, "by 4", 4},
+		{"ROLLBACK; BEGIN, then a write", chainThenWrite("ROLLBACK; BEGIN"), true, "by 4", 4},
+		{"COMMIT AND CHAIN, then a write", chainThenWrite("COMMIT AND CHAIN"), true, "by 9", 9},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,7 +223,7 @@ func TestInTxFnEndsTheTransaction(t *testing.T) {
 				if _, err := tx.Exec(ctx, "UPDATE "+name+" SET payload = 'by 9' WHERE run_id = 'R1'"); err != nil {
 					return err
 				}
-				return tc.end(ctx, tx)
+				return tc.end(ctx, tx, name)
 			})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("InTx = %v, want an error: %v", err, tc.wantErr)
@@ -236,6 +242,18 @@ func TestInTxFnEndsTheTransaction(t *testing.T) {
 			}
 			closeWithin(t, own)
 		})
+	}
+}
+
+// chainThenWrite ends fn's transaction with stmt, which opens another, and
+// writes the row again in that one, without the fence.
+func chainThenWrite(stmt string) func(ctx context.Context, tx pgx.Tx, table string) error {
+	return func(ctx context.Context, tx pgx.Tx, table string) error {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "UPDATE "+table+" SET payload = 'unfenced' WHERE run_id = 'R1'")
+		return err
 	}
 }
 

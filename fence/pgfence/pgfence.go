@@ -20,13 +20,15 @@ package pgfence
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/leasehold/leasehold/driver"
+	lhdriver "github.com/leasehold/leasehold/driver"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -80,7 +82,7 @@ func NewTable(name, keyColumn string, opts ...fence.Option) (*Table, error) {
 		return nil, err
 	}
 	if keyColumn == Column {
-		return nil, &driver.ArgumentError{Arg: "keyColumn", Reason: fmt.Sprintf("%q is the fence column", keyColumn)}
+		return nil, &lhdriver.ArgumentError{Arg: "keyColumn", Reason: fmt.Sprintf("%q is the fence column", keyColumn)}
 	}
 	cfg := fence.NewConfig(opts...)
 	if err := cfg.Check(); err != nil {
@@ -106,11 +108,11 @@ func checkIdent(arg, s string, qualified bool) error {
 		parts = strings.Split(s, ".")
 	}
 	if len(parts) > 2 {
-		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has more than one dot", s)}
+		return &lhdriver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q has more than one dot", s)}
 	}
 	for _, p := range parts {
 		if p == "" || strings.ContainsRune(p, 0) || len(p) > 63 {
-			return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is not a PostgreSQL identifier", s)}
+			return &lhdriver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is not a PostgreSQL identifier", s)}
 		}
 	}
 	return nil
@@ -129,7 +131,7 @@ func checkDB(arg string, db any) error {
 		isNil = db == nil
 	}
 	if isNil {
-		return &driver.ArgumentError{Arg: arg, Reason: "nil"}
+		return &lhdriver.ArgumentError{Arg: arg, Reason: "nil"}
 	}
 	return nil
 }
@@ -228,8 +230,8 @@ func (t *Table) column(ctx context.Context, q Querier) (typ string, notNull bool
 //
 // It returns nil when the row was written, a *fence.StaleError when its fence
 // was not accepted, ErrNoRow when no row has the key, and an
-// *driver.ArgumentError for a nil q, a fence that is not positive or an
-// empty set. When the key column is not unique and the statement wrote
+// *driver.ArgumentError for a nil q, a NULL id (nil, a nil pointer, a Valuer
+// of nil), a fence that is not positive or an empty set. When the key column is not unique and the statement wrote
 // several rows, it returns an error saying so and how many: those writes
 // stand unless q is a transaction the caller rolls back.
 func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64, set string, args ...any) error {
@@ -239,8 +241,11 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64,
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
 	}
+	if isNull(id) {
+		return errNullID
+	}
 	if strings.TrimSpace(set) == "" {
-		return &driver.ArgumentError{Arg: "set", Reason: "empty"}
+		return &lhdriver.ArgumentError{Arg: "set", Reason: "empty"}
 	}
 	n := len(args)
 	sql := fmt.Sprintf("UPDATE %s SET %s, %s = $%d WHERE %s = $%d AND $%d %s %s",
@@ -266,7 +271,9 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, fenceToken int64,
 // fence, or, when a row with that key exists, updates it to row only if the
 // fence is accepted. It returns a *fence.StaleError, writing nothing, when
 // the fence is not accepted. PostgreSQL refuses the statement when the key
-// column is not unique, and nothing is written then either.
+// column is not unique, and nothing is written then either. A NULL key value
+// is refused (an *driver.ArgumentError naming row): NULLs never conflict in
+// a unique index, so its row would be inserted whatever the fence.
 func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map[string]any) error {
 	if err := checkDB("q", q); err != nil {
 		return err
@@ -276,12 +283,17 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 	}
 	id, ok := row[t.key]
 	if !ok {
-		return &driver.ArgumentError{Arg: "row", Reason: fmt.Sprintf("has no value for the key column %q", t.key)}
+		return &lhdriver.ArgumentError{Arg: "row", Reason: fmt.Sprintf("has no value for the key column %q", t.key)}
+	}
+	if isNull(id) {
+		// NULLs never conflict in a unique index: the insert would add a
+		// row whatever the fence, and a stale writer's too.
+		return &lhdriver.ArgumentError{Arg: "row", Reason: fmt.Sprintf("the key column %q is NULL", t.key)}
 	}
 	cols := make([]string, 0, len(row))
 	for c := range row {
 		if c == Column {
-			return &driver.ArgumentError{Arg: "row", Reason: fmt.Sprintf("sets %q, which is the fence's", Column)}
+			return &lhdriver.ArgumentError{Arg: "row", Reason: fmt.Sprintf("sets %q, which is the fence's", Column)}
 		}
 		if err := checkIdent("row", c, false); err != nil {
 			return err
@@ -322,8 +334,11 @@ func (t *Table) Upsert(ctx context.Context, q Querier, fenceToken int64, row map
 // panic in fn (which InTx then lets continue) or runtime.Goexit.
 //
 // fn sees the row's fence already raised. fn must not commit or roll back
-// tx, by its methods or with a COMMIT or ROLLBACK statement; if it does, the
-// fence goes with its writes, and InTx returns an error. So it does when fn
+// tx, by its methods or with a COMMIT or ROLLBACK statement (AND CHAIN, or
+// followed by BEGIN, too); if it does, the fence goes with its writes, InTx
+// returns an error, and a transaction fn began after it is rolled back: only
+// the transaction that locked the row commits (checked by its id, one round
+// trip before the commit). So it does when fn
 // returns nil from a transaction a statement failed in. Two rows with the
 // key (a key column that is not unique) are refused with an error, and fn is
 // not called.
@@ -334,8 +349,11 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	if err := fence.Validate(fenceToken); err != nil {
 		return err
 	}
+	if isNull(id) {
+		return errNullID
+	}
 	if fn == nil {
-		return &driver.ArgumentError{Arg: "fn", Reason: "nil"}
+		return &lhdriver.ArgumentError{Arg: "fn", Reason: "nil"}
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -352,21 +370,27 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	defer end()
 	// Two rows are read, if there are two, to refuse a key that is not
 	// unique: locking and raising one row would leave the other's fence.
-	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 LIMIT 2 FOR UPDATE", fenceOf(""), t.qname, t.qkey), id)
-	var fences []int64
+	// The transaction's id comes with the row: locking the row assigns one
+	// anyway, and the check before the commit compares against it.
+	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT %s, txid_current() FROM %s WHERE %s = $1 LIMIT 2 FOR UPDATE",
+		fenceOf(""), t.qname, t.qkey), id)
+	type locked struct{ fence, txid int64 }
+	var got []locked
 	if err == nil {
-		fences, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		got, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (l locked, err error) {
+			return l, r.Scan(&l.fence, &l.txid)
+		})
 	}
 	switch {
 	case err != nil:
 		return t.translate("lock row", err)
-	case len(fences) == 0:
+	case len(got) == 0:
 		return fmt.Errorf("%w: %s has no row with %s = %v", ErrNoRow, t.name, t.key, id)
-	case len(fences) > 1:
+	case len(got) > 1:
 		return fmt.Errorf("pgfence: in tx %s: key column %s is not unique: more than one row has the key; rolled back (Migrate refuses such a table)",
 			t.resource(id), t.key)
 	}
-	cur := fences[0]
+	cur, txid := got[0].fence, got[0].txid
 	if !t.cfg.Mode.Accepts(fenceToken, cur) {
 		// The hook runs with the row unlocked and the connection given
 		// back: one that reads the table must not wait for InTx.
@@ -389,11 +413,27 @@ func (t *Table) InTx(ctx context.Context, db Beginner, id any, fenceToken int64,
 	}
 	// A COMMIT or ROLLBACK statement ends the transaction behind pgx's
 	// back, and Commit would then run COMMIT outside one, which succeeds.
-	switch txStatus(tx) {
+	status := txStatus(tx)
+	switch status {
 	case 'I':
 		return fmt.Errorf("pgfence: in tx %s: fn ended the transaction with a statement; the fence went with its writes", t.resource(id))
 	case 'E':
 		return fmt.Errorf("pgfence: in tx %s: a statement failed in fn, which returned nil; rolled back", t.resource(id))
+	}
+	// ROLLBACK AND CHAIN, or ROLLBACK and BEGIN in one Exec, ends the
+	// transaction and opens another, whose status is 'T' again: the row
+	// lock and the raised fence went, and a newer holder may have written
+	// since. Only the transaction that locked the row may commit. (A Tx
+	// that cannot tell its status, a test double, is left to its Commit.)
+	if status == 'T' {
+		var now *int64
+		if err = tx.QueryRow(ctx, "SELECT txid_current_if_assigned()").Scan(&now); err != nil {
+			return t.translate("check the transaction", err)
+		}
+		if now == nil || *now != txid {
+			return fmt.Errorf("pgfence: in tx %s: fn ended the transaction with a statement and began another; "+
+				"the fence and the row lock went with the first, so the second was rolled back", t.resource(id))
+		}
 	}
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgfence: commit: %w", err)
@@ -455,6 +495,9 @@ func (t *Table) Fence(ctx context.Context, q Querier, id any) (int64, error) {
 	if err := checkDB("q", q); err != nil {
 		return 0, err
 	}
+	if isNull(id) {
+		return 0, errNullID
+	}
 	var cur int64
 	err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1", fenceOf(""), t.qname, t.qkey), id).Scan(&cur)
 	switch {
@@ -497,4 +540,28 @@ func (t *Table) translate(op string, err error) error {
 		}
 	}
 	return fmt.Errorf("pgfence: %s %s: %w", op, t.name, err)
+}
+
+// errNullID refuses a NULL key: no row has it (a NULL equals nothing).
+var errNullID = &lhdriver.ArgumentError{Arg: "id", Reason: "NULL (nil, a nil pointer, or a Valuer of nil): no row has a NULL key"}
+
+// isNull reports whether v goes to PostgreSQL as NULL: nil, a nil pointer,
+// map, slice or interface, or a driver.Valuer (sql.NullString,
+// pgtype.Text, ...) whose value is nil. A Valuer that fails is left to the
+// statement, which reports its error.
+func isNull(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		if rv.IsNil() {
+			return true
+		}
+	}
+	if vr, ok := v.(driver.Valuer); ok {
+		val, err := vr.Value()
+		return err == nil && val == nil
+	}
+	return false
 }

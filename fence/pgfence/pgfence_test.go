@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
@@ -265,6 +267,50 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if _, err := pgfence.NewTable("runs", pgfence.Column); !errors.As(err, &ae) || ae.Arg != "keyColumn" {
 		t.Errorf("NewTable(runs, %q): %v, want an error naming keyColumn", pgfence.Column, err)
 	}
+}
+
+// A NULL key equals no row, and never conflicts in a unique index: an
+// Upsert of one would insert a row whatever its fence, a stale writer's
+// too. Every helper refuses it, naming the argument, and writes nothing.
+func TestNullKeyIsRefused(t *testing.T) {
+	ctx := t.Context()
+	name := "runs_" + strings.ToLower(rand.Text()[:8])
+	// A key column that is unique but nullable: Migrate accepts it.
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+name+" (run_id text UNIQUE, payload text)"); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := pgfence.NewTable(name, "run_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var nilText *string
+	for _, id := range []any{nil, nilText, sql.NullString{}, pgtype.Text{}, []byte(nil)} {
+		wantArg := func(op string, err error, arg string) {
+			t.Helper()
+			var ae *leasehold.ArgumentError
+			if !errors.As(err, &ae) || ae.Arg != arg {
+				t.Errorf("%s with key %#v: %v, want an error naming %s", op, id, err, arg)
+			}
+		}
+		wantArg("Upsert, fence 100", tbl.Upsert(ctx, pool, 100, map[string]any{"run_id": id, "payload": "new"}), "row")
+		wantArg("Upsert, fence 1", tbl.Upsert(ctx, pool, 1, map[string]any{"run_id": id, "payload": "stale"}), "row")
+		wantArg("Update", tbl.Update(ctx, pool, id, 5, "payload = $1", "x"), "id")
+		wantArg("InTx", tbl.InTx(ctx, pool, id, 5, func(context.Context, pgx.Tx) error { return nil }), "id")
+		_, err := tbl.Fence(ctx, pool, id)
+		wantArg("Fence", err, "id")
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+name).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows after the refused calls (%v), want none", n, err)
+	}
+	// An empty key is a key, not NULL.
+	if err := tbl.Upsert(ctx, pool, 3, map[string]any{"run_id": "", "payload": "empty"}); err != nil {
+		t.Fatalf("Upsert of the empty key: %v", err)
+	}
+	wantStale(t, tbl.Upsert(ctx, pool, 2, map[string]any{"run_id": "", "payload": "stale"}), 2, 3)
 }
 
 // A nil option is skipped; an unknown Mode is refused, not taken as Strict.
