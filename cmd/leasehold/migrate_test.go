@@ -96,6 +96,10 @@ func TestMigrateUsage(t *testing.T) {
 		{[]string{"migrate", "--postgres", closed, "extra"}, "takes no arguments"},
 		{[]string{"migrate", "--print", "-o", "json"}, "-o json does not apply"},
 		{[]string{"migrate", "--print", "--pg-table", "a.b.c"}, `--pg-table: "a.b.c" has more than one dot`},
+		// Another store's flag, which migrate would ignore.
+		{[]string{"migrate", "--postgres", closed, "--etcd-prefix", "x"}, "--etcd-prefix goes with --etcd"},
+		{[]string{"migrate", "--postgres", closed, "--kube-namespace", "ns"}, "--kube-namespace goes with --kube"},
+		{[]string{"migrate", "--print", "--tls-ca", "/nonexistent"}, "--tls-ca goes with --redis"},
 	} {
 		failsWith(t, 2, []string{tc.says}, tc.args...)
 	}

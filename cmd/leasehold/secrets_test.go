@@ -307,3 +307,43 @@ func startPasswordPostgres(t *testing.T, user, pw string) *testserver.PostgresSe
 	acquire(t, leasehold.New(migratedStore(t, srv.DSN())), "runs:R1", time.Minute)
 	return srv
 }
+
+// TestStoreAddressAsKeyRefused: a store's address given where a KEY or
+// PATTERN goes (the store flag forgotten) is a usage error that shows no
+// piece of its password, and nothing is written to the store; a key with an
+// '@' and a ':' that is no address stays a key.
+func TestStoreAddressAsKeyRefused(t *testing.T) {
+	t.Parallel()
+	url, rc, _ := startRedis(t)
+	const pw = "Qx7vZk9w"
+	for _, addr := range []string{
+		"redis://default:" + pw + "@127.0.0.1:6379/0",
+		"redis://:" + pw + "@127.0.0.1:6379",
+		"postgres://ops:" + pw + "@db:5432/locks",
+		"host=db user=ops password=" + pw + " dbname=locks",
+	} {
+		for _, args := range [][]string{
+			{"inspect", "--redis", url, addr},
+			{"ls", "--redis", url, addr},
+			{"release", "--redis", url, addr, "--force", "--reason", "x"},
+			{"audit", "--redis", url, addr},
+			{"lock", "--redis", url, addr, "--", "true"},
+			{"inspect", "--redis", url, addr, "-o", "json"},
+		} {
+			r := run(t, args...)
+			if r.code != 2 || !strings.Contains(r.stderr, "looks like a store address with a password") {
+				t.Errorf("leasehold %q: exit %d, stderr %q; want 2 and the address refused", args, r.code, r.stderr)
+			}
+			checkOneLine(t, r.stderr, args)
+			checkNoLeak(t, r, args, nil, pw)
+		}
+	}
+	if n, err := rc.DBSize(t.Context()).Result(); err != nil || n != 0 {
+		t.Errorf("%d keys in the store after the refused commands (%v), want none", n, err)
+	}
+	// Not an address: taken as a key.
+	r := run(t, "inspect", "--redis", url, "jobs:alice@example.com:7")
+	if r.code != 0 {
+		t.Errorf("inspect of the key jobs:alice@example.com:7: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

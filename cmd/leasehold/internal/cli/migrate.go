@@ -59,6 +59,13 @@ connects to nothing. Redis, etcd and Kubernetes need no schema.
 					return usagef("migrate makes PostgreSQL tables; the store of --%s needs no schema", s.flag)
 				}
 			}
+			// Another store's flag would be silently ignored, as openBackend
+			// refuses for the other commands.
+			for _, f := range storeOnlyFlags {
+				if f.store != "postgres" && flagSet(cmd.Flags(), f.flag) {
+					return usagef("--%s goes with --%s, not with migrate, which makes PostgreSQL tables", f.flag, f.store)
+				}
+			}
 			if printSQL {
 				if asJSON {
 					return usagef("--print writes SQL: -o json does not apply")

@@ -148,6 +148,18 @@ func passwords(a string) []string {
 	return pws
 }
 
+// addressWithPassword reports a URL with a password in its userinfo
+// (scheme://user:password@host, scheme://:password@host) or a DSN with a
+// password (password=..., sslpassword=...): what no key or pattern is.
+func addressWithPassword(a string) bool {
+	if dsnPassword.MatchString(a) {
+		return true
+	}
+	i := strings.Index(a, "://")
+	at := strings.LastIndex(a, "@")
+	return i >= 0 && at > i && strings.Contains(a[i+3:at], ":")
+}
+
 // mayHoldSecret reports an argument that looks like an address with credentials.
 func mayHoldSecret(a string) bool {
 	l := strings.ToLower(a)

@@ -213,6 +213,23 @@ func (a *app) run(f func(cmd *cobra.Command, args []string) error) func(*cobra.C
 		if err := checkDuration("--timeout", a.global.timeout, 1, MaxTimeout); err != nil {
 			return err
 		}
+		// A store's address given where a KEY or PATTERN goes (the store
+		// flag forgotten) would be printed, and written to the store as a
+		// key: refused, unshown. lock's CMD after -- is the operator's own.
+		keys := args
+		if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+			keys = args[:dash]
+		}
+		for _, k := range keys {
+			if addressWithPassword(k) {
+				name := "KEY"
+				if cmd.Name() == "ls" {
+					name = "PATTERN"
+				}
+				return usagef("%s looks like a store address with a password (%s): give the store with "+
+					"--redis, --etcd, --postgres or --kube, or $LEASEHOLD_*", name, notShown)
+			}
+		}
 		return f(cmd, args)
 	}
 }
