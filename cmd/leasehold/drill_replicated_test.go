@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,20 @@ const (
 	etcdJobs       = 4
 )
 
+// seconds is a duration in JSON's seconds, read to the nearest nanosecond.
+type seconds time.Duration
+
+func (s *seconds) UnmarshalJSON(b []byte) error {
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*s = seconds(math.Round(f * float64(time.Second)))
+	return nil
+}
+
+func (s seconds) String() string { return time.Duration(s).String() }
+
 // drillJSON is what these tests read of drill -o json.
 type drillJSON struct {
 	Store            string         `json:"store"`
@@ -39,9 +54,9 @@ type drillJSON struct {
 	Ops              map[string]int `json:"ops"`
 	Effects          map[string]int `json:"effects"`
 	StaleRefused     int            `json:"stale_writes_refused"`
-	TTL              time.Duration  `json:"ttl_ns"`
-	TakeoverP99      time.Duration  `json:"takeover_p99_ns"`
-	TakeoverSLO      time.Duration  `json:"takeover_slo_ns"`
+	TTL              seconds        `json:"ttl_seconds"`
+	TakeoverP99      seconds        `json:"takeover_p99_seconds"`
+	TakeoverSLO      seconds        `json:"takeover_slo_seconds"`
 	Workers          int            `json:"workers"`
 	Violations       []struct {
 		Check, Detail string
@@ -86,7 +101,7 @@ func drillOnReplicated(t *testing.T, st driver.Store, storeArgs []string, wantSt
 		t.Fatalf("leasehold %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
 	}
 	t.Logf("drill on %s: exit %d in %v, %d critical sections, takeover p99 %v (SLO %v)", wantStore, r.code, time.Since(start).Round(time.Millisecond),
-		rep.CriticalSections, rep.TakeoverP99.Round(time.Millisecond), rep.TakeoverSLO)
+		rep.CriticalSections, time.Duration(rep.TakeoverP99).Round(time.Millisecond), rep.TakeoverSLO)
 	if !strings.HasPrefix(rep.Store, wantStore) {
 		t.Errorf("the report's store is %q, want %q…", rep.Store, wantStore)
 	}
@@ -201,12 +216,12 @@ func TestDrillOnReplicatedStores(t *testing.T) {
 		// Without --time-scale the TTL is etcd's shortest lease (1 s with
 		// testserver's timings), and pauses past it lose the lock.
 		rep := drillOnReplicated(t, appStore, storeArgs, "etcd at "+strings.Join(eps, ","), etcdJobs)
-		if rep.TTL != time.Second {
+		if time.Duration(rep.TTL) != time.Second {
 			t.Errorf("the drill's TTL on etcd is %v, want its 1s lease", rep.TTL)
 		}
 		// A stopped holder's etcd lease ends up to 500 ms (etcd's lessor
 		// loop) after its TTL; the default SLO allows for it.
-		if want := time.Second + time.Second/3 + 500*time.Millisecond; rep.TakeoverSLO != want {
+		if want := time.Second + time.Second/3 + 500*time.Millisecond; time.Duration(rep.TakeoverSLO) != want {
 			t.Errorf("takeover SLO on etcd %v, want %v", rep.TakeoverSLO, want)
 		}
 		if rep.Effects["pause-past-ttl"] > 0 && rep.Ops["release not owned"]+rep.StaleRefused == 0 {

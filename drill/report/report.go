@@ -24,17 +24,17 @@ type Report struct {
 	Storage          string         `json:"storage"`
 	Workers          int            `json:"workers"`
 	Jobs             int            `json:"jobs"`
-	TTL              time.Duration  `json:"ttl_ns"`
-	Duration         time.Duration  `json:"duration_ns"`
+	TTL              time.Duration  `json:"-"` // ttl_seconds in WriteJSON
+	Duration         time.Duration  `json:"-"` // duration_seconds in WriteJSON
 	CriticalSections int64          `json:"critical_sections"`
 	Ops              map[string]int `json:"ops"`     // "acquire ok", "release not owned", …
 	Faults           map[string]int `json:"faults"`  // injected, by fault
 	Effects          map[string]int `json:"effects"` // faults that hit a critical section
 	WritesAccepted   int            `json:"writes_accepted"`
 	StaleRefused     int            `json:"stale_writes_refused"`
-	TakeoverP50      time.Duration  `json:"takeover_p50_ns"`
-	TakeoverP99      time.Duration  `json:"takeover_p99_ns"`
-	TakeoverSLO      time.Duration  `json:"takeover_slo_ns"`
+	TakeoverP50      time.Duration  `json:"-"` // takeover_p50_seconds in WriteJSON
+	TakeoverP99      time.Duration  `json:"-"` // takeover_p99_seconds in WriteJSON
+	TakeoverSLO      time.Duration  `json:"-"` // takeover_slo_seconds in WriteJSON
 	Takeovers        int            `json:"takeovers"`
 	// TakeoversExcluded are takeovers that overlapped a partition: no
 	// worker could reach the store, so they say nothing about the lock.
@@ -58,7 +58,7 @@ type Report struct {
 	// LinearizeOps is the number of operations checked.
 	LinearizeOps int `json:"linearize_ops"`
 	// LinearizeTime is how long the check took.
-	LinearizeTime time.Duration `json:"linearize_ns"`
+	LinearizeTime time.Duration `json:"-"` // linearize_seconds in WriteJSON
 	// Visualization is porcupine's HTML page of the history and its
 	// (partial) linearizations, when Linearizable is not ok; WriteHTML
 	// embeds it.
@@ -242,8 +242,8 @@ func writeGroups(w io.Writer, vs []check.Violation) {
 
 // WriteJSON writes the report as indented JSON, without its history, with
 // its verdict and exit code.
-// Empty lists and maps are [] and {}, never null (the CLI's -o json
-// convention).
+// Empty lists and maps are [] and {}, never null, and durations are
+// seconds in fields named *_seconds (the CLI's -o json conventions).
 func (r *Report) WriteJSON(w io.Writer) error {
 	c := *r
 	if c.Violations == nil {
@@ -259,11 +259,19 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// Durations are seconds in *_seconds fields, the CLI's convention.
 	return enc.Encode(struct {
 		*Report
-		Verdict  string `json:"verdict"`
-		ExitCode int    `json:"exit_code"`
-	}{&c, r.Verdict(), r.ExitCode()})
+		TTL           float64 `json:"ttl_seconds"`
+		Duration      float64 `json:"duration_seconds"`
+		TakeoverP50   float64 `json:"takeover_p50_seconds"`
+		TakeoverP99   float64 `json:"takeover_p99_seconds"`
+		TakeoverSLO   float64 `json:"takeover_slo_seconds"`
+		LinearizeTime float64 `json:"linearize_seconds"`
+		Verdict       string  `json:"verdict"`
+		ExitCode      int     `json:"exit_code"`
+	}{&c, c.TTL.Seconds(), c.Duration.Seconds(), c.TakeoverP50.Seconds(), c.TakeoverP99.Seconds(),
+		c.TakeoverSLO.Seconds(), c.LinearizeTime.Seconds(), r.Verdict(), r.ExitCode()})
 }
 
 func sum(m map[string]int) (n int) {

@@ -66,11 +66,21 @@ func TestWriteJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
-	if got["store"] != "memory" || got["ttl_ns"] != float64(time.Second) || got["linearizable"] != check.LinearizableIllegal {
+	if got["store"] != "memory" || got["ttl_seconds"] != 1.0 || got["linearizable"] != check.LinearizableIllegal {
 		t.Errorf("JSON %s", out.String())
 	}
 	if vs, _ := got["safety_violations"].([]any); len(vs) == 0 {
 		t.Errorf("no safety violations in %s", out.String())
+	}
+	for _, k := range []string{"duration_seconds", "takeover_p50_seconds", "takeover_p99_seconds", "takeover_slo_seconds", "linearize_seconds"} {
+		if _, ok := got[k].(float64); !ok {
+			t.Errorf("no number %s in %s", k, out.String())
+		}
+	}
+	for k := range got {
+		if strings.HasSuffix(k, "_ns") || k == "TTL" || k == "Duration" {
+			t.Errorf("the JSON carries %s: durations are *_seconds", k)
+		}
 	}
 	for _, k := range []string{"History", "Visualization"} {
 		if _, ok := got[k]; ok {
