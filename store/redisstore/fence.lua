@@ -3,9 +3,13 @@
 
 -- lh_last returns the fence counter's value (false when it has none), or
 -- raises the errors that stop a new fence, having written nothing: the
--- counter is not a decimal in 1 .. 2^63-1, or cannot rise further.
+-- counter is not a decimal in 1 .. 2^63-1 (a key of another type too), or
+-- cannot rise further.
 local function lh_last(fkey)
-  local last = redis.call('GET', fkey)
+  local last = redis.pcall('GET', fkey)
+  if type(last) == 'table' then
+    error({err = 'LEASEHOLD_BADFENCE a key of type ' .. redis.call('TYPE', fkey).ok})
+  end
   if last and not lh_int(last) then
     error({err = 'LEASEHOLD_BADFENCE ' .. lh_show(last)})
   end

@@ -122,6 +122,34 @@ func TestBadFenceCounterIsRefused(t *testing.T) {
 	}
 }
 
+// A fence counter that is a key of another type (a hash, a list, a set) is
+// refused as a bad counter, naming it and its type; nothing is written.
+func TestFenceCounterOfAnotherTypeIsRefused(t *testing.T) {
+	s := newStore(t, singleClient(shared.Addr()))
+	ctx := t.Context()
+	for _, mk := range [][]string{{"HSET", "f", "1"}, {"RPUSH", "1"}, {"SADD", "1"}, {"ZADD", "1", "m"}} {
+		key := storetest.Key(t)
+		fk := redisstore.FenceKey(key)
+		if _, err := shared.Do(append([]string{mk[0], fk}, mk[1:]...)...); err != nil {
+			t.Fatal(err)
+		}
+		typ, _ := shared.Do("TYPE", fk)
+		f, err := s.Acquire(ctx, key, leasehold.NewToken(), time.Minute)
+		if err == nil || f != 0 || errors.Is(err, leasehold.ErrNotAcquired) {
+			t.Fatalf("a %s counter: Acquire = (%d, %v), want an error", typ, f, err)
+		}
+		if !strings.Contains(err.Error(), fk) || !strings.Contains(err.Error(), "a key of type "+typ) {
+			t.Errorf("a %s counter: error %q does not name the counter %q and its type", typ, err, fk)
+		}
+		if n, _ := shared.Do("EXISTS", key); n != "0" {
+			t.Fatalf("a %s counter: the refused acquire set the lock key", typ)
+		}
+		if got, _ := shared.Do("TYPE", fk); got != typ {
+			t.Fatalf("a %s counter is a %s after the refused acquire", typ, got)
+		}
+	}
+}
+
 // No user key reaches leasehold's own keys: the fence counters, the fenced
 // writes' marks and everything else under the reserved prefix are refused,
 // with a token of "nan" too, and the victim's lease and counter stay as they were.
