@@ -56,6 +56,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "1s"}, "ttl needs --guard"},
 		{[]string{"ttl", "--exec-p99", "1s", "--from", "http://127.0.0.1:1/metrics", "--namespace", "runs", "--jitter", "1s", "--guard", "1s"}, "not both"},
 		{[]string{"ttl", "--from", "http://127.0.0.1:1/metrics", "--jitter", "1s", "--guard", "1s"}, "--from needs --namespace"},
+		{[]string{"ttl", "--exec-p99", "1s", "--quantile", "0.5", "--jitter", "1s", "--guard", "1s"}, "--quantile goes with --from"},
 		{[]string{"ttl", "--from", "ftp://127.0.0.1/metrics", "--namespace", "runs", "--jitter", "1s", "--guard", "1s"}, "--from needs an http:// or https:// URL"},
 		{[]string{"ttl", "--exec-p99", "20h", "--jitter", "5h", "--guard", "0s"}, "invalid ttl (--exec-p99 + --jitter + --guard): 25h0m0s is longer than 24h0m0s"},
 		{[]string{"ttl", "--exec-p99", "1s", "--jitter", "-1s", "--guard", "0s"}, "--jitter must be between 0s and 24h0m0s, not -1s"},

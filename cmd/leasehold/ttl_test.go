@@ -172,6 +172,18 @@ leasehold_lock_held_seconds_count{namespace="runs"} 0
 	serve("/none", noHistogram)
 	serve("/empty", empty)
 	serve("/garbage", "this is { not metrics\n")
+	hist := func(le1, c1, cInf string) string {
+		return "# TYPE leasehold_lock_held_seconds histogram\n" +
+			`leasehold_lock_held_seconds_bucket{namespace="runs",le="` + le1 + `"} ` + c1 + "\n" +
+			`leasehold_lock_held_seconds_bucket{namespace="runs",le="+Inf"} ` + cInf + "\n" +
+			`leasehold_lock_held_seconds_sum{namespace="runs"} 1` + "\n" +
+			`leasehold_lock_held_seconds_count{namespace="runs"} ` + cInf + "\n"
+	}
+	serve("/nan", hist("10", "NaN", "NaN"))
+	serve("/inf", hist("10", "5", "+Inf"))
+	serve("/huge", hist("1e12", "0", "10"))
+	serve("/negative", hist("-1", "10", "10"))
+	serve("/tiny", hist("0.005", "1000", "1000"))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -192,8 +204,20 @@ leasehold_lock_held_seconds_count{namespace="runs"} 0
 		{"/empty", "no observations yet"},
 		{"/garbage", "not a Prometheus text exposition"},
 		{"/missing", "404 Not Found"},
+		// The endpoint's figures at fault: exit 1 naming --from, never a
+		// plan from NaN, nor a usage error blaming --exec-p99.
+		{"/nan", "counts NaN, not a finite number"},
+		{"/inf", "counts +Inf, not a finite number"},
+		{"/huge", "not a hold time in (0, 24h0m0s]"},
+		{"/negative", "not a hold time in (0, 24h0m0s]"},
 	} {
 		failsWith(t, 1, []string{tc.want, srv.URL}, append([]string{"ttl", "--from", srv.URL + tc.path}, common...)...)
+	}
+	// Every hold under 5 ms and a low quantile: the estimate, 0.2 ms, is
+	// taken as 1 ms, not as an exec p99 that was not given.
+	decode(t, ok(t, "ttl", "--json", "--from", srv.URL+"/tiny", "--quantile", "0.04", "--namespace", "runs", "--jitter", "0s", "--guard", "0s"), &got)
+	if !near(got.ExecP99, 0.001) {
+		t.Errorf("ttl --from, every hold under 5 ms, --quantile 0.04 = %+v, want exec p99 1 ms", got)
 	}
 	failsWith(t, 1, []string{"127.0.0.1", "connection refused"}, append([]string{"ttl", "--from", "http://" + closedAddr(t) + "/metrics"}, common...)...)
 	r := failsWith(t, 1, []string{"did not answer within 1s"},

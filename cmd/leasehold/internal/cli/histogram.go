@@ -61,6 +61,16 @@ func HistogramQuantile(q float64, buckets []Bucket) (Estimate, error) {
 	if !(q > 0 && q <= 1) {
 		return Estimate{}, fmt.Errorf("quantile %v is not in (0, 1]", q)
 	}
+	for _, b := range buckets {
+		// NaN would pass every comparison below and come out as the
+		// estimate; a negative or infinite count is no scrape's.
+		switch {
+		case math.IsNaN(b.UpperBound):
+			return Estimate{}, errors.New("a bucket's le is NaN")
+		case math.IsNaN(b.Count) || math.IsInf(b.Count, 0) || b.Count < 0:
+			return Estimate{}, fmt.Errorf("the bucket le=%v counts %v, not a finite number ≥ 0", b.UpperBound, b.Count)
+		}
+	}
 	bs := slices.Clone(buckets)
 	sort.Slice(bs, func(i, j int) bool { return bs[i].UpperBound < bs[j].UpperBound })
 	switch {

@@ -109,6 +109,8 @@ says so.`,
 				return usagef("--from needs --namespace: the namespace label to read (the keys' first segment, as inspect shows it)")
 			case !fromURL && flagSet(f, "namespace"):
 				return usagef("--namespace goes with --from")
+			case !fromURL && flagSet(f, "quantile"):
+				return usagef("--quantile goes with --from: --exec-p99 is the quantile itself")
 			case !flagSet(f, "jitter"):
 				return usagef("ttl needs --jitter: the pauses and delays the p99 does not show (GC, VM, network); --jitter 0s if none")
 			case !flagSet(f, "guard"):
@@ -133,7 +135,15 @@ says so.`,
 				if err != nil {
 					return fmt.Errorf("%s{namespace=%q} at %s: %w", HeldMetric, ns, safeURL(u), err)
 				}
-				in.ExecP99 = time.Duration(est.Seconds * float64(time.Second)).Round(time.Millisecond)
+				// The endpoint's figures, not the command line, are at fault
+				// when the estimate is no hold time: exit 1, naming --from.
+				if !(est.Seconds > 0) || est.Seconds > driver.MaxTTL.Seconds() {
+					return fmt.Errorf("%s{namespace=%q} at %s (--from): the p%s estimate is %v s, not a hold time in (0, %v]",
+						HeldMetric, ns, safeURL(u), quantileName(quantile), est.Seconds, driver.MaxTTL)
+				}
+				// At least 1 ms: a p99 under half a millisecond rounds to
+				// nothing, which the plan would take as not given.
+				in.ExecP99 = max(time.Duration(est.Seconds*float64(time.Second)).Round(time.Millisecond), time.Millisecond)
 				src = &sourceJSON{URL: safeURL(u), Metric: HeldMetric, Namespace: ns, Quantile: quantile, Observations: est.Count, AboveTopBucket: est.AboveTop}
 			}
 			p, err := PlanTTL(in)
