@@ -62,9 +62,6 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	if err := driver.ValidateForceRelease(key, reason, by); err != nil {
 		return driver.AuditRecord{}, err
 	}
-	if s.auditErr != nil {
-		return driver.AuditRecord{}, fmt.Errorf("pgstore: force release %q: no audit table: %w", key, s.auditErr)
-	}
 	var rec driver.AuditRecord
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var (
@@ -94,9 +91,6 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.AuditRecord, error) {
 	if err := driver.ValidateAudit(key, limit); err != nil {
 		return nil, err
-	}
-	if s.auditErr != nil {
-		return nil, fmt.Errorf("pgstore: audit: no audit table: %w", s.auditErr)
 	}
 	rows, err := s.pool.Query(ctx, s.auditSQL, key, limit)
 	if err != nil {

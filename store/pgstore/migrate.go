@@ -50,7 +50,7 @@ const migrateLockSQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 
 // planMigration records what Migrate makes for the lease table parts, the
 // waiters table waiterParts, the wake-up function wakeParts and the audit
-// table auditParts (when its name fits), and the hint of a missing table's
+// table auditParts, and the hint of a missing table's
 // error.
 func (s *Store) planMigration(parts, waiterParts, wakeParts, auditParts []string) {
 	if len(parts) == 2 {
@@ -66,14 +66,12 @@ func (s *Store) planMigration(parts, waiterParts, wakeParts, auditParts []string
 			columns: []string{"key", "seq", "token", "deadline"}},
 		{kind: "function", name: last(wakeParts), body: s.wakeBody, display: s.wake, sql: s.migrateWakeSQL},
 	}
-	if s.auditErr == nil {
-		index := last(auditParts) + "_key_at"
-		s.steps = append(s.steps,
-			migrationStep{kind: "table", name: last(auditParts), display: s.audit, sql: s.migrateAuditSQL,
-				columns: []string{"id", "at", "key", "holder", "token", "fence", "reason", "forced_by"}},
-			migrationStep{kind: "index", name: index, display: strings.Join(append(slices.Clone(parts[:len(parts)-1]), index), "."),
-				sql: s.migrateAuditIndexSQL})
-	}
+	index := last(auditParts) + "_key_at"
+	s.steps = append(s.steps,
+		migrationStep{kind: "table", name: last(auditParts), display: s.audit, sql: s.migrateAuditSQL,
+			columns: []string{"id", "at", "key", "holder", "token", "fence", "reason", "forced_by"}},
+		migrationStep{kind: "index", name: index, display: strings.Join(append(slices.Clone(parts[:len(parts)-1]), index), "."),
+			sql: s.migrateAuditIndexSQL})
 	var tables []string
 	for _, st := range s.steps {
 		if st.kind == "table" {

@@ -81,10 +81,9 @@ type Store struct {
 	// migrateWakeSQL), its body, and the statement that makes it.
 	wake, wakeBody, migrateWakeSQL string
 
-	// audit is the forced-release records' table, table + "_audit", and its
-	// statements; auditErr says why there is none (a name too long).
+	// audit is the forced-release records' table, table + "_audit" (see
+	// auditName), and its statements.
 	audit                                                                     string
-	auditErr                                                                  error
 	migrateAuditSQL, migrateAuditIndexSQL, forceSelectSQL, forceSQL, auditSQL string
 
 	// The objects Migrate makes (see migrate.go), the schema of a
@@ -173,16 +172,14 @@ func build(opts []Option) (*Store, error) {
 	}
 	s.migrateWakeSQL = fmt.Sprintf(migrateWakeSQL, fn, sqlString(s.wakeBody))
 	auditParts := slices.Clone(parts)
-	auditParts[len(parts)-1] += "_audit"
+	auditParts[len(parts)-1] = auditName(parts[len(parts)-1])
 	s.audit = strings.Join(auditParts, ".")
-	if s.auditErr = checkIdent("table", s.audit, auditParts[len(parts)-1]); s.auditErr == nil {
-		a := pgx.Identifier(auditParts).Sanitize()
-		s.migrateAuditSQL = fmt.Sprintf(migrateAuditSQL, t, a)
-		s.migrateAuditIndexSQL = fmt.Sprintf(migrateAuditIndexSQL, t, a, pgx.Identifier{auditParts[len(parts)-1] + "_key_at"}.Sanitize())
-		s.forceSelectSQL = fmt.Sprintf(forceSelectSQL, t, a)
-		s.forceSQL = fmt.Sprintf(forceSQL, t, a, w)
-		s.auditSQL = fmt.Sprintf(auditSQL, t, a)
-	}
+	a := pgx.Identifier(auditParts).Sanitize()
+	s.migrateAuditSQL = fmt.Sprintf(migrateAuditSQL, t, a)
+	s.migrateAuditIndexSQL = fmt.Sprintf(migrateAuditIndexSQL, t, a, pgx.Identifier{auditParts[len(parts)-1] + "_key_at"}.Sanitize())
+	s.forceSelectSQL = fmt.Sprintf(forceSelectSQL, t, a)
+	s.forceSQL = fmt.Sprintf(forceSQL, t, a, w)
+	s.auditSQL = fmt.Sprintf(auditSQL, t, a)
 	s.planMigration(parts, waiterParts, wakeParts, auditParts)
 	return s, nil
 }
@@ -465,6 +462,12 @@ func waitersName(table string) string { return companionName(table, "waiters") }
 // wakeName is the name of the release's wake-up function that goes with the
 // lease table named table, as waitersName names the waiters table.
 func wakeName(table string) string { return companionName(table, "wake") }
+
+// auditName is the name of the forced releases' audit table that goes with
+// the lease table named table, as waitersName names the waiters table. (A
+// version before it made none for a name of 58 bytes or more, so no
+// existing audit table is renamed.)
+func auditName(table string) string { return companionName(table, "audit") }
 
 // companionName is table + "_" + what, or "leasehold_" + what + "_" and 32
 // hex digits of table's SHA-256 when that is too long for an identifier.
