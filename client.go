@@ -339,7 +339,7 @@ func (c *Client) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // When ctx ends first the error matches ErrNotAcquired and ctx's error. A
 // store failure is returned at once, not retried.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	l, err := c.acquireReported(ctx, key, ttl, c.maxBackoff)
+	l, err := c.acquireReported(ctx, key, ttl, c.maxBackoff, 0)
 	if l != nil && !l.unconfirmed.IsZero() {
 		time.AfterFunc(grantConfirmDelay, l.confirm)
 	}
@@ -348,17 +348,18 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 
 // acquireKept is Acquire for a lease a KeepAlive renews next (Hold, Lead):
 // a lease from a grant is renewed to its TTL by that KeepAlive, at once.
-func (c *Client) acquireKept(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	return c.acquireReported(ctx, key, ttl, c.maxBackoff)
+// budget > 0 bounds the waiting (WithWaitBudget; see acquire).
+func (c *Client) acquireKept(ctx context.Context, key string, ttl, budget time.Duration) (*Lease, error) {
+	return c.acquireReported(ctx, key, ttl, c.maxBackoff, budget)
 }
 
 // acquireReported is Acquire with its backoff capped at maxBackoff.
-func (c *Client) acquireReported(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
+func (c *Client) acquireReported(ctx context.Context, key string, ttl, maxBackoff, budget time.Duration) (*Lease, error) {
 	start := time.Now()
 	if len(c.observers) > 0 {
 		observe(c, ctx, c.event(key, 0), func(o *Observer) func(context.Context, Event) { return o.OnAcquireStart })
 	}
-	l, err := c.acquire(ctx, key, ttl, maxBackoff)
+	l, err := c.acquire(ctx, key, ttl, maxBackoff, budget)
 	c.reportAcquire(ctx, key, ttl, l, err, true, time.Since(start))
 	return l, err
 }

@@ -114,7 +114,9 @@ func WithReleaseTimeout(d time.Duration) HoldOption {
 }
 
 // WithWaitBudget bounds how long Hold waits for a busy key, then returns an
-// error matching ErrNotAcquired. Default: until ctx is done. For Hold.
+// error matching ErrNotAcquired. The budget counts from the answer to the
+// first attempt, which goes under ctx alone: a free key is taken whatever
+// the budget. Default: until ctx is done. For Hold.
 func WithWaitBudget(d time.Duration) HoldOption {
 	return option("WithWaitBudget", optHold, func(c *holdConfig) { c.waitBudget = d })
 }
@@ -218,26 +220,11 @@ func (c *Client) Hold(ctx context.Context, key string, ttl time.Duration, fn fun
 	if err != nil {
 		return err
 	}
-	l, err := c.acquireWithin(ctx, key, ttl, cfg.waitBudget)
+	l, err := c.acquireKept(ctx, key, ttl, cfg.waitBudget)
 	if err != nil {
 		return err
 	}
 	return c.runHeld(ctx, l, cfg, false, fn)
-}
-
-// acquireWithin is Acquire bounded by budget when budget > 0; running out of
-// it is an ErrNotAcquired, not a context error.
-func (c *Client) acquireWithin(ctx context.Context, key string, ttl, budget time.Duration) (*Lease, error) {
-	if budget <= 0 {
-		return c.acquireKept(ctx, key, ttl)
-	}
-	bctx, cancel := context.WithTimeoutCause(ctx, budget, errWaitBudget)
-	defer cancel()
-	l, err := c.acquireKept(bctx, key, ttl)
-	if err != nil && expired(ctx) == nil && (context.Cause(bctx) == errWaitBudget || expired(bctx) != nil) {
-		return nil, fmt.Errorf("leasehold: %q still held after the %v wait budget: %w", key, budget, ErrNotAcquired)
-	}
-	return l, err
 }
 
 var errWaitBudget = errors.New("leasehold: wait budget spent")
@@ -312,6 +299,12 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, endOnLos
 // release, OnReleaseFailure) and the TTL frees the key.
 func (c *Client) releaseBounded(ctx context.Context, l *Lease, timeout time.Duration) error {
 	if err := l.release(context.WithoutCancel(ctx), timeout); errors.Is(err, ErrNotOwned) {
+		l.mu.Lock()
+		own := l.released
+		l.mu.Unlock()
+		if own {
+			return nil // fn's own Release, from another goroutine, went first
+		}
 		return fmt.Errorf("leasehold: %q was lost before fn returned: %w", l.key, err)
 	}
 	return nil

@@ -29,7 +29,7 @@ func (c *Client) Lead(ctx context.Context, key string, lead func(ctx context.Con
 		return err
 	}
 	for {
-		l, err := c.acquireKept(ctx, key, cfg.ttl)
+		l, err := c.acquireKept(ctx, key, cfg.ttl, 0)
 		switch {
 		case expired(ctx) != nil:
 			if l != nil { // acquired as ctx ended: no term

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/driver"
@@ -43,13 +44,22 @@ type Lease struct {
 	unconfirmed time.Time
 	line        *line   // the Client's line of waiters that counts it as held; nil if none (wait.go)
 	r           renewal // everything about renewing it (renewal.go)
+	// certainEnd is r.expiredBy() in Unix ns, kept by noteEnd wherever r
+	// changes: the Client's waiters for the key stop counting the lease
+	// as held then, released or not (wait.go).
+	certainEnd atomic.Int64
 }
+
+// noteEnd records the lease's certain expiry (certainEnd) after r changed.
+// l.mu is held, or l is not shared yet.
+func (l *Lease) noteEnd() { l.certainEnd.Store(l.r.expiredBy().UnixNano()) }
 
 // newLease is a lease of key just acquired with an attempt sent at sent and
 // answered at done; the Client's waiters for key count it as held.
 func (c *Client) newLease(key, token string, fence int64, ttl time.Duration, sent, done time.Time) *Lease {
 	l := &Lease{client: c, key: key, token: token, fence: fence, started: done, op: make(chan struct{}, 1)}
 	l.r = renewal{ttl: ttl, sent: sent, done: done}
+	l.noteEnd()
 	c.lines.hold(l)
 	return l
 }
@@ -225,6 +235,7 @@ func (l *Lease) renew(ctx context.Context, ttl time.Duration, confirming bool) e
 		done := time.Now()
 		l.mu.Lock()
 		l.r.ttl, l.r.sent, l.r.done = ttl, sent, done
+		l.noteEnd()
 		l.mu.Unlock()
 	case unknownOutcome(err):
 		// It may have been applied: when that would end the lease sooner,
@@ -233,6 +244,7 @@ func (l *Lease) renew(ctx context.Context, ttl time.Duration, confirming bool) e
 		l.mu.Lock()
 		if sent.Add(ttl).Before(l.r.sent.Add(l.r.ttl)) {
 			l.r.ttl, l.r.sent = ttl, sent
+			l.noteEnd()
 		}
 		l.mu.Unlock()
 	}

@@ -383,6 +383,7 @@ func (k *KeepAlive) decide(f func(r *renewal) outcome) (ended bool) {
 		return true
 	}
 	o := f(&l.r)
+	l.noteEnd()
 	l.mu.Unlock()
 	k.reportLocked(o)
 	return o.lost != nil

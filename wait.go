@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,18 +45,25 @@ func refreshEvery(maxBackoff, stay time.Duration) time.Duration {
 }
 
 // lines are a Client's waiters, one line per key; a key takes memory only
-// while a goroutine waits for it or a lease counted by its line is held.
+// while a goroutine waits for it or a lease counted by its line is held
+// (until the lease has certainly expired: a line kept only by expired
+// leases goes at the next sweep, when the map has doubled).
 type lines struct {
-	mu   sync.Mutex
-	keys map[string]*line
+	mu      sync.Mutex
+	keys    map[string]*line
+	sweepAt int // the map's size at which join sweeps it next
 }
+
+// linesSweepMin is the map size below which join does not sweep: a sweep
+// only collects the lines of leases left to expire without a release.
+const linesSweepMin = 1024
 
 // line is one key's waiters in one Client. Its fields, and the line and
 // waiter fields said to be, are guarded by lines.mu.
 type line struct {
 	key     string
 	waiters list.List // of *waiter, in arrival order; the front is the head
-	held    int       // leases of this Client on key counted by the line (Lease.line)
+	held    []*Lease  // leases of this Client on key counted by the line (Lease.line), until released or certainly expired
 	woken   bool      // the key may be free: a release seen and not acted on by a head
 
 	// What one head hands the next (stores without a queue): the key's
@@ -102,6 +111,7 @@ type waiter struct {
 	behind    bool // the store has a live head of another Client before it
 	tryNow    bool // the next wait returns at once
 	woken     bool // it took a wake-up and no attempt has answered since
+	wasHead   bool // it has been the head: it took the line's heldUntil then
 	heldUntil time.Time
 	// unsureSince is when a hand-off to it of unknown outcome was sent, if
 	// one was and it did not find the key its: the hand-off may land
@@ -127,15 +137,49 @@ func (c *Client) join(key, token string, ttl, maxBackoff time.Duration) *waiter 
 	ls := &c.lines
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	ls.sweep()
 	w.ln = ls.line(key)
 	w.elem = w.ln.waiters.PushBack(w)
 	if w.ln.waiters.Front() == w.elem {
 		// The first head tries at once; a later one is kicked when its turn
 		// comes, and tries at once only if the key may be free by then.
 		w.tryNow = true
-		w.heldUntil = w.ln.heldUntil
+		w.heldUntil, w.wasHead = w.ln.heldUntil, true
 	}
 	return w
+}
+
+// sweep drops the lines that nothing waits on and that count only leases
+// that have certainly expired (left to expire, never released), once the
+// map has doubled since the last sweep. ls.mu is held.
+func (ls *lines) sweep() {
+	if len(ls.keys) < max(ls.sweepAt, linesSweepMin) {
+		return
+	}
+	now := time.Now()
+	for key, ln := range ls.keys {
+		if ln.waiters.Len() == 0 && !ln.holding(now) && ln.stopWatch == nil {
+			delete(ls.keys, key)
+		}
+	}
+	ls.sweepAt = 2 * len(ls.keys)
+}
+
+// holding reports whether a lease counted by ln may still be held at now:
+// it was neither released nor has it certainly expired. ls.mu is held.
+func (ln *line) holding(now time.Time) bool { return ln.heldEnd(now) > 0 }
+
+// heldEnd is when the last lease counted by ln that may still be held at
+// now certainly expires, in Unix ns (renewals may move it later), or 0 when
+// none may be. ls.mu is held.
+func (ln *line) heldEnd(now time.Time) int64 {
+	var end int64
+	for _, l := range ln.held {
+		if e := l.certainEnd.Load(); e > now.UnixNano() {
+			end = max(end, e)
+		}
+	}
+	return end
 }
 
 // line returns key's line, made if there is none. ls.mu is held.
@@ -158,7 +202,7 @@ func (ls *lines) drop(ln *line) (stop func()) {
 		return nil
 	}
 	stop, ln.stopWatch, ln.released, ln.watched = ln.stopWatch, nil, nil, false
-	if ln.held == 0 && ls.keys[ln.key] == ln {
+	if !ln.holding(time.Now()) && ls.keys[ln.key] == ln {
 		delete(ls.keys, ln.key)
 	}
 	return stop
@@ -170,7 +214,7 @@ func (ls *lines) hold(l *Lease) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ln := ls.keys[l.key]; ln != nil {
-		ln.held++
+		ln.held = append(ln.held, l)
 		l.line = ln
 	}
 }
@@ -184,7 +228,10 @@ func (ls *lines) unhold(l *Lease) {
 	l.line = nil
 	var stop func()
 	if ln != nil {
-		if ln.held--; ln.held == 0 {
+		if i := slices.Index(ln.held, l); i >= 0 {
+			ln.held = slices.Delete(ln.held, i, i+1)
+		}
+		if !ln.holding(time.Now()) {
 			ln.woken = true
 			if f := ln.waiters.Front(); f != nil {
 				f.Value.(*waiter).poke()
@@ -209,6 +256,7 @@ func (w *waiter) poke() {
 // view is what a waiter sees of its line at one moment.
 type view struct {
 	head, held, handing bool
+	heldEnd             int64 // held: when the last lease of this Client on the key certainly expires (Unix ns)
 	// early: on a store with a queue, the waiter before w in the line has
 	// not taken its place in the store's queue yet, so w's first attempt
 	// waits for it: a Client's waiters reach the store's queue in the
@@ -223,8 +271,17 @@ func (w *waiter) look() view {
 	ls := &w.c.lines
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	v := view{head: w.ln.waiters.Front() == w.elem, held: w.ln.held > 0, handing: w.handing, answer: w.answer}
+	v := view{head: w.ln.waiters.Front() == w.elem, heldEnd: w.ln.heldEnd(time.Now()), handing: w.handing, answer: w.answer}
+	v.held = v.heldEnd > 0
 	w.answer = nil
+	if v.head && !w.wasHead {
+		// It became the head when the one before it left: what that head
+		// knew of the holder's lease is now its own to act on.
+		w.wasHead = true
+		if w.heldUntil.IsZero() {
+			w.heldUntil = w.ln.heldUntil
+		}
+	}
 	if w.stay > 0 && !w.placed {
 		if p := w.elem.Prev(); p != nil && !p.Value.(*waiter).placed {
 			v.early = true
@@ -306,6 +363,11 @@ func (w *waiter) wait(ctx context.Context) (*handed, error) {
 				step = min(step, w.refresh)
 			}
 			wait = jitter(step)
+			if v.held {
+				// A lease of this Client left to expire frees the key
+				// with no release: look again right after.
+				wait = min(wait, max(time.Until(time.Unix(0, v.heldEnd))+time.Millisecond, time.Nanosecond))
+			}
 			if !w.heldUntil.IsZero() {
 				// The holder's lease runs out first: try right after it does.
 				wait = min(wait, max(time.Until(w.heldUntil)+time.Millisecond, time.Nanosecond))
@@ -636,12 +698,29 @@ func (w *waiter) leave() {
 
 // acquire is Acquire's wait: attempts go out until one is answered with more
 // than "busy", or a release by this Client hands the key over.
-func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.Duration) (*Lease, error) {
+//
+// budget > 0 bounds the waiting (WithWaitBudget): it counts from the first
+// attempt's answer, which goes under the caller's ctx alone, so that a
+// budget shorter than a round trip still takes a free key.
+func (c *Client) acquire(parent context.Context, key string, ttl, maxBackoff, budget time.Duration) (l *Lease, err error) {
 	if err := validateKeyTTL(key, ttl); err != nil {
 		return nil, err
 	}
 	w := c.join(key, c.newToken(), ttl, maxBackoff)
 	defer w.leave()
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	var budgetTimer *time.Timer
+	if budget > 0 {
+		defer func() {
+			if budgetTimer != nil {
+				budgetTimer.Stop()
+			}
+			if err != nil && expired(parent) == nil && context.Cause(ctx) == errWaitBudget {
+				err = fmt.Errorf("leasehold: %q still held after the %v wait budget: %w", key, budget, ErrNotAcquired)
+			}
+		}()
+	}
 	for {
 		h, err := w.wait(ctx)
 		if h != nil {
@@ -667,6 +746,9 @@ func (c *Client) acquire(ctx context.Context, key string, ttl, maxBackoff time.D
 		w.prewatch()
 		l, err := c.try(ctx, key, w.token, ttl, w.stay)
 		w.endTry(err)
+		if budget > 0 && budgetTimer == nil {
+			budgetTimer = time.AfterFunc(budget, func() { cancel(errWaitBudget) })
+		}
 		if !w.unsureSince.IsZero() && errors.Is(err, ErrNotAcquired) && expired(ctx) == nil {
 			// Refused, perhaps by its own token: a hand-off of unknown
 			// outcome to it that landed late.
@@ -728,6 +810,7 @@ func (w *waiter) granted(ctx context.Context) *Lease {
 	sent, done := from.Add(first-w.ttl), time.Now().Add(first-w.ttl)
 	l := c.newLease(w.key, w.token, fence, w.ttl, sent, time.Now())
 	l.r.done = done
+	l.noteEnd()
 	l.unconfirmed = sent
 	return l
 }
