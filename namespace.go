@@ -3,6 +3,8 @@ package leasehold
 import (
 	"strings"
 	"sync"
+
+	"github.com/leasehold/leasehold/driver"
 )
 
 // otherNamespace is the namespace of every key the rules do not name.
@@ -50,7 +52,8 @@ func DefaultNamespace(key string) string {
 }
 
 // namespaceSet remembers the first maxNamespaces distinct namespaces a
-// Client's namespace function returned; it is safe for concurrent use.
+// Client's namespace function returned for valid keys (an invalid key's
+// event says "other"); it is safe for concurrent use.
 type namespaceSet struct {
 	mu   sync.RWMutex
 	seen map[string]struct{}
@@ -72,7 +75,9 @@ func (s *namespaceSet) bound(f func(key string) string) func(key string) string 
 		if ok {
 			return ns
 		}
-		if full {
+		if full || driver.ValidateKey(key) != nil {
+			// A key refused as input (an event reports its refusal) takes
+			// no place a valid key's namespace would need.
 			return otherNamespace
 		}
 		s.mu.Lock()

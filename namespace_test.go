@@ -156,3 +156,28 @@ func TestNamespacesBoundedUnderConcurrency(t *testing.T) {
 		t.Errorf("%d distinct namespaces reported by name, want 20", len(named))
 	}
 }
+
+// Keys refused as input report "other" and take none of the Client's 20
+// namespaces: a valid key's namespace after 20 refused ones is its own.
+func TestRefusedKeysTakeNoNamespace(t *testing.T) {
+	var last string
+	c := leasehold.New(memstore.New(), leasehold.WithObserver(leasehold.Observer{
+		OnAcquire: func(_ context.Context, ev leasehold.AcquireEvent) { last = ev.Namespace },
+	}))
+	defer c.Close()
+	ctx := t.Context()
+	for i := range 20 {
+		if _, err := c.TryAcquire(ctx, fmt.Sprintf("bad%d:%s", i, strings.Repeat("x", 600)), time.Second); err == nil {
+			t.Fatal("a 600-byte key was accepted")
+		}
+		if last != "other" {
+			t.Errorf("a refused key reported in namespace %q, want other", last)
+		}
+	}
+	if _, err := c.TryAcquire(ctx, "jobs:42", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if last != "jobs" {
+		t.Errorf("the valid key jobs:42 reported in namespace %q after 20 refused keys, want jobs", last)
+	}
+}
