@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/drill"
 	"github.com/leasehold/leasehold/store/redisstore"
@@ -71,10 +73,16 @@ func (a *app) leftover(b *backend) string {
 	case "postgres":
 		table := a.global.pgTable
 		like := strings.ReplaceAll(drillKeysPrefix, "'", "''") + "%"
-		return fmt.Sprintf("left: the rows of %s whose key is LIKE '%s' (each keeps its fence); remove them with: psql \"$DSN\" -c \"DELETE FROM %s WHERE key LIKE '%s'\"", table, like, table, like)
+		// Quoted as pgstore quotes it (a name with capitals or blanks), and
+		// the statement quoted for the shell.
+		sql := fmt.Sprintf("DELETE FROM %s WHERE key LIKE '%s'", pgx.Identifier(strings.Split(table, ".")).Sanitize(), like)
+		return fmt.Sprintf("left: the rows of %s whose key is LIKE '%s' (each keeps its fence); remove them with: psql \"$DSN\" -c %s", table, like, shellQuote(sql))
 	case "kube":
 		ns, names := b.kubeNamespace, a.global.kubePrefix+"drill-"
 		return fmt.Sprintf("left: the Leases %s* of namespace %s (each keeps its key's fence); remove them with: kubectl -n %s get leases -o name | grep '/%s' | xargs -r kubectl -n %s delete", names, ns, ns, names, ns)
 	}
 	return "the drill's keys " + pattern + " may be left"
 }
+
+// shellQuote quotes s for a POSIX shell: in single quotes, each ' as '\”.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -66,3 +66,19 @@ func TestLeftoverCommandOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// The PostgreSQL clean-up hint runs as printed: the table quoted as pgstore
+// quotes it, the statement quoted for the shell.
+func TestPostgresLeftoverHintIsQuoted(t *testing.T) {
+	for table, want := range map[string]string{
+		"leasehold_leases": `psql "$DSN" -c 'DELETE FROM "leasehold_leases" WHERE key LIKE '\''drill:%'\'''`,
+		"Ops Locks":        `psql "$DSN" -c 'DELETE FROM "Ops Locks" WHERE key LIKE '\''drill:%'\'''`,
+		"locks.OpsLocks":   `psql "$DSN" -c 'DELETE FROM "locks"."OpsLocks" WHERE key LIKE '\''drill:%'\'''`,
+	} {
+		a := &app{}
+		a.global.pgTable = table
+		if line := a.leftover(&backend{kind: "postgres"}); !strings.HasSuffix(line, want) {
+			t.Errorf("table %q: %s\nwant it to end with %s", table, line, want)
+		}
+	}
+}
