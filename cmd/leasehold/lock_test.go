@@ -460,6 +460,12 @@ func TestLockRedis(t *testing.T) {
 		failsWith(t, 127, []string{"no such file"}, lockArgs(closed, nil, "k", filepath.Join(dir, "missing"))...)
 		failsWith(t, 126, []string{"permission denied"}, lockArgs(closed, nil, "k", notExec)...)
 		failsWith(t, 126, []string{"is a directory"}, lockArgs(closed, nil, "k", dir)...)
+		// A script whose #! interpreter is missing: found, but it cannot run.
+		badInterp := filepath.Join(dir, "bad-interp")
+		if err := os.WriteFile(badInterp, []byte("#!/nonexistent/interp -x\necho hi\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		failsWith(t, 126, []string{"bad interpreter", "/nonexistent/interp"}, lockArgs(closed, nil, "k", badInterp)...)
 		failsWith(t, 125, []string{"redis at", "connection refused"}, lockArgs(closed, nil, "k", "true")...)
 	})
 }

@@ -228,6 +228,9 @@ func (a *app) lock(cmd *cobra.Command, f *lockFlags, key string, argv []string) 
 	if err != nil {
 		return execError(argv[0], err)
 	}
+	if err := checkInterpreter(path); err != nil {
+		return exitCodeError{ExitCannotExec, fmt.Errorf("lock: cannot run CMD %q: %w", argv[0], err)}
+	}
 	if err := trackProcesses(); err != nil {
 		return notLocked(err)
 	}
@@ -387,6 +390,10 @@ func (r *lockRun) hold(ctx, storeCtx context.Context, b *backend, lease *leaseho
 	if err := c.Start(); err != nil {
 		ka.Stop()
 		xerr := execError(argv[0], err)
+		if xerr.code == ExitNotFound {
+			// CMD was found (LookPath): what is missing is what runs it.
+			xerr.code = ExitCannotExec
+		}
 		release(xerr.code)
 		return xerr
 	}
@@ -526,6 +533,32 @@ func statusCode(ps *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// checkInterpreter refuses a script whose #! line names an interpreter that
+// does not exist, as a shell would ("bad interpreter"), before the lock is
+// taken; anything else is left to the exec.
+func checkInterpreter(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // the exec says why
+	}
+	defer f.Close()
+	head := make([]byte, 256)
+	n, _ := io.ReadFull(f, head)
+	line, ok := strings.CutPrefix(string(head[:n]), "#!")
+	if !ok {
+		return nil
+	}
+	line, _, _ = strings.Cut(line, "\n")
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(fields[0]); err != nil {
+		return fmt.Errorf("bad interpreter %q in its #! line: %w", fields[0], errors.Unwrap(err))
+	}
+	return nil
 }
 
 // execError is 127 when name was not found, else 126.
