@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,6 +232,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 		return nil, fmt.Errorf("drill: job storage: %w", err)
 	}
 
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	start := time.Now()
@@ -249,7 +251,12 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	}
 	cancel()
 	r.wg.Wait()
-	return r.report(time.Since(start)), nil
+	rep := r.report(time.Since(start))
+	// Jobs left undone because the caller stopped the drill are no
+	// liveness shortfall of the lock.
+	rep.Interrupted = parent.Err() != nil &&
+		slices.ContainsFunc(rep.Shortfalls, func(v check.Violation) bool { return v.Check == check.Unfinished })
+	return rep, nil
 }
 
 // scaledTTL is the per-item path's 60 s TTL (docs/design.md §5) at scale.

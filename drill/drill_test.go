@@ -257,3 +257,18 @@ func TestServeWorkerNilArguments(t *testing.T) {
 		t.Errorf("ServeWorker with %d jobs: %v, want an ArgumentError naming jobs", drill.MaxJobs+1, err)
 	}
 }
+
+// A drill its caller stops before its jobs are done reports what it ran:
+// safe as far as it ran, interrupted (exit 1), not a liveness shortfall.
+func TestInterruptedDrill(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	rep, err := drill.Run(ctx, drill.Config{Jobs: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Interrupted || !rep.Safe() || rep.ExitCode() != report.ExitInterrupted {
+		t.Errorf("interrupted drill: interrupted %v, safe %v, exit %d (%s); want interrupted, safe, exit %d",
+			rep.Interrupted, rep.Safe(), rep.ExitCode(), rep.Verdict(), report.ExitInterrupted)
+	}
+}

@@ -38,9 +38,13 @@ type Report struct {
 	Takeovers        int            `json:"takeovers"`
 	// TakeoversExcluded are takeovers that overlapped a partition: no
 	// worker could reach the store, so they say nothing about the lock.
-	TakeoversExcluded int  `json:"takeovers_during_outages"`
-	UnsafeRelease     bool `json:"unsafe_release"`
-	NoFencing         bool `json:"no_fencing"`
+	TakeoversExcluded int `json:"takeovers_during_outages"`
+	// Interrupted: the caller's context ended (SIGINT, SIGTERM in the
+	// CLI) before the jobs were done. The jobs left undone are then no
+	// liveness shortfall, and a safe run's exit code is ExitInterrupted.
+	Interrupted   bool `json:"interrupted"`
+	UnsafeRelease bool `json:"unsafe_release"`
+	NoFencing     bool `json:"no_fencing"`
 	// Violations are the safety violations (check.Result's): any one makes
 	// the drill UNSAFE, exit 1.
 	Violations []check.Violation `json:"safety_violations"`
@@ -81,6 +85,9 @@ func (r *Report) Safe() bool { return len(r.Violations) == 0 }
 const (
 	ExitSafe   = 0 // every check held
 	ExitUnsafe = 1 // a safety violation, or a safety check that could not pass
+	// ExitInterrupted: safe as far as it ran, but interrupted before its
+	// jobs were done; the command failed, as for any interrupted command.
+	ExitInterrupted = 1
 	// ExitSLOMissed: safe, but a liveness check missed (the takeover SLO,
 	// jobs unfinished).
 	ExitSLOMissed = 3
@@ -89,11 +96,14 @@ const (
 )
 
 // ExitCode is the drill's exit code: ExitUnsafe for any safety violation,
-// else ExitSLOMissed for a liveness shortfall, else ExitSafe.
+// else ExitInterrupted when interrupted, else ExitSLOMissed for a liveness
+// shortfall, else ExitSafe.
 func (r *Report) ExitCode() int {
 	switch {
 	case !r.Safe():
 		return ExitUnsafe
+	case r.Interrupted:
+		return ExitInterrupted
 	case !r.OK():
 		return ExitSLOMissed
 	}
@@ -104,9 +114,13 @@ func (r *Report) ExitCode() int {
 // or "safe; " and the liveness shortfalls ("takeover SLO missed", "jobs
 // unfinished").
 func (r *Report) Verdict() string {
-	switch r.ExitCode() {
-	case ExitUnsafe:
+	switch {
+	case !r.Safe():
 		return verdictUnsafe
+	case r.Interrupted:
+		return "safe as far as it ran; interrupted"
+	}
+	switch r.ExitCode() {
 	case ExitSLOMissed:
 		return "safe; " + r.shortfallWords()
 	}

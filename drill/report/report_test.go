@@ -127,16 +127,21 @@ func TestVerdict(t *testing.T) {
 		safety, liveness []check.Violation
 		code             int
 		verdict          string
+		interrupted      bool
 	}{
-		{nil, nil, report.ExitSafe, "safe (exit 0)"},
-		{nil, []check.Violation{slo}, report.ExitSLOMissed, "safe; takeover SLO missed (exit 3)"},
-		{nil, []check.Violation{unfinished}, report.ExitSLOMissed, "safe; jobs unfinished (exit 3)"},
-		{nil, []check.Violation{unfinished, slo}, report.ExitSLOMissed, "safe; jobs unfinished, takeover SLO missed (exit 3)"},
-		{[]check.Violation{stale}, []check.Violation{slo}, report.ExitUnsafe, "UNSAFE (exit 1)"},
-		{[]check.Violation{unknown}, nil, report.ExitUnsafe, "UNSAFE (exit 1)"},
-		{[]check.Violation{unreadable}, []check.Violation{unfinished}, report.ExitUnsafe, "UNSAFE (exit 1)"},
+		{nil, nil, report.ExitSafe, "safe (exit 0)", false},
+		{nil, []check.Violation{slo}, report.ExitSLOMissed, "safe; takeover SLO missed (exit 3)", false},
+		{nil, []check.Violation{unfinished}, report.ExitSLOMissed, "safe; jobs unfinished (exit 3)", false},
+		{nil, []check.Violation{unfinished, slo}, report.ExitSLOMissed, "safe; jobs unfinished, takeover SLO missed (exit 3)", false},
+		{[]check.Violation{stale}, []check.Violation{slo}, report.ExitUnsafe, "UNSAFE (exit 1)", false},
+		{[]check.Violation{unknown}, nil, report.ExitUnsafe, "UNSAFE (exit 1)", false},
+		{[]check.Violation{unreadable}, []check.Violation{unfinished}, report.ExitUnsafe, "UNSAFE (exit 1)", false},
+		// Stopped by its caller: the jobs left undone are no shortfall,
+		// and a violation found still makes it unsafe.
+		{nil, []check.Violation{unfinished}, report.ExitInterrupted, "safe as far as it ran; interrupted (exit 1)", true},
+		{[]check.Violation{stale}, []check.Violation{unfinished}, report.ExitUnsafe, "UNSAFE (exit 1)", true},
 	} {
-		rep := &report.Report{Violations: c.safety, Shortfalls: c.liveness}
+		rep := &report.Report{Violations: c.safety, Shortfalls: c.liveness, Interrupted: c.interrupted}
 		var text, js strings.Builder
 		if err := rep.WriteText(&text); err != nil {
 			t.Fatal(err)

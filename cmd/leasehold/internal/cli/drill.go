@@ -72,8 +72,9 @@ Exit code 0: every check held; 1: a safety violation (stale write accepted,
 wrong-owner release or renewal, a job terminal twice, a history that is not
 linearizable, unreadable or not checked in time), or the drill could not run;
 3: a liveness shortfall (takeover over the SLO, jobs not done in time) while
-every safety check held; 2: a wrong command line. The summary's verdict line
-says which.`,
+every safety check held; 2: a wrong command line. Interrupted (SIGINT,
+SIGTERM), it reports what it ran and exits 1, or 1 for a violation found.
+The summary's verdict line says which.`,
 		Args: cobra.NoArgs,
 		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
 			jsonOut, err := out.isJSON(cmd)
@@ -211,7 +212,10 @@ says which.`,
 				}
 			}
 			switch rep.ExitCode() {
-			case report.ExitUnsafe:
+			case report.ExitUnsafe: // == report.ExitInterrupted
+				if rep.Safe() {
+					return fmt.Errorf("drill interrupted before its jobs were done: every safety check held over the %d critical sections it ran", rep.CriticalSections)
+				}
 				return fmt.Errorf("drill found %d safety violations: unsafe", len(rep.Violations))
 			case report.ExitSLOMissed:
 				var details []string
