@@ -161,3 +161,19 @@ func TestUnreachableStore(t *testing.T) {
 		})
 	}
 }
+
+// A flag given twice is a usage error naming it, never "the last one wins":
+// two --redis would otherwise ask a store the operator did not mean.
+func TestFlagGivenTwiceRefused(t *testing.T) {
+	t.Parallel()
+	closed := "redis://" + closedAddr(t) + "/0"
+	for _, args := range [][]string{
+		{"inspect", "--redis", closed, "--redis", closed, "k"},
+		{"release", "--redis", closed, "k", "--force", "--reason", "a", "--reason", "b"},
+		{"ttl", "--exec-p99", "1s", "--jitter", "0s", "--jitter", "2s", "--guard", "0s"},
+		{"--timeout", "1s", "ls", "--timeout", "2s", "--redis", closed, "*"},
+		{"drill", "--jobs", "2", "--jobs", "3"},
+	} {
+		failsWith(t, 2, []string{"given more than once"}, args...)
+	}
+}

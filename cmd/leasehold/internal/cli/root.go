@@ -177,6 +177,7 @@ SLO, jobs unfinished); lock exits with its command's code, 124 (lock lost) or 12
 	pf.DurationVar(&g.timeout, "timeout", DefaultTimeout, "bound on each store call (at most 10m), connection included, and on the metrics fetch of ttl --from; 5s is far above a healthy store's answer and short enough not to leave an operator waiting on a dead one")
 
 	root.AddCommand(a.drillCommand(), a.drillWorkerCommand(), a.inspectCommand(), a.lockCommand(), a.lsCommand(), a.migrateCommand(), a.releaseCommand(), a.auditCommand(), a.ttlCommand(), a.versionCommand())
+	setOnce(root)
 	// cobra's help command prints the usage and exits 0 for an unknown
 	// topic; this one is a usage error, like an unknown command.
 	root.SetHelpCommand(&cobra.Command{
@@ -255,4 +256,41 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 func flagSet(fs *pflag.FlagSet, name string) bool {
 	f := fs.Lookup(name)
 	return f != nil && f.Changed
+}
+
+// setOnce makes every flag of c and its subcommands a usage error when
+// given twice: each takes one value, and the last one winning silently
+// would hide a mistake (two --redis, two --reason).
+func setOnce(c *cobra.Command) {
+	wrap := func(f *pflag.Flag) {
+		if _, ok := f.Value.(*onceValue); !ok {
+			f.Value = &onceValue{Value: f.Value}
+		}
+	}
+	c.PersistentFlags().VisitAll(wrap)
+	c.LocalNonPersistentFlags().VisitAll(wrap)
+	c.Flags().VisitAll(wrap)
+	for _, sub := range c.Commands() {
+		setOnce(sub)
+	}
+}
+
+// onceValue is a flag's value that refuses a second Set.
+type onceValue struct {
+	pflag.Value
+	set bool
+}
+
+func (o *onceValue) Set(s string) error {
+	if o.set {
+		return errors.New("given more than once: give each flag once")
+	}
+	o.set = true
+	return o.Value.Set(s)
+}
+
+// IsBoolFlag passes on a bool flag's mark (pflag's Go-flag compatibility).
+func (o *onceValue) IsBoolFlag() bool {
+	b, ok := o.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
