@@ -44,6 +44,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"help", "nosuch"}, `unknown help topic "nosuch"`},
 		{[]string{"inspect", "--redis", "redis://:hunter2@127.0.0.1:99999/0", "k"}, "--redis: invalid URL (not shown: it may contain a password): the port is not a number"},
 		{[]string{"inspect", "--etcd", "http://127.0.0.1:99999", "k"}, "--etcd: invalid URL"},
+		// Ports out of range anywhere in a Redis address: the command line's fault.
+		{[]string{"inspect", "--redis", "127.0.0.1:99999", "k"}, "--redis: invalid URL (not shown: it may contain a password): the port is not a number"},
+		{[]string{"inspect", "--redis", "myredis:70000", "k"}, "the port is not a number from 0 to 65535"},
+		{[]string{"inspect", "--redis", "redis+cluster://127.0.0.1:6379?addr=127.0.0.1:99999", "k"}, "an addr query parameter that is not host:port with a port from 0 to 65535"},
+		{[]string{"inspect", "--redis", "redis+sentinel://127.0.0.1:26379?master_name=m&addr=127.0.0.1:99999", "k"}, "an addr query parameter that is not host:port"},
 		{[]string{"inspect", "--redis", closed, "--pg-table", "zz", "k:1"}, "--pg-table goes with --postgres, not with --redis"},
 		{[]string{"inspect", "--redis", closed, "--etcd-prefix", "qq/", "k:1"}, "--etcd-prefix goes with --etcd, not with --redis"},
 		{[]string{"inspect", "--redis", closed, "--kube-namespace", "nn", "k:1"}, "--kube-namespace goes with --kube"},

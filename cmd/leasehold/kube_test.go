@@ -139,3 +139,18 @@ func TestKubeRefusedServer(t *testing.T) {
 	r := failsWith(t, 1, []string{"kube at https://" + addr + " namespace ops (--kube): cannot connect: " + addr + ": connection refused"}, args...)
 	checkNoLeak(t, r, args, []string{path}, "Zq8tokenZq8")
 }
+
+// A kubeconfig whose server's port is out of range is a usage error naming
+// the flag and the file, before any connection.
+func TestKubeServerPortOutOfRange(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := "apiVersion: v1\nkind: Config\n" +
+		"clusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:99999\n    insecure-skip-tls-verify: true\n" +
+		"users:\n- name: u\n  user: {token: t0k3n}\n" +
+		"contexts:\n- name: c\n  context: {cluster: k, user: u}\ncurrent-context: c\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	failsWith(t, 2, []string{"--kube", "port that is not a number from 0 to 65535", path}, "inspect", "--kube", path, "k")
+}

@@ -53,6 +53,10 @@ func openKube(ctx context.Context, name, path, namespace, prefix string, timeout
 	// every other store's does (dialProbe); the server was checked by
 	// LoadKubeconfig, and its host and port hold no credentials.
 	if u, err := url.Parse(cfg.Server); err == nil && u.Host != "" {
+		if !validPort(u.Port()) {
+			st.Close()
+			return nil, usagef("%s: the server of the kubeconfig's context has a port that is not a number from 0 to 65535 (kubeconfig %s)", name, path)
+		}
 		port := u.Port()
 		if port == "" {
 			port = map[bool]string{true: "80", false: "443"}[u.Scheme == "http"]

@@ -94,10 +94,24 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 	}
 	if isHostPort(rawURL) {
 		rawURL = "redis://" + rawURL
+	} else if !strings.Contains(rawURL, "://") {
+		// host:70000 is a bare host:port whose port is out of range, not
+		// an address without a scheme.
+		if host, port, err := net.SplitHostPort(rawURL); err == nil && host != "" && port != "" && !strings.ContainsAny(rawURL, "@/?#") &&
+			strings.Trim(port, "0123456789") == "" {
+			return nil, addrError(name, "URL", "the port is not a number from 0 to 65535")
+		}
 	}
 	u, err := parseURL(name, rawURL)
 	if err != nil {
 		return nil, err
+	}
+	for _, a := range u.Query()["addr"] {
+		// go-redis dials these as they are: a port out of range would
+		// fail at the dial (exit 1) for a fault of the command line.
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" || !validPort(port) {
+			return nil, addrError(name, "URL", "an addr query parameter that is not host:port with a port from 0 to 65535")
+		}
 	}
 	base, variant, _ := strings.Cut(u.Scheme, "+")
 	if variant != "" {
