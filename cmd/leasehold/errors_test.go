@@ -182,3 +182,15 @@ func TestFlagGivenTwiceRefused(t *testing.T) {
 		failsWith(t, 2, []string{"given more than once"}, args...)
 	}
 }
+
+// The drill's job storage that refuses connections is named as a store
+// is: its address and flag, never its password, exit 1.
+func TestUnreachableJobStorage(t *testing.T) {
+	t.Parallel()
+	addr := closedAddr(t)
+	r := failsWith(t, 1, []string{"postgres at " + addr + "/locks (--jobs-postgres): cannot connect", "connection refused"},
+		"drill", "--jobs", "2", "--jobs-postgres", "postgres://ops:hunter2@"+addr+"/locks?sslmode=disable")
+	if strings.Contains(r.stderr, "hunter2") {
+		t.Errorf("the drill printed the password: %q", r.stderr)
+	}
+}

@@ -409,8 +409,12 @@ func checkDrillFlags(cfg drill.Config) error {
 
 // openJobsPool opens the PostgreSQL pool of the drill's job storage.
 func openJobsPool(cmd *cobra.Command, dsn string, timeout time.Duration) (*pgxpool.Pool, error) {
-	cfg, _, err := parsePostgres("--jobs-postgres", dsn, timeout)
+	cfg, where, err := parsePostgres("--jobs-postgres", dsn, timeout)
 	if err != nil {
+		return nil, err
+	}
+	// A refused address fails here at once, named as a store's is.
+	if err := dialProbe(cmd.Context(), "--jobs-postgres", &backend{kind: "postgres", where: where, timeout: timeout}, pgAddrs(cfg)); err != nil {
 		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(cmd.Context(), cfg)
