@@ -136,10 +136,16 @@ func TestDrillCleanupInstructions(t *testing.T) {
 			t.Fatalf("drill --postgres: exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 		}
 		decode(t, r.stdout, &rep)
-		m := regexp.MustCompile(`psql "\$DSN" -c "([^"]+)"`).FindStringSubmatch(rep.Cleanup)
+		m := regexp.MustCompile(`psql "\$DSN" -c ('(?:[^']|'\\'')*')`).FindStringSubmatch(rep.Cleanup)
 		if r.code != 0 || m == nil {
 			t.Fatalf("drill --postgres: exit %d, cleanup %q; stderr:\n%s", r.code, rep.Cleanup, r.stderr)
 		}
+		// The statement as the shell passes it to psql.
+		unquoted, err := exec.Command("sh", "-c", "printf %s "+m[1]).Output()
+		if err != nil {
+			t.Fatalf("sh on the printed statement %s: %v", m[1], err)
+		}
+		m[1] = string(unquoted)
 		pool, err := pgxpool.New(ctx, srv.DSN())
 		if err != nil {
 			t.Fatal(err)

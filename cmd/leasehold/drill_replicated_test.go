@@ -253,7 +253,7 @@ func TestDrillOnPostgresLocksAndJobs(t *testing.T) {
 	srv := testserver.StartPostgres(t)
 	appStore := migratedStore(t, srv.DSN())
 	rep := drillOnReplicated(t, appStore, []string{"--postgres", srv.DSN()}, "postgres at ", replicatedJobs, "--jobs-postgres", srv.DSN(), "--time-scale", "1/200")
-	if rep.Storage != "postgres" || !strings.Contains(rep.Cleanup, "DELETE FROM "+pgstore.DefaultTable) || !strings.Contains(rep.Cleanup, "drill_jobs") {
+	if rep.Storage != "postgres" || !strings.Contains(rep.Cleanup, `DELETE FROM "`+pgstore.DefaultTable+`"`) || !strings.Contains(rep.Cleanup, "drill_jobs") {
 		t.Errorf("storage %q, cleanup %q", rep.Storage, rep.Cleanup)
 	}
 }
