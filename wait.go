@@ -158,7 +158,7 @@ func (ls *lines) sweep() {
 	}
 	now := time.Now()
 	for key, ln := range ls.keys {
-		if ln.waiters.Len() == 0 && !ln.holding(now) && ln.stopWatch == nil {
+		if ln.waiters.Len() == 0 && !ln.holding(now) {
 			delete(ls.keys, key)
 		}
 	}
@@ -166,20 +166,12 @@ func (ls *lines) sweep() {
 }
 
 // holding reports whether a lease counted by ln may still be held at now:
-// it was neither released nor has it certainly expired. ls.mu is held.
-func (ln *line) holding(now time.Time) bool { return ln.heldEnd(now) > 0 }
-
-// heldEnd is when the last lease counted by ln that may still be held at
-// now certainly expires, in Unix ns (renewals may move it later), or 0 when
-// none may be. ls.mu is held.
-func (ln *line) heldEnd(now time.Time) int64 {
-	var end int64
-	for _, l := range ln.held {
-		if e := l.certainEnd.Load(); e > now.UnixNano() {
-			end = max(end, e)
-		}
-	}
-	return end
+// it was neither released nor has it certainly expired. The leases that
+// have are no longer counted (a line that waiters keep would otherwise
+// count every lease left to expire on its key). ls.mu is held.
+func (ln *line) holding(now time.Time) bool {
+	ln.held = slices.DeleteFunc(ln.held, func(l *Lease) bool { return l.certainEnd.Load() <= now.UnixNano() })
+	return len(ln.held) > 0
 }
 
 // line returns key's line, made if there is none. ls.mu is held.
@@ -256,7 +248,6 @@ func (w *waiter) poke() {
 // view is what a waiter sees of its line at one moment.
 type view struct {
 	head, held, handing bool
-	heldEnd             int64 // held: when the last lease of this Client on the key certainly expires (Unix ns)
 	// early: on a store with a queue, the waiter before w in the line has
 	// not taken its place in the store's queue yet, so w's first attempt
 	// waits for it: a Client's waiters reach the store's queue in the
@@ -271,8 +262,7 @@ func (w *waiter) look() view {
 	ls := &w.c.lines
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	v := view{head: w.ln.waiters.Front() == w.elem, heldEnd: w.ln.heldEnd(time.Now()), handing: w.handing, answer: w.answer}
-	v.held = v.heldEnd > 0
+	v := view{head: w.ln.waiters.Front() == w.elem, held: w.ln.holding(time.Now()), handing: w.handing, answer: w.answer}
 	w.answer = nil
 	if v.head && !w.wasHead {
 		// It became the head when the one before it left: what that head
@@ -363,11 +353,6 @@ func (w *waiter) wait(ctx context.Context) (*handed, error) {
 				step = min(step, w.refresh)
 			}
 			wait = jitter(step)
-			if v.held {
-				// A lease of this Client left to expire frees the key
-				// with no release: look again right after.
-				wait = min(wait, max(time.Until(time.Unix(0, v.heldEnd))+time.Millisecond, time.Nanosecond))
-			}
 			if !w.heldUntil.IsZero() {
 				// The holder's lease runs out first: try right after it does.
 				wait = min(wait, max(time.Until(w.heldUntil)+time.Millisecond, time.Nanosecond))

@@ -92,15 +92,11 @@ func openRedis(ctx context.Context, name, rawURL string, tf tlsFlags, timeout ti
 	if rawURL == "" {
 		return nil, usagef("%s needs a URL, such as redis://127.0.0.1:6379/0 or 127.0.0.1:6379", name)
 	}
-	if isHostPort(rawURL) {
-		rawURL = "redis://" + rawURL
-	} else if !strings.Contains(rawURL, "://") {
-		// host:70000 is a bare host:port whose port is out of range, not
-		// an address without a scheme.
-		if host, port, err := net.SplitHostPort(rawURL); err == nil && host != "" && port != "" && !strings.ContainsAny(rawURL, "@/?#") &&
-			strings.Trim(port, "0123456789") == "" {
+	if port, ok := bareHostPort(rawURL); ok {
+		if !validPort(port) { // host:70000: a port out of range, not an address without a scheme
 			return nil, addrError(name, "URL", "the port is not a number from 0 to 65535")
 		}
+		rawURL = "redis://" + rawURL
 	}
 	u, err := parseURL(name, rawURL)
 	if err != nil {
@@ -250,14 +246,14 @@ func hostListToAddrs(name string, u *url.URL, base string) (string, error) {
 	return g.String(), nil
 }
 
-// isHostPort reports a bare host:port (no scheme), taken as redis://host:port.
-func isHostPort(s string) bool {
+// bareHostPort reports a bare host:port (no scheme), taken as
+// redis://host:port, and its port: digits, which may be out of range.
+func bareHostPort(s string) (port string, ok bool) {
 	if strings.Contains(s, "://") || strings.ContainsAny(s, "@/?#") {
-		return false
+		return "", false
 	}
 	host, port, err := net.SplitHostPort(s)
-	_, perr := strconv.ParseUint(port, 10, 16)
-	return err == nil && perr == nil && host != ""
+	return port, err == nil && host != "" && port != "" && strings.Trim(port, "0123456789") == ""
 }
 
 // redisReason describes go-redis ParseURL's error in fixed words: its own

@@ -268,7 +268,6 @@ func setOnce(c *cobra.Command) {
 		}
 	}
 	c.PersistentFlags().VisitAll(wrap)
-	c.LocalNonPersistentFlags().VisitAll(wrap)
 	c.Flags().VisitAll(wrap)
 	for _, sub := range c.Commands() {
 		setOnce(sub)
