@@ -61,6 +61,7 @@ type Client struct {
 	queuer         driver.Queuer          // nil when the store has none
 	handOffer      driver.HandOffer       // nil when the store has none
 	granter        driver.Granter         // nil when the store has none
+	dater          driver.DatedAcquirer   // nil when the store has none
 	observers      []Observer
 	namespace      func(key string) string
 	minBackoff     time.Duration
@@ -202,6 +203,7 @@ func New(store driver.Store, opts ...Option) *Client {
 	}
 	c.notifier, _ = store.(driver.ReleaseNotifier)
 	c.queuer, _ = store.(driver.Queuer)
+	c.dater, _ = store.(driver.DatedAcquirer)
 	if c.queuer != nil {
 		c.handOffer, _ = store.(driver.HandOffer)
 		c.granter, _ = store.(driver.Granter)
@@ -297,6 +299,11 @@ func (c *Client) Store() driver.Store { return c.store }
 // waiter that came first, not to whoever asks without waiting
 // (docs/design.md §5). It returns the store's error when the store failed,
 // and ctx's error, never ErrNotAcquired, when ctx ended before an answer.
+//
+// The lease counts ttl from the attempt's send, or from earlier on a store
+// that puts the key on a term begun before the call and says so
+// (driver.DatedAcquirer: etcd, a lease kept alive less than ttl/20 before),
+// as Acquire's does.
 func (c *Client) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	start := time.Now()
 	l, err := c.tryAcquire(ctx, key, ttl)
@@ -401,17 +408,26 @@ func (c *Client) try(ctx context.Context, key, token string, ttl, stay time.Dura
 		return nil, err
 	}
 	sent := time.Now()
-	var fence int64
+	var (
+		fence int64
+		from  time.Time // when the key's term began, if before sent (driver.DatedAcquirer)
+	)
 	err := c.storeCall(ctx, "acquire", 1, func() (err error) {
-		if stay > 0 {
+		switch {
+		case c.dater != nil:
+			fence, from, err = c.dater.AcquireDated(ctx, key, token, ttl, stay)
+		case stay > 0:
 			fence, err = c.queuer.AcquireQueued(ctx, key, token, ttl, stay)
-		} else {
+		default:
 			fence, err = c.store.Acquire(ctx, key, token, ttl)
 		}
 		return err
 	})
 	switch {
 	case err == nil && fence > 0:
+		if !from.IsZero() && from.Before(sent) {
+			sent = from // the lease counts from its term's start
+		}
 		return c.newLease(key, token, fence, ttl, sent, time.Now()), nil
 	case err == nil:
 		// A store that breaks the fence contract gives no lease; the key it

@@ -63,6 +63,25 @@ type ReleaseNotifier interface {
 	WatchReleases(ctx context.Context, key string) (released <-chan struct{}, stop func(), err error)
 }
 
+// DatedAcquirer is an optional Store ability: an acquire that may put the
+// key on a term that began shortly before the call, and says when, to save
+// the write that would restart the term. etcd's Store puts a lock on a lease
+// it reuses, and a lease kept alive moments ago needs no keep-alive of its
+// own (store/etcdstore). The Client acquires through it when the store has
+// it, and counts the lease from the time it reports.
+//
+// A wrapper that embeds a store with this ability and overrides Acquire or
+// AcquireQueued must wrap AcquireDated too, or its Acquire is bypassed.
+type DatedAcquirer interface {
+	// AcquireDated is Acquire when stay is 0, and Queuer.AcquireQueued when
+	// stay > 0 (validated as they do), except that the key may be held for
+	// ttl from from, not from the call: from is when the term began, no
+	// later than the call's start; the zero time means the call's start,
+	// as for Acquire. A store bounds how far back from may lie, and says
+	// so; a term that does not cover most of ttl is no saving.
+	AcquireDated(ctx context.Context, key, token string, ttl, stay time.Duration) (fence int64, from time.Time, err error)
+}
+
 // RenewItem is one lease to renew in a batch: the arguments of Store.Renew.
 type RenewItem struct {
 	Key   string

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 	_, has["queuer"] = probe.(driver.Queuer)
 	_, has["handoff"] = probe.(driver.HandOffer)
 	_, has["granter"] = probe.(driver.Granter)
+	_, has["dater"] = probe.(driver.DatedAcquirer)
 	has["queuer+forcer"] = has["queuer"] && has["forcer"]
 	_, closer := probe.(interface{ Close() error })
 	has["closer+notifier"] = closer && has["notifier"]
@@ -76,6 +77,7 @@ func Run(t *testing.T, newStore func(t *testing.T) driver.Store) {
 		{"HandOffToTheHead", testHandOff, "handoff"},
 		{"HandOffIsAtomic", testHandOffAtomic, "handoff"},
 		{"GrantToTheWatchedHead", testGrant, "granter"},
+		{"DatedAcquire", testDatedAcquire, "dater"},
 		{"ClosedStoreRefusesWatches", testClosedStore, "closer+notifier"},
 	}
 	for _, tc := range tests {

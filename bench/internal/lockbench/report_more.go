@@ -106,8 +106,11 @@ func dbSection(b *strings.Builder, r *Result, rows []DBRow, kind string) {
 		p("deleted by key, the Mutex's own writes); the release deleting it only if it still holds the")
 		p("token; the acquire also putting the fence key; the acquire also requiring the key's queue")
 		p("prefix empty (etcdstore's two transactions); and a keep-alive of the lease sent alongside")
-		p("each acquire, on a stream per worker, as etcdstore keeps the idle lease it reuses alive so")
-		p("that the lock lasts its whole TTL. Server CPU is etcd's on-CPU time (`/proc/PID/schedstat`)")
+		p("each acquire, on a stream per worker, as etcdstore's `Acquire` keeps the idle lease it reuses")
+		p("alive so that the lock lasts its whole TTL from the acquire. The Client acquires through")
+		p("`AcquireDated`, which counts the lock from the lease's last keep-alive when that was less than")
+		p("a twentieth of the TTL ago and then sends none, so leasehold's row lies between the last two.")
+		p("Server CPU is etcd's on-CPU time (`/proc/PID/schedstat`)")
 		p("over the cell, client CPU this process's, both per cycle, medians of the rounds.")
 	} else {
 		p("## 9. PostgreSQL: acquire+release against advisory locks")
