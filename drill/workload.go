@@ -33,7 +33,11 @@ func (r *run) spawn(ctx context.Context) {
 func (r *run) newWorker(id int) *worker {
 	w := &worker{id: id, run: r, requests: make(chan faultKind, 1)}
 	w.store = &workerStore{Store: r.cfg.Store, worker: id, rec: r.rec, knobs: r.knobs, timeout: r.ttl}
-	w.client = leasehold.New(w.store, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
+	var store driver.Store = w.store
+	if d, ok := r.cfg.Store.(driver.DatedAcquirer); ok {
+		store = datedWorkerStore{w.store, d} // the Client's acquires as in production (etcd)
+	}
+	w.client = leasehold.New(store, leasehold.WithLogger(slog.New(slog.DiscardHandler)))
 	return w
 }
 
@@ -381,13 +385,20 @@ func errString(err error) string {
 }
 
 func (s *workerStore) Acquire(ctx context.Context, key, token string, ttl time.Duration) (int64, error) {
+	return s.acquire(ctx, key, token, func(ctx context.Context) (int64, error) {
+		return s.Store.Acquire(ctx, key, token, ttl)
+	})
+}
+
+// acquire records an acquire that call makes.
+func (s *workerStore) acquire(ctx context.Context, key, token string, call func(context.Context) (int64, error)) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	o := history.Op{Kind: history.OpAcquire, Worker: s.worker, Key: key, Call: time.Now()}
 	seq := s.rec.Call(o)
 	err := s.delay(ctx)
 	if err == nil {
-		o.Fence, err = s.Store.Acquire(ctx, key, token, ttl)
+		o.Fence, err = call(ctx)
 	}
 	o.Return, o.OK = time.Now(), err == nil
 	if err != nil && !errors.Is(err, leasehold.ErrNotAcquired) {
@@ -395,6 +406,22 @@ func (s *workerStore) Acquire(ctx context.Context, key, token string, ttl time.D
 	}
 	s.rec.Return(seq, o, token)
 	return o.Fence, err
+}
+
+// datedWorkerStore is a workerStore over a store whose acquire may date the
+// lock's term (driver.DatedAcquirer), recorded as an acquire.
+type datedWorkerStore struct {
+	*workerStore
+	dater driver.DatedAcquirer
+}
+
+func (s datedWorkerStore) AcquireDated(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, time.Time, error) {
+	var from time.Time
+	fence, err := s.acquire(ctx, key, token, func(ctx context.Context) (fence int64, err error) {
+		fence, from, err = s.dater.AcquireDated(ctx, key, token, ttl, stay)
+		return fence, err
+	})
+	return fence, from, err
 }
 
 func (s *workerStore) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
