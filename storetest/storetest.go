@@ -380,16 +380,7 @@ func testBadInput(t *testing.T, s driver.Store) {
 		"non-ASCII":     "tokén",
 		"invalid UTF-8": "token\xff",
 	}
-	wantArg := func(t *testing.T, what string, err error, arg string) {
-		t.Helper()
-		var ae *driver.ArgumentError
-		if !errors.As(err, &ae) || !errors.Is(err, driver.ErrInvalidArgument) {
-			t.Fatalf("%s: error %v, want an *ArgumentError", what, err)
-		}
-		if ae.Arg != arg || !strings.Contains(err.Error(), arg) {
-			t.Fatalf("%s: error %q names %q, want %q", what, err, ae.Arg, arg)
-		}
-	}
+	wantArg := wantArgument
 	for name, k := range badKeys {
 		_, err := s.Acquire(ctx, k, okTok, longTTL)
 		wantArg(t, "Acquire with key "+name, err, "key")
