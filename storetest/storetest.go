@@ -380,22 +380,21 @@ func testBadInput(t *testing.T, s driver.Store) {
 		"non-ASCII":     "tokén",
 		"invalid UTF-8": "token\xff",
 	}
-	wantArg := wantArgument
 	for name, k := range badKeys {
 		_, err := s.Acquire(ctx, k, okTok, longTTL)
-		wantArg(t, "Acquire with key "+name, err, "key")
-		wantArg(t, "Release with key "+name, s.Release(ctx, k, okTok), "key")
-		wantArg(t, "Renew with key "+name, s.Renew(ctx, k, okTok, longTTL), "key")
+		wantArgument(t, "Acquire with key "+name, err, "key")
+		wantArgument(t, "Release with key "+name, s.Release(ctx, k, okTok), "key")
+		wantArgument(t, "Renew with key "+name, s.Renew(ctx, k, okTok, longTTL), "key")
 		_, err = s.Inspect(ctx, k)
-		wantArg(t, "Inspect with key "+name, err, "key")
+		wantArgument(t, "Inspect with key "+name, err, "key")
 	}
 	for name, ttl := range badTTLs {
 		_, err := s.Acquire(ctx, key, okTok, ttl)
-		wantArg(t, "Acquire with ttl "+name, err, "ttl")
+		wantArgument(t, "Acquire with ttl "+name, err, "ttl")
 	}
 	for name, tok := range badTokens {
 		_, err := s.Acquire(ctx, key, tok, longTTL)
-		wantArg(t, "Acquire with token "+name, err, "token")
+		wantArgument(t, "Acquire with token "+name, err, "token")
 	}
 	if info := inspect(t, s, key); info != (driver.Info{Key: key}) {
 		t.Fatalf("rejected acquires wrote to the store: %+v", info)
@@ -403,11 +402,11 @@ func testBadInput(t *testing.T, s driver.Store) {
 	// With the key held, bad renews and releases must not touch it.
 	fence := acquire(t, s, key, okTok, longTTL)
 	for name, ttl := range badTTLs {
-		wantArg(t, "Renew with ttl "+name, s.Renew(ctx, key, okTok, ttl), "ttl")
+		wantArgument(t, "Renew with ttl "+name, s.Renew(ctx, key, okTok, ttl), "ttl")
 	}
 	for name, tok := range badTokens {
-		wantArg(t, "Release with token "+name, s.Release(ctx, key, tok), "token")
-		wantArg(t, "Renew with token "+name, s.Renew(ctx, key, tok, longTTL), "token")
+		wantArgument(t, "Release with token "+name, s.Release(ctx, key, tok), "token")
+		wantArgument(t, "Renew with token "+name, s.Renew(ctx, key, tok, longTTL), "token")
 	}
 	if info := wantHeldBy(t, s, key, okTok); info.Fence != fence || info.TTL > longTTL {
 		t.Fatalf("rejected calls changed the lease: %+v", info)

@@ -78,14 +78,7 @@ func TestKube(t *testing.T) {
 // flag, before anything is sent.
 func TestKubeBadNamespaceAndPrefix(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	kc := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
-		"clusters:\n- name: k\n  cluster:\n    server: https://" + closedAddr(t) + "\n    insecure-skip-tls-verify: true\n" +
-		"users:\n- name: u\n  user:\n    token: Zq8tokenZq8\n" +
-		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeKubeconfig(t, "https://"+closedAddr(t), "")
 	for flag, args := range map[string][]string{
 		"--kube-namespace": {"inspect", "--kube", path, "--kube-namespace", "Bad_NS", "k"},
 		"--kube-prefix":    {"inspect", "--kube", path, "--kube-prefix", "-x", "k"},
@@ -101,14 +94,7 @@ func TestKubeBadNamespaceAndPrefix(t *testing.T) {
 // a password's first part.
 func TestKubeServerWithAtAfterTheHost(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	kc := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
-		"clusters:\n- name: k\n  cluster:\n    server: http://localhost:4321/Zk9w@127.0.0.1:1\n" +
-		"users:\n- name: u\n  user:\n    token: Zq8tokenZq8\n" +
-		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeKubeconfig(t, "http://localhost:4321/Zk9w@127.0.0.1:1", "")
 	for _, args := range [][]string{
 		{"inspect", "--kube", path, "k"},
 		{"ls", "--kube", path, "*"},
@@ -126,15 +112,8 @@ func TestKubeServerWithAtAfterTheHost(t *testing.T) {
 // store and its flag, as every other store's does.
 func TestKubeRefusedServer(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
 	addr := closedAddr(t)
-	kc := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
-		"clusters:\n- name: k\n  cluster:\n    server: https://" + addr + "\n    insecure-skip-tls-verify: true\n" +
-		"users:\n- name: u\n  user:\n    token: Zq8tokenZq8\n" +
-		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n    namespace: ops\n"
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeKubeconfig(t, "https://"+addr, "ops")
 	args := []string{"inspect", "--kube", path, "k"}
 	r := failsWith(t, 1, []string{"kube at https://" + addr + " namespace ops (--kube): cannot connect: " + addr + ": connection refused"}, args...)
 	checkNoLeak(t, r, args, []string{path}, "Zq8tokenZq8")
@@ -144,13 +123,26 @@ func TestKubeRefusedServer(t *testing.T) {
 // the flag and the file, before any connection.
 func TestKubeServerPortOutOfRange(t *testing.T) {
 	t.Parallel()
+	path := writeKubeconfig(t, "https://127.0.0.1:99999", "")
+	failsWith(t, 2, []string{"--kube", "port that is not a number from 0 to 65535", path}, "inspect", "--kube", path, "k")
+}
+
+// writeKubeconfig writes a kubeconfig whose one context reaches server
+// (TLS unverified) with the token Zq8tokenZq8, in namespace when it is not
+// empty, and returns its path.
+func writeKubeconfig(t *testing.T, server, namespace string) string {
+	t.Helper()
+	ns := ""
+	if namespace != "" {
+		ns = "    namespace: " + namespace + "\n"
+	}
+	kc := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
+		"clusters:\n- name: k\n  cluster:\n    server: " + server + "\n    insecure-skip-tls-verify: true\n" +
+		"users:\n- name: u\n  user:\n    token: Zq8tokenZq8\n" +
+		"contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n" + ns
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	cfg := "apiVersion: v1\nkind: Config\n" +
-		"clusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:99999\n    insecure-skip-tls-verify: true\n" +
-		"users:\n- name: u\n  user: {token: t0k3n}\n" +
-		"contexts:\n- name: c\n  context: {cluster: k, user: u}\ncurrent-context: c\n"
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	failsWith(t, 2, []string{"--kube", "port that is not a number from 0 to 65535", path}, "inspect", "--kube", path, "k")
+	return path
 }
