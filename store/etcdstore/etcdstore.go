@@ -132,7 +132,7 @@ func (s *Store) remaining(ctx context.Context, id clientv3.LeaseID) (time.Durati
 	if id == 0 {
 		return 0, nil
 	}
-	resp, err := s.client.TimeToLive(ctx, id)
+	resp, err := s.client.TimeToLive(rpc(ctx), id)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return 0, nil
@@ -259,7 +259,7 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 		kas.Go(func() { _, entryKAErr = s.keepAlive(ctx, entryLease) })
 	}
 	sent := time.Now()
-	resp, err := s.client.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	resp, err := s.client.Txn(rpc(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
 	kas.Wait()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 		// An idle lease expired or was revoked from outside (etcdctl lease
@@ -382,7 +382,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return err
 	}
 	lk := s.LockKey(key)
-	resp, err := s.client.Txn(ctx).
+	resp, err := s.client.Txn(rpc(ctx)).
 		If(clientv3.Compare(clientv3.Value(lk), "=", token)).
 		Then(clientv3.OpDelete(lk, clientv3.WithPrevKV())).
 		Commit()
@@ -414,7 +414,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 		return err
 	}
 	lk := s.LockKey(key)
-	get, err := s.client.Get(ctx, lk)
+	get, err := s.client.Get(rpc(ctx), lk)
 	if err != nil {
 		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
 	}
@@ -438,7 +438,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration)
 	if err != nil {
 		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
 	}
-	resp, err := s.client.Txn(ctx).
+	resp, err := s.client.Txn(rpc(ctx)).
 		If(clientv3.Compare(clientv3.Value(lk), "=", token)).
 		Then(clientv3.OpPut(lk, token, clientv3.WithLease(lease), clientv3.WithPrevKV())).
 		Commit()
@@ -473,7 +473,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 		return driver.Info{}, err
 	}
 	info := driver.Info{Key: key}
-	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(s.LockKey(key)), clientv3.OpGet(s.FenceKey(key))).Commit()
+	resp, err := s.client.Txn(rpc(ctx)).Then(clientv3.OpGet(s.LockKey(key)), clientv3.OpGet(s.FenceKey(key))).Commit()
 	if err != nil {
 		return info, fmt.Errorf("etcdstore: inspect %q: %w", key, err)
 	}
@@ -539,7 +539,7 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 	var resp *clientv3.GetResponse
 	next := ""
 	for next == "" {
-		resp, err = s.client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
+		resp, err = s.client.Get(rpc(ctx), start, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 		if err != nil {
 			return fail(err)
@@ -589,7 +589,7 @@ func (s *Store) readFences(ctx context.Context, rev int64, infos []driver.Info) 
 		for i, info := range part {
 			ops[i] = clientv3.OpGet(s.FenceKey(info.Key), clientv3.WithRev(rev))
 		}
-		resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+		resp, err := s.client.Txn(rpc(ctx)).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("fences: %w", err)
 		}

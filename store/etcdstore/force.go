@@ -45,7 +45,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 	}
 	lk, fk := s.LockKey(key), s.FenceKey(key)
 	for range forceAttempts {
-		resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(lk), clientv3.OpGet(fk)).Commit()
+		resp, err := s.client.Txn(rpc(ctx)).Then(clientv3.OpGet(lk), clientv3.OpGet(fk)).Commit()
 		if err != nil {
 			return driver.AuditRecord{}, fmt.Errorf("etcdstore: force release %q: %w", key, err)
 		}
@@ -64,7 +64,7 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 			return driver.AuditRecord{}, fmt.Errorf("etcdstore: force release %q: %w", key, err)
 		}
 		ak := s.auditDir(key) + fmt.Sprintf("%020d", lock.ModRevision)
-		del, err := s.client.Txn(ctx).
+		del, err := s.client.Txn(rpc(ctx)).
 			If(clientv3.Compare(clientv3.ModRevision(lk), "=", lock.ModRevision)).
 			Then(clientv3.OpDelete(lk), clientv3.OpPut(ak, string(val))).
 			Commit()
@@ -89,7 +89,7 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 	if key != "" {
 		dir = s.auditDir(key)
 	}
-	resp, err := s.client.Get(ctx, dir, clientv3.WithPrefix(),
+	resp, err := s.client.Get(rpc(ctx), dir, clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(int64(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: audit: %w", err)

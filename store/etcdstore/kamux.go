@@ -62,7 +62,7 @@ func (s *Store) keepAliveTTL(ctx context.Context, id clientv3.LeaseID) (int64, e
 	} else if ctx.Err() != nil {
 		return 0, context.Cause(ctx) // the stream is still opening
 	}
-	ka, err := s.client.KeepAliveOnce(ctx, id)
+	ka, err := s.client.KeepAliveOnce(rpc(ctx), id)
 	if err != nil {
 		return 0, err
 	}

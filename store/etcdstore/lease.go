@@ -234,7 +234,7 @@ func (s *Store) takeLease(ctx context.Context, ttl time.Duration, grant, dated b
 func (s *Store) grant(ctx context.Context, want int64) (clientv3.LeaseID, error) {
 	sent := time.Now()
 	ask := want
-	resp, err := s.client.Grant(ctx, ask)
+	resp, err := s.client.Grant(rpc(ctx), ask)
 	if err != nil {
 		return 0, fmt.Errorf("grant lease: %w", err)
 	}
@@ -298,7 +298,7 @@ func (s *Store) leaseGone(id clientv3.LeaseID) {
 func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
 	if id != 0 {
 		s.leases.forget(id)
-		_, _ = s.client.Revoke(ctx, id)
+		_, _ = s.client.Revoke(rpc(ctx), id)
 	}
 }
 
@@ -347,7 +347,7 @@ func (s *Store) revokeAll(ctx context.Context, ids []clientv3.LeaseID) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, _ = s.client.Revoke(ctx, id)
+			_, _ = s.client.Revoke(rpc(ctx), id)
 		})
 	}
 	wg.Wait()

@@ -127,7 +127,7 @@ func (s *Store) LeaveQueue(ctx context.Context, key, token string) error {
 	}
 	ek := s.QueuePrefix(key) + token
 	e, known := s.queued.forget(ek)
-	resp, err := s.client.Delete(ctx, ek, clientv3.WithPrevKV())
+	resp, err := s.client.Delete(rpc(ctx), ek, clientv3.WithPrevKV())
 	if err != nil {
 		if known {
 			s.revokeLater(e.lease) // which deletes the entry, if the delete did not
@@ -163,7 +163,7 @@ func (s *Store) readTurn(ctx context.Context, lk, qp string, rev int64) (turnSta
 			clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 			clientv3.WithLimit(1)))
 	}
-	resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+	resp, err := s.client.Txn(rpc(ctx)).Then(ops...).Commit()
 	if err != nil {
 		return turnState{}, err
 	}
