@@ -15,9 +15,9 @@ func (undated) Deadline() (time.Time, bool) { return time.Time{}, false }
 // rpc is ctx for one of etcd's unary calls. A context with a deadline
 // makes gRPC send it (grpc-timeout) and etcd's gRPC server arm a timer and
 // a context of its own for the request, on top of the bound etcd puts on
-// every request itself (--request-timeout): about 4 µs of etcd's CPU a
-// call, 3 % of a lock cycle's at 16 goroutines (docs/design.md §9, the etcd
-// row). The client still ends the call at the deadline, when ctx's Done
+// every write itself (its request timeout: 5 s plus twice the election
+// timeout): about 4 µs of etcd's CPU a call, 3 % of a lock cycle's at 16
+// goroutines (docs/design.md §9, the etcd row). The client still ends the call at the deadline, when ctx's Done
 // closes: gRPC then cancels the stream (RST_STREAM), which ends the
 // request's context on the server as the timer would have, and returns
 // ctx's error (DeadlineExceeded) as before. What the server no longer knows
