@@ -113,7 +113,10 @@
 //     before the lease can be gone.
 //   - An etcd that cannot be reached, or cannot reach a quorum, gives an
 //     error, never a false "acquired" and never driver.ErrNotAcquired.
-//     Every request is bounded by the caller's context.
+//     Every request is bounded by the caller's context, which the client
+//     enforces: its deadline is not sent to etcd (grpc-timeout), whose
+//     gRPC server would arm a timer for it on every request; a call whose
+//     context ends is cancelled, which ends it on the server too.
 //
 // # What it does not guarantee
 //
