@@ -55,13 +55,23 @@ func TestCallsSendNoDeadline(t *testing.T) {
 	if _, _, err := s.AcquireDated(ctx, key, tok, 2*time.Second, 0); err != nil {
 		t.Fatal(err)
 	}
+	waiter := leasehold.NewToken()
+	if _, err := s.AcquireQueued(ctx, key, waiter, 2*time.Second, 2*time.Second); !errors.Is(err, leasehold.ErrNotAcquired) {
+		t.Fatalf("a waiter's acquire of a held key: %v, want ErrNotAcquired", err)
+	}
+	if err := s.LeaveQueue(ctx, key, waiter); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.ForceRelease(ctx, key, "test", "undated"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Audit(ctx, key, 10); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if calls < 7 {
-		t.Fatalf("the interceptor saw %d calls; want at least 7", calls)
+	if calls < 10 {
+		t.Fatalf("the interceptor saw %d calls; want at least 10", calls)
 	}
 	if len(withDL) > 0 {
 		t.Errorf("%d of %d calls reached gRPC with a deadline: %v", len(withDL), calls, withDL)
