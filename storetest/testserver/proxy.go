@@ -20,6 +20,7 @@ type Proxy struct {
 	conns   map[net.Conn]struct{}
 	cuts    int           // server→client reads to swallow, closing the client
 	thawed  chan struct{} // nil unless frozen; closed by Thaw
+	held    int           // reads waiting for a Thaw
 	latency time.Duration // added to each direction: one way, not the round trip
 	closed  bool
 }
@@ -75,6 +76,14 @@ func (p *Proxy) Freeze() {
 		p.thawed = make(chan struct{})
 	}
 	p.mu.Unlock()
+}
+
+// Held returns how many reads a Freeze holds now, in either direction: at
+// least one once a client's request is stuck in the partition.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 // Thaw lets held and new bytes through again.
@@ -199,7 +208,13 @@ func (p *Proxy) pipe(src, dst net.Conn, fromServer bool) {
 				return
 			}
 			if thawed != nil {
+				p.mu.Lock()
+				p.held++
+				p.mu.Unlock()
 				<-thawed
+				p.mu.Lock()
+				p.held--
+				p.mu.Unlock()
 			}
 			ch <- chunk{buf[:n], time.Now().Add(latency)}
 		}

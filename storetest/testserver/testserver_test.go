@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -256,11 +257,22 @@ func TestProxyForwardsCutsAndFreezes(t *testing.T) {
 	if _, err := roundTrip("SET frozen 1", 200*time.Millisecond); err == nil {
 		t.Fatal("a reply came through a frozen proxy")
 	}
+	if err := pollUntil(10*time.Second, func() error {
+		if n := p.Held(); n != 1 {
+			return fmt.Errorf("Held with a request sent into the freeze = %d, want 1", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	p.Thaw() // the held SET and its reply go through now
 	buf := make([]byte, 64)
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	if n, err := conn.Read(buf); err != nil || string(buf[:n]) != "+OK\r\n" {
 		t.Fatalf("after thaw: %q, %v", buf[:n], err)
+	}
+	if n := p.Held(); n != 0 {
+		t.Fatalf("Held after the thaw's reply = %d, want 0", n)
 	}
 	p.CutNextReply()
 	if n := p.PendingCuts(); n != 1 {
