@@ -261,12 +261,8 @@ func fitTimeScale(ctx context.Context, b *backend, cfg *drill.Config, given bool
 		return nil
 	}
 	ttl := time.Duration(float64(drillBaseTTL) * cfg.TimeScale)
-	var lease time.Duration
-	if err := b.call(ctx, func(ctx context.Context) error {
-		var err error
-		lease, err = b.leaseTTL(ctx, ttl)
-		return err
-	}); err != nil {
+	lease, err := callFor(ctx, b, func(ctx context.Context) (time.Duration, error) { return b.leaseTTL(ctx, ttl) })
+	if err != nil {
 		return fmt.Errorf("asking for a lease of %v: %w", ttl, err)
 	}
 	if lease <= ttl {

@@ -30,10 +30,8 @@ const drillRunTTL = 30 * time.Second
 // running is an error naming its holder.
 func (a *app) lockDrillRun(ctx context.Context, b *backend) (unlock func(), err error) {
 	c := leasehold.New(b.store, leasehold.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	var l *leasehold.Lease
-	err = b.call(ctx, func(ctx context.Context) error {
-		l, err = c.TryAcquire(ctx, drillRunKey, drillRunTTL)
-		return err
+	l, err := callFor(ctx, b, func(ctx context.Context) (*leasehold.Lease, error) {
+		return c.TryAcquire(ctx, drillRunKey, drillRunTTL)
 	})
 	if errors.Is(err, leasehold.ErrNotAcquired) {
 		_ = c.Close()

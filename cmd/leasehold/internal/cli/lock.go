@@ -272,14 +272,19 @@ func (r *lockRun) acquire(ctx context.Context, client *leasehold.Client, b *back
 		err   error
 	)
 	if r.f.wait == 0 {
-		err = b.call(ctx, func(ctx context.Context) error {
-			lease, err = client.TryAcquire(ctx, r.key, r.f.ttl)
-			return err
+		lease, err = callFor(ctx, b, func(ctx context.Context) (*leasehold.Lease, error) {
+			return client.TryAcquire(ctx, r.key, r.f.ttl)
 		})
 	} else {
 		wctx, cancel := context.WithTimeout(ctx, r.f.wait)
-		lease, err = client.Acquire(wctx, r.key, r.f.ttl)
+		lease, err = untilInterrupt(ctx, func() (*leasehold.Lease, error) { return client.Acquire(wctx, r.key, r.f.ttl) })
 		cancel()
+		if errors.Is(err, errInterrupted) {
+			// A store call under way ends only at its socket's deadline:
+			// not waited for. The process exits before a late grant
+			// could be used; such a lease expires on its TTL.
+			return nil, notLocked(fmt.Errorf("interrupted while waiting for %s", printable(r.key)))
+		}
 		if serr := storeFailure(err, ctx, wctx); serr != nil {
 			// The attempt failed and its clean-up outlasted --wait: the
 			// store's error, not a busy key.

@@ -127,9 +127,13 @@ func (a *app) migrate(cmd *cobra.Command) (migrateView, error) {
 	if !ok {
 		return migrateView{}, fmt.Errorf("%s: no pgstore to migrate", b) // openPostgres makes one: a bug
 	}
-	v := migrateView{Store: b.String(), Created: []string{}}
-	err = b.call(cmd.Context(), func(ctx context.Context) error {
-		return st.Migrate(ctx, pgstore.WithCreated(&v.Created))
+	created, err := callFor(cmd.Context(), b, func(ctx context.Context) ([]string, error) {
+		created := []string{} // [] in JSON when nothing was made
+		err := st.Migrate(ctx, pgstore.WithCreated(&created))
+		return created, err
 	})
-	return v, err
+	if err != nil {
+		return migrateView{}, err
+	}
+	return migrateView{Store: b.String(), Created: created}, nil
 }

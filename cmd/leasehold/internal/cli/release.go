@@ -175,14 +175,15 @@ applications' pgstore Migrate). A KEY not held is exit code 1, nothing written.
 				v = newAuditView(driver.NewAuditRecord(time.Now(), key, info.Token, info.Fence, reason, by))
 				v.DryRun = true
 			} else {
-				var rec driver.AuditRecord
-				err := b.call(cmd.Context(), func(ctx context.Context) error {
-					var err error
-					rec, err = f.ForceRelease(ctx, key, reason, by)
-					return err
+				rec, err := callFor(cmd.Context(), b, func(ctx context.Context) (driver.AuditRecord, error) {
+					return f.ForceRelease(ctx, key, reason, by)
 				})
 				if errors.Is(err, leasehold.ErrNotOwned) {
 					return fmt.Errorf("%s is not held (never taken, released or expired): nothing released or recorded", printable(key))
+				}
+				if errors.Is(err, errInterrupted) {
+					// The release and its record are one step on every store.
+					return fmt.Errorf("%w; whether %s was released is unknown: leasehold audit lists the release if it was made", err, printable(key))
 				}
 				if err != nil {
 					return err
@@ -244,12 +245,10 @@ FENCE (the removed lease's), BY, REASON. -o json prints an array of objects
 				return err
 			}
 			defer b.close()
-			var recs []driver.AuditRecord
-			if err := b.call(cmd.Context(), func(ctx context.Context) error {
-				var err error
-				recs, err = f.Audit(ctx, key, limit)
-				return err
-			}); err != nil {
+			recs, err := callFor(cmd.Context(), b, func(ctx context.Context) ([]driver.AuditRecord, error) {
+				return f.Audit(ctx, key, limit)
+			})
+			if err != nil {
 				return err
 			}
 			views := make([]auditView, 0, len(recs))

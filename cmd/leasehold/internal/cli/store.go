@@ -57,47 +57,91 @@ func (b *backend) String() string { return b.kind + " at " + b.where }
 // call runs f with a context bounded by the timeout, and names the store in
 // the error it returns.
 func (b *backend) call(ctx context.Context, f func(ctx context.Context) error) error {
+	_, err := callFor(ctx, b, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+	return err
+}
+
+// errInterrupted is in the error of a store call the command's interrupt
+// (Ctrl-C, SIGTERM) cut short.
+var errInterrupted = errors.New("interrupted")
+
+// callFor is call for an f with a result. An interrupt (ctx's end) returns
+// at once, with an error matching errInterrupted and ctx's error: a Redis
+// client reading its reply stops only at the socket's deadline, so waiting
+// for f would hold Ctrl-C up to --timeout. f then runs on, unread, until its
+// own bound or the process's exit; whether a write it sent was applied is
+// unknown.
+func callFor[T any](ctx context.Context, b *backend, f func(ctx context.Context) (T, error)) (T, error) {
 	cctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-	err := f(cctx)
+	v, err := untilInterrupt(ctx, func() (T, error) {
+		defer cancel()
+		return f(cctx)
+	})
 	switch {
+	case errors.Is(err, errInterrupted):
+		return v, fmt.Errorf("%s: %w", b, err)
 	case err == nil, errors.Is(err, leasehold.ErrInvalidArgument):
-		return err
+		return v, err
 	case ctx.Err() != nil:
-		return fmt.Errorf("%s: interrupted: %w", b, err)
+		return v, fmt.Errorf("%s: %w: %w", b, errInterrupted, err)
 	case cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
 		if b.probe != nil {
 			if perr := b.probe(); perr != nil {
-				return fmt.Errorf("%s did not answer within %v (--timeout): %w (%v)", b, b.timeout, err, perr)
+				return v, fmt.Errorf("%s did not answer within %v (--timeout): %w (%v)", b, b.timeout, err, perr)
 			}
 		}
-		return fmt.Errorf("%s did not answer within %v (--timeout): %w", b, b.timeout, err)
+		return v, fmt.Errorf("%s did not answer within %v (--timeout): %w", b, b.timeout, err)
 	}
-	return fmt.Errorf("%s: %w", b, err)
+	return v, fmt.Errorf("%s: %w", b, err)
+}
+
+// untilInterrupt runs f on a goroutine of its own and returns what it
+// returns, or, when ctx ends first, at once the zero value and an error
+// matching errInterrupted and ctx's: f then runs on, unread.
+func untilInterrupt[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // answered as it was interrupted
+			return r.v, r.err
+		default:
+			var zero T
+			return zero, fmt.Errorf("%w before it answered: %w", errInterrupted, ctx.Err())
+		}
+	}
 }
 
 // inspect is the store's Inspect, bounded by the timeout.
 func (b *backend) inspect(ctx context.Context, key string) (driver.Info, error) {
-	var info driver.Info
-	err := b.call(ctx, func(ctx context.Context) error {
-		var err error
-		info, err = b.store.Inspect(ctx, key)
-		return err
-	})
-	return info, err
+	return callFor(ctx, b, func(ctx context.Context) (driver.Info, error) { return b.store.Inspect(ctx, key) })
 }
 
 // list is one call of the store's List, bounded by the timeout.
-func (b *backend) list(ctx context.Context, pattern, after string, limit int) (infos []driver.Info, next string, err error) {
+func (b *backend) list(ctx context.Context, pattern, after string, limit int) ([]driver.Info, string, error) {
 	l, ok := b.store.(driver.Lister)
 	if !ok {
 		return nil, "", fmt.Errorf("%s cannot list its locks (its store has no driver.Lister)", b)
 	}
-	err = b.call(ctx, func(ctx context.Context) error {
-		infos, next, err = l.List(ctx, pattern, after, limit)
-		return err
+	type page struct {
+		infos []driver.Info
+		next  string
+	}
+	p, err := callFor(ctx, b, func(ctx context.Context) (page, error) {
+		infos, next, err := l.List(ctx, pattern, after, limit)
+		return page{infos, next}, err
 	})
-	return infos, next, err
+	return p.infos, p.next, err
 }
 
 // Environment variables that name a store when no store flag is given.
