@@ -74,10 +74,11 @@
 // order, and on a cluster it walks the primaries one after the other.
 //
 // The client is taken as the application made it, one pool for the
-// application and its locks. Every call returns by the end of its context:
+// application and its locks. Every call returns by its context's deadline:
 // with ContextTimeoutEnabled go-redis puts the deadline on the socket;
 // without it the Store runs each call on a goroutine of its own and leaves it
-// at the deadline (New says what that leaves behind, and for how long).
+// at the context's end (New says what that leaves behind, and for how long,
+// and when a cancel waits for the client's ReadTimeout).
 //
 // # Guarantees
 //

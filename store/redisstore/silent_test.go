@@ -265,3 +265,53 @@ func TestLateGrantedAcquireIsReleased(t *testing.T) {
 	}
 	t.Fatal("the key taken by the acquire left at its deadline is still held")
 }
+
+// On a client whose sockets have no deadline but the context's (ReadTimeout
+// and WriteTimeout -1, ContextTimeoutEnabled), a call under a context that
+// is canceled, with no deadline, returns at the cancel: inline, go-redis
+// would read on for as long as the server is silent. Batched and not; the
+// cancel comes once the frozen proxy holds the request.
+func TestCanceledCallReturnsOnAClientWithoutTimeouts(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(map[bool]string{true: "batched", false: "WithoutBatching"}[batching], func(t *testing.T) {
+			proxy := testserver.StartProxy(t, shared.Addr())
+			client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1})
+			var opts []redisstore.Option
+			if !batching {
+				opts = append(opts, redisstore.WithoutBatching())
+			}
+			s := newStore(t, client, opts...)
+			t.Cleanup(proxy.Thaw) // before the Store's Close: its flush ends with the reply
+			ctx := t.Context()
+			key := storetest.Key(t)
+			if _, err := s.Acquire(ctx, key+":warm", leasehold.NewToken(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Freeze()
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := s.Acquire(cctx, key, leasehold.NewToken(), time.Minute)
+				done <- err
+			}()
+			for end := time.Now().Add(10 * time.Second); proxy.Held() == 0 && time.Now().Before(end); {
+				time.Sleep(time.Millisecond)
+			}
+			if proxy.Held() == 0 {
+				t.Fatal("the acquire never reached the frozen proxy: nothing was tested")
+			}
+			canceled := time.Now()
+			cancel()
+			select {
+			case err := <-done:
+				t.Logf("returned %v after the cancel: %v", time.Since(canceled), err)
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Acquire canceled on a silent server: %v, want an error matching context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Acquire did not return within 10 s of its context's cancel on a silent server")
+			}
+		})
+	}
+}

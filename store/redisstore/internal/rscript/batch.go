@@ -113,7 +113,7 @@ func (b *Batcher) RunAck(ctx context.Context, sc Script, keys []string, args []a
 	if err := ctx.Err(); err != nil {
 		return errCmd(ctx, fmt.Errorf("not sent: %w", ctxError(ctx, err))), Acked{}
 	}
-	inline := !b.caller.detach || ctx.Done() == nil
+	inline := b.caller.inline(ctx)
 	b.mu.Lock()
 	if inline && b.flying < b.flights {
 		// Alone, with go-redis following ctx on the socket (or nothing to

@@ -57,3 +57,43 @@ func TestDoSendsNothingOnceCtxEnded(t *testing.T) {
 		t.Fatalf("Do = %v, want an error matching context.Canceled", err)
 	}
 }
+
+// Which calls run on the caller's goroutine: those whose end go-redis sees
+// (a deadline, or socket timeouts that bound a cancel-only call too), and
+// those whose context cannot end.
+func TestCallerInline(t *testing.T) {
+	bounded, err := checkTimeouts(true, 3*time.Second, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undated, err := checkTimeouts(true, 0, 3*time.Second) // ReadTimeout -1, as go-redis keeps it
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := checkTimeouts(false, 3*time.Second, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	dated, cancelDated := context.WithTimeout(t.Context(), time.Minute)
+	defer cancelDated()
+	for _, c := range []struct {
+		name   string
+		caller Caller
+		ctx    context.Context
+		want   bool
+	}{
+		{"bounded sockets, cancel only", bounded, canceled, true},
+		{"bounded sockets, deadline", bounded, dated, true},
+		{"context deadlines only, cancel only", undated, canceled, false},
+		{"context deadlines only, deadline", undated, dated, true},
+		{"context deadlines only, a context that cannot end", undated, context.Background(), true},
+		{"without ContextTimeoutEnabled, deadline", plain, dated, false},
+		{"without ContextTimeoutEnabled, a context that cannot end", plain, context.Background(), true},
+	} {
+		if got := c.caller.inline(c.ctx); got != c.want {
+			t.Errorf("%s: inline = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
