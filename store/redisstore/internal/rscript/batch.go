@@ -116,8 +116,8 @@ func (b *Batcher) RunAck(ctx context.Context, sc Script, keys []string, args []a
 	inline := b.caller.inline(ctx)
 	b.mu.Lock()
 	if inline && b.flying < b.flights {
-		// Alone, with go-redis following ctx on the socket (or nothing to
-		// follow): sent on the caller's goroutine under its own context,
+		// Alone, and bounded by go-redis itself (Caller.inline): sent
+		// on the caller's goroutine under its own context,
 		// exactly as without a Batcher. The queue is empty: it only
 		// fills while all flights are taken.
 		b.flying++

@@ -75,15 +75,16 @@ func checkTimeouts(ctxTimeouts bool, read, write time.Duration) (Caller, error) 
 	return Caller{detach: !ctxTimeouts, detachUndated: read == 0 || write == 0}, nil
 }
 
-// inline reports whether a call under ctx runs on the caller's goroutine,
-// where go-redis ends it at ctx's deadline or the client's socket timeouts,
-// whichever comes first, but not at a cancel: a call under a context that
-// cannot end, or on a client whose timeouts bound every read and write.
-// The others are detached (they return at ctx's end). A canceled context
-// therefore waits up to the client's ReadTimeout on a silent server (3 s by
-// default): detaching every call that can be canceled would put a goroutine
-// hand-off on each (measured: 12 % slower acquire+release cycles at one
-// goroutine, BenchmarkAcquireRelease of store/redisstore).
+// inline reports whether a call under ctx goes out on the caller's
+// goroutine, where go-redis ends it at ctx's deadline or at the client's
+// socket timeouts, but not at a cancel. It does when ctx cannot end, and on
+// a client with ContextTimeoutEnabled unless ctx has no deadline and the
+// client no socket timeouts. The other calls are detached: they return at
+// ctx's end. So on a client with socket timeouts a call canceled first
+// waits up to its ReadTimeout (3 s by default) on a silent server:
+// detaching every call that can be canceled would put a goroutine hand-off
+// on each (12 % fewer acquire+release cycles at one goroutine,
+// BenchmarkAcquireRelease of store/redisstore, four interleaved runs).
 func (c Caller) inline(ctx context.Context) bool {
 	if ctx.Done() == nil {
 		return true
@@ -99,13 +100,14 @@ func (c Caller) inline(ctx context.Context) bool {
 
 func badClient(reason string) error { return &driver.ArgumentError{Arg: "client", Reason: reason} }
 
-// Do runs f under ctx and returns its result. With a detached Caller, f
-// runs on a goroutine of its own and Do returns at ctx's end, if f has not,
-// with an error wrapping ctx's: f's commands may still be applied. f then
-// ends when go-redis gives up on the silent socket, at the latest after the
-// client's WriteTimeout and ReadTimeout (once more for a connection dialled
-// for it); closing the client ends it at once. late, if not nil, then gets
-// f's result on that goroutine.
+// Do runs f under ctx and returns its result. For a call c does not run
+// inline (Caller.inline), f runs on a goroutine of its own and Do returns
+// at ctx's end, if f has not, with an error wrapping ctx's: f's commands may
+// still be applied. f then ends when go-redis gives up on the silent
+// socket: after the client's WriteTimeout and ReadTimeout (once more for a
+// connection dialled for it), or, on a client without them, when the server
+// answers or the connection breaks; closing the client ends it at once.
+// late, if not nil, then gets f's result on that goroutine.
 func Do[T any](ctx context.Context, c Caller, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if c.inline(ctx) {
 		return f(ctx)
