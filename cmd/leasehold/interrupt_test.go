@@ -59,3 +59,17 @@ func TestInterruptEndsAHungStoreCall(t *testing.T) {
 		})
 	}
 }
+
+// A release --force that --timeout ends says its outcome is unknown, as an
+// interrupted one does: the request may have reached the store.
+func TestForceReleasePastTimeoutSaysItsOutcomeIsUnknown(t *testing.T) {
+	t.Parallel()
+	rs := testserver.StartRedis(t)
+	p := testserver.StartProxy(t, rs.Addr())
+	p.Freeze()
+	args := []string{"release", "--timeout", "2s", "--redis", "redis://" + p.Addr() + "/0", "runs:P1", "--force", "--reason", "stuck"}
+	r := failsWith(t, 1, []string{"did not answer within 2s (--timeout)", "whether runs:P1 was released is unknown", "leasehold audit"}, args...)
+	if r.elapsed > 2*time.Second+loadSlack {
+		t.Errorf("leasehold %q took %v", args, r.elapsed)
+	}
+}

@@ -181,7 +181,7 @@ applications' pgstore Migrate). A KEY not held is exit code 1, nothing written.
 				if errors.Is(err, leasehold.ErrNotOwned) {
 					return fmt.Errorf("%s is not held (never taken, released or expired): nothing released or recorded", printable(key))
 				}
-				if errors.Is(err, errInterrupted) {
+				if errors.Is(err, errInterrupted) || errors.Is(err, errNoAnswer) {
 					// The release and its record are one step on every store.
 					return fmt.Errorf("%w; whether %s was released is unknown: leasehold audit lists the release if it was made", err, printable(key))
 				}

@@ -62,8 +62,12 @@ func (b *backend) call(ctx context.Context, f func(ctx context.Context) error) e
 }
 
 // errInterrupted is in the error of a store call the command's interrupt
-// (Ctrl-C, SIGTERM) cut short.
-var errInterrupted = errors.New("interrupted")
+// (Ctrl-C, SIGTERM) cut short, errNoAnswer in that of one --timeout ended:
+// either may have been applied.
+var (
+	errInterrupted = errors.New("interrupted")
+	errNoAnswer    = errors.New("did not answer")
+)
 
 // callFor is call for an f with a result. An interrupt (ctx's end) returns
 // at once, with an error matching errInterrupted and ctx's error: a Redis
@@ -87,10 +91,10 @@ func callFor[T any](ctx context.Context, b *backend, f func(ctx context.Context)
 	case cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
 		if b.probe != nil {
 			if perr := b.probe(); perr != nil {
-				return v, fmt.Errorf("%s did not answer within %v (--timeout): %w (%v)", b, b.timeout, err, perr)
+				return v, fmt.Errorf("%s %w within %v (--timeout): %w (%v)", b, errNoAnswer, b.timeout, err, perr)
 			}
 		}
-		return v, fmt.Errorf("%s did not answer within %v (--timeout): %w", b, b.timeout, err)
+		return v, fmt.Errorf("%s %w within %v (--timeout): %w", b, errNoAnswer, b.timeout, err)
 	}
 	return v, fmt.Errorf("%s: %w", b, err)
 }
