@@ -200,6 +200,8 @@ func (p *Proxy) pipe(src, dst net.Conn, fromServer bool) {
 			thawed, cut, latency := p.thawed, fromServer && p.cuts > 0, p.latency
 			if cut {
 				p.cuts--
+			} else if thawed != nil {
+				p.held++ // until the Thaw below
 			}
 			p.mu.Unlock()
 			if cut {
@@ -208,9 +210,6 @@ func (p *Proxy) pipe(src, dst net.Conn, fromServer bool) {
 				return
 			}
 			if thawed != nil {
-				p.mu.Lock()
-				p.held++
-				p.mu.Unlock()
 				<-thawed
 				p.mu.Lock()
 				p.held--
