@@ -23,7 +23,7 @@ func TestMigrate(t *testing.T) {
 	failsWith(t, 1, missing[1:], "inspect", "--postgres", dsn, "runs:R1")
 
 	want := where + ": created table leasehold_leases, created table leasehold_leases_waiters," +
-		" created function leasehold_leases_wake, created table leasehold_leases_audit, created index leasehold_leases_audit_key_at\n"
+		" created function leasehold_leases_wake, created function leasehold_leases_held, created table leasehold_leases_audit, created index leasehold_leases_audit_key_at\n"
 	if out := ok(t, "migrate", "--postgres", dsn); out != want {
 		t.Fatalf("migrate on a fresh database printed %q, want %q", out, want)
 	}
@@ -40,7 +40,7 @@ func TestMigrate(t *testing.T) {
 	}
 	out := runEnv(t, map[string]string{"LEASEHOLD_POSTGRES_DSN": dsn}, "migrate", "--pg-table", "more", "-o", "json")
 	decode(t, out.stdout, &v)
-	if out.code != 0 || v.Store != where || len(v.Created) != 5 || v.Created[0] != "table more" {
+	if out.code != 0 || v.Store != where || len(v.Created) != 6 || v.Created[0] != "table more" {
 		t.Errorf("migrate -o json from $LEASEHOLD_POSTGRES_DSN: exit %d, %+v; stderr %q", out.code, v, out.stderr)
 	}
 	decode(t, ok(t, "migrate", "--postgres", dsn, "--pg-table", "more", "--json"), &v)

@@ -52,6 +52,12 @@
 // names the head by the SHA-256 of its key and token (never the token: any
 // session may LISTEN on any channel), followed by the key.
 //
+// A refused Acquire answers with the holder's remaining TTL, read by a
+// second PL/pgSQL function that Migrate makes (the lease table's name +
+// "_held", or "leasehold_held_" and a hash), which the acquire statement
+// calls only when it took nothing: a subquery of the statement would cost
+// every acquire its set-up, taken or not.
+//
 // # Round trips
 //
 // Acquire (taken or busy), AcquireQueued, Release, LeaveQueue, Renew and

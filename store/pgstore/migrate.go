@@ -15,6 +15,7 @@ type migrationStep struct {
 	kind    string   // "table", "index", "column" or "function"
 	name    string   // its name within its schema (a column's: of its table)
 	table   string   // a column's table, within the schema
+	args    string   // a function's argument types, as pg_proc.proargtypes spells them (text is 25)
 	body    string   // a function's body, which the existing one must have
 	display string   // its name in messages: schema-qualified when the table is
 	sql     string   // CREATE … IF NOT EXISTS, ALTER TABLE … ADD COLUMN IF NOT EXISTS, CREATE OR REPLACE FUNCTION
@@ -30,18 +31,18 @@ func (st migrationStep) detail() string {
 	return st.table
 }
 
-// existsSQL tells, for each $2, $3 and $4 in order, whether the object
+// existsSQL tells, for each $2, $3, $4 and $5 in order, whether the object
 // named $4 of kind $2 is in the schema $1 as the Store needs it: a
-// relation; the column $4 of the table $3; a function of three text
-// arguments whose body is $3.
+// relation; the column $4 of the table $3; a function whose argument types
+// are $5 and whose body is $3.
 const existsSQL = `SELECT coalesce(array_agg(CASE k
     WHEN 'column' THEN EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, d))
                                 AND attname = n AND attnum > 0 AND NOT attisdropped)
     WHEN 'function' THEN EXISTS (SELECT FROM pg_proc p JOIN pg_namespace ns ON ns.oid = p.pronamespace
                                   WHERE ns.nspname = $1 AND p.proname = n
-                                    AND p.proargtypes = '25 25 25'::oidvector AND p.prosrc = d)
+                                    AND p.proargtypes = a::oidvector AND p.prosrc = d)
     ELSE to_regclass(format('%I.%I', $1::text, n)) IS NOT NULL END ORDER BY i), '{}')
-  FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS s(k, d, n, i)`
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS s(k, d, n, a, i)`
 
 // migrateLockSQL serialises Migrate runs on one table: CREATE … IF NOT
 // EXISTS is not safe against itself (two runs can both pass the check, and
@@ -49,10 +50,10 @@ const existsSQL = `SELECT coalesce(array_agg(CASE k
 const migrateLockSQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 
 // planMigration records what Migrate makes for the lease table parts, the
-// waiters table waiterParts, the wake-up function wakeParts and the audit
-// table auditParts, and the hint of a missing table's
-// error.
-func (s *Store) planMigration(parts, waiterParts, wakeParts, auditParts []string) {
+// waiters table waiterParts, the wake-up function wakeParts, the held
+// function heldParts and the audit table auditParts, and the hint of a
+// missing table's error.
+func (s *Store) planMigration(parts, waiterParts, wakeParts, heldParts, auditParts []string) {
 	if len(parts) == 2 {
 		s.schema = parts[0]
 	}
@@ -64,7 +65,8 @@ func (s *Store) planMigration(parts, waiterParts, wakeParts, auditParts []string
 		{kind: "column", name: "queued", table: last(parts), display: s.table + ".queued", sql: s.migrateQueuedSQL},
 		{kind: "table", name: last(waiterParts), display: s.waiters, sql: s.migrateWaitersSQL,
 			columns: []string{"key", "seq", "token", "deadline"}},
-		{kind: "function", name: last(wakeParts), body: s.wakeBody, display: s.wake, sql: s.migrateWakeSQL},
+		{kind: "function", name: last(wakeParts), args: "25 25 25", body: s.wakeBody, display: s.wake, sql: s.migrateWakeSQL},
+		{kind: "function", name: last(heldParts), args: "25", body: s.heldBody, display: s.held, sql: s.migrateHeldSQL},
 	}
 	index := last(auditParts) + "_key_at"
 	s.steps = append(s.steps,
@@ -83,7 +85,7 @@ func (s *Store) planMigration(parts, waiterParts, wakeParts, auditParts []string
 	if s.table != DefaultTable {
 		flag = " --pg-table " + shellQuote(s.table)
 	}
-	s.missingHint = fmt.Sprintf("run Migrate, or leasehold migrate --postgres DSN%s: this version needs the tables %s, the column queued of %q and the function %q", flag, list, s.table, s.wake)
+	s.missingHint = fmt.Sprintf("run Migrate, or leasehold migrate --postgres DSN%s: this version needs the tables %s, the column queued of %q and the functions %q and %q", flag, list, s.table, s.wake, s.held)
 }
 
 // shellQuote quotes s for a POSIX shell when it has other bytes than
@@ -171,12 +173,12 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 		if schema == nil {
 			return errors.New("no schema to make the tables in: the connection's search_path names none that exists")
 		}
-		kinds, details, names := make([]string, len(s.steps)), make([]string, len(s.steps)), make([]string, len(s.steps))
+		kinds, details, names, args := make([]string, len(s.steps)), make([]string, len(s.steps)), make([]string, len(s.steps)), make([]string, len(s.steps))
 		for i, st := range s.steps {
-			kinds[i], details[i], names[i] = st.kind, st.detail(), st.name
+			kinds[i], details[i], names[i], args[i] = st.kind, st.detail(), st.name, st.args
 		}
 		var exists []bool
-		if err := tx.QueryRow(ctx, existsSQL, *schema, kinds, details, names).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, existsSQL, *schema, kinds, details, names, args).Scan(&exists); err != nil {
 			return err
 		}
 		if len(exists) != len(s.steps) {
@@ -254,8 +256,8 @@ func MigrationSQL(opts ...Option) (string, error) {
 func (s *Store) migrationSQL() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- The tables of leasehold's pgstore for the lease table %q:\n", s.table)
-	b.WriteString("-- made where missing (the queued column where an older lease table lacks it; the wake-up function\n")
-	b.WriteString("-- replaced, as this version has it); running this again changes nothing.\n")
+	b.WriteString("-- made where missing (the queued column where an older lease table lacks it; the two functions\n")
+	b.WriteString("-- replaced, as this version has them); running this again changes nothing.\n")
 	b.WriteString("BEGIN;\n")
 	fmt.Fprintf(&b, migrateLockSQL+";\n", sqlString("leasehold:migrate:"+s.table))
 	for _, st := range s.steps {

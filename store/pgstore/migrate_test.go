@@ -75,7 +75,7 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if err := s.Migrate(t.Context(), pgstore.WithCreated(&created)); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"table " + table, "table " + table + "_waiters", "function " + table + "_wake", "table " + table + "_audit", "index " + table + "_audit_key_at"}
+	want := []string{"table " + table, "table " + table + "_waiters", "function " + table + "_wake", "function " + table + "_held", "table " + table + "_audit", "index " + table + "_audit_key_at"}
 	if !slices.Equal(created, want) {
 		t.Errorf("first Migrate created %q, want %q", created, want)
 	}
@@ -130,6 +130,35 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_wake"}) {
 		t.Errorf("Migrate over another body of the function: created %q, %v", fn, err)
 	}
+	// An upgrade from the version before the held function adds it; until
+	// then an acquire, taken or refused, says to migrate and writes
+	// nothing.
+	if _, err := pool.Exec(t.Context(), "DROP FUNCTION "+table+"_held"); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"k", "free"} {
+		if _, err := s.Acquire(t.Context(), key, leasehold.NewToken(), time.Minute); err == nil || !strings.Contains(err.Error(), "run Migrate") || !strings.Contains(err.Error(), table+"_held") {
+			t.Errorf("Acquire of %q without the held function: %v, want an error saying to run Migrate", key, err)
+		}
+	}
+	if info, err := s.Inspect(t.Context(), "free"); err != nil || info.Token != "" || info.Fence != 0 {
+		t.Errorf("the free key after an acquire without the held function: %+v, %v, want nothing written", info, err)
+	}
+	fn = nil
+	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_held"}) {
+		t.Errorf("Migrate after the held function was dropped: created %q, %v", fn, err)
+	}
+	if _, err := pool.Exec(t.Context(), "CREATE OR REPLACE FUNCTION "+table+"_held(text) RETURNS interval LANGUAGE plpgsql STABLE AS 'BEGIN RETURN NULL; END'"); err != nil {
+		t.Fatal(err)
+	}
+	fn = nil
+	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_held"}) {
+		t.Errorf("Migrate over another body of the held function: created %q, %v", fn, err)
+	}
+	var held *leasehold.HeldError
+	if _, err := s.Acquire(t.Context(), "k", leasehold.NewToken(), time.Minute); !errors.As(err, &held) || held.Remaining <= 0 || held.Remaining > time.Hour {
+		t.Errorf("Acquire of the held key after Migrate: %v, want held with the holder's TTL", err)
+	}
 	if err := s.Release(t.Context(), "k", "old-owner"); err != nil {
 		t.Errorf("Release after Migrate: %v", err)
 	}
@@ -151,13 +180,13 @@ func TestMigrateLooksInTheSchemaItCreatesIn(t *testing.T) {
 	if err := s.Migrate(t.Context(), pgstore.WithCreated(&created)); err != nil {
 		t.Fatal(err)
 	}
-	if len(created) != 5 || created[0] != "table "+name {
-		t.Fatalf("Migrate with %s first in the search_path created %q, want the 5 objects", first, created)
+	if len(created) != 6 || created[0] != "table "+name {
+		t.Fatalf("Migrate with %s first in the search_path created %q, want the 6 objects", first, created)
 	}
 	var n, f int
 	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = $1),
-       (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1)`, first).Scan(&n, &f); err != nil || n != 3 || f != 1 {
-		t.Fatalf("%d tables and %d functions in %s (%v), want 3 and 1", n, f, first, err)
+       (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1)`, first).Scan(&n, &f); err != nil || n != 3 || f != 2 {
+		t.Fatalf("%d tables and %d functions in %s (%v), want 3 and 2", n, f, first, err)
 	}
 }
 

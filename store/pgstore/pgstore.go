@@ -81,6 +81,10 @@ type Store struct {
 	// migrateWakeSQL), its body, and the statement that makes it.
 	wake, wakeBody, migrateWakeSQL string
 
+	// held is the plain acquire's read of a refusal (see heldName and
+	// migrateHeldSQL), its body, and the statement that makes it.
+	held, heldBody, migrateHeldSQL string
+
 	// audit is the forced-release records' table, table + "_audit" (see
 	// auditName), and its statements.
 	audit                                                                     string
@@ -152,17 +156,22 @@ func build(opts []Option) (*Store, error) {
 	wakeParts := slices.Clone(parts)
 	wakeParts[len(parts)-1] = wakeName(parts[len(parts)-1])
 	fn := pgx.Identifier(wakeParts).Sanitize()
+	heldParts := slices.Clone(parts)
+	heldParts[len(parts)-1] = heldName(parts[len(parts)-1])
+	h := pgx.Identifier(heldParts).Sanitize()
 	s := &Store{
 		table:             c.table,
 		channel:           c.channel,
 		migrateSQL:        fmt.Sprintf(migrateSQL, t),
 		migrateQueuedSQL:  fmt.Sprintf(migrateQueuedSQL, t),
-		acquireSQL:        fmt.Sprintf(acquireSQL, t, w),
+		acquireSQL:        fmt.Sprintf(acquireSQL, t, w, h),
 		acquireQueueSQL:   fmt.Sprintf(acquireQueueSQL, t, w),
 		acquireQueuedSQL:  fmt.Sprintf(acquireQueuedSQL, t, w),
 		releaseSQL:        fmt.Sprintf(releaseSQL, t, fn),
 		wake:              strings.Join(wakeParts, "."),
 		wakeBody:          fmt.Sprintf(wakeBody, t, w),
+		held:              strings.Join(heldParts, "."),
+		heldBody:          fmt.Sprintf(heldBody, t),
 		renewSQL:          fmt.Sprintf(renewSQL, t),
 		inspectSQL:        fmt.Sprintf(inspectSQL, t),
 		listSQL:           fmt.Sprintf(listSQL, t),
@@ -171,6 +180,7 @@ func build(opts []Option) (*Store, error) {
 		leaveSQL:          fmt.Sprintf(leaveSQL, t, w),
 	}
 	s.migrateWakeSQL = fmt.Sprintf(migrateWakeSQL, fn, sqlString(s.wakeBody))
+	s.migrateHeldSQL = fmt.Sprintf(migrateHeldSQL, h, sqlString(s.heldBody))
 	auditParts := slices.Clone(parts)
 	auditParts[len(parts)-1] = auditName(parts[len(parts)-1])
 	s.audit = strings.Join(auditParts, ".")
@@ -180,7 +190,7 @@ func build(opts []Option) (*Store, error) {
 	s.forceSelectSQL = fmt.Sprintf(forceSelectSQL, t, a)
 	s.forceSQL = fmt.Sprintf(forceSQL, t, a, w)
 	s.auditSQL = fmt.Sprintf(auditSQL, t, a)
-	s.planMigration(parts, waiterParts, wakeParts, auditParts)
+	s.planMigration(parts, waiterParts, wakeParts, heldParts, auditParts)
 	return s, nil
 }
 
@@ -290,16 +300,45 @@ const (
 	// for the key since the last waiter took it: it takes the key only if the
 	// row's queued flag is off, and touches no other table, so the common
 	// case, a key no one waits for, is one statement on one row. Its second
-	// and third columns, read from the statement's snapshot, are the holder's
-	// remaining TTL and the flag: refused with the flag on and the key free,
-	// the Store asks again with acquireQueueSQL, which reads the queue (a
-	// second round trip, only while waiters queue or have queued). The TTL is
-	// NULL in the rare race where the holder's row was written after the
-	// statement started; the caller then gets a HeldError without a TTL.
+	// column, only for a refusal, is the held function's answer (%[3]s,
+	// heldBody), read from the statement's snapshot: the holder's remaining
+	// TTL, or 0 for a free key whose flag is on, which the Store then asks
+	// for again with acquireQueueSQL, reading the queue (a second round
+	// trip, only while waiters queue or have queued). It is NULL in the rare
+	// race where the holder's row was written after the statement started;
+	// the caller then gets a HeldError without a TTL.
+	//
+	// The read is a function call, not a subquery, because PostgreSQL sets
+	// up every subquery of a statement when it starts, whether or not it
+	// runs: a second read of the lease table in the statement, even under
+	// CASE WHEN, cost every acquire, taken or not, 2–3 µs of server CPU at 16
+	// connections (docs/design.md §9), and a function call costs that only
+	// when it is made.
 	acquireTail = `
-SELECT (SELECT fence FROM acquired), h.remaining, h.queued
-  FROM (SELECT) AS one LEFT JOIN (
-	SELECT ` + remainingSQL + ` AS remaining, queued FROM %[1]s WHERE key = $1) AS h ON true`
+SELECT a.fence, CASE WHEN a.fence IS NULL THEN %[3]s($1) END
+  FROM (SELECT (SELECT fence FROM acquired) AS fence) a`
+
+	// migrateHeldSQL makes the held function %[1]s(key), whose body, %[2]s,
+	// is heldBody as a string literal: for a plain acquire's refusal, the
+	// remaining TTL of key's holder (100 years for a row pinned at
+	// 'infinity', as remainingSQL has it), 0 when key is free but its queued
+	// flag is on, NULL when it is free and not flagged or has no row. STABLE, so
+	// that it reads from the snapshot of the statement that calls it, as a
+	// subquery of that statement would (a VOLATILE function takes a snapshot
+	// of its own), and PL/pgSQL, so that PostgreSQL plans its read once per
+	// session and runs it only when it is called. It names the lease table
+	// as the statements name it, and Migrate replaces a function whose body
+	// is not this version's, as it does the wake-up function's.
+	migrateHeldSQL = `CREATE OR REPLACE FUNCTION %[1]s(text) RETURNS interval
+LANGUAGE plpgsql STABLE AS %[2]s`
+	heldBody = `
+BEGIN
+	RETURN (SELECT CASE WHEN expires_at > now() AND isfinite(expires_at) THEN expires_at - now()
+	                    WHEN expires_at > now() THEN interval '36500 days'
+	                    WHEN queued THEN interval '0' END
+	          FROM %[1]s WHERE key = $1);
+END
+`
 
 	// acquireQueueSteps take the key only if no live waiter is queued
 	// ahead of $2 (queueAhead, queueTake): a plain Acquire does not jump
@@ -463,6 +502,10 @@ func waitersName(table string) string { return companionName(table, "waiters") }
 // lease table named table, as waitersName names the waiters table.
 func wakeName(table string) string { return companionName(table, "wake") }
 
+// heldName is the name of the plain acquire's held function that goes with
+// the lease table named table, as waitersName names the waiters table.
+func heldName(table string) string { return companionName(table, "held") }
+
 // auditName is the name of the forced releases' audit table that goes with
 // the lease table named table, as waitersName names the waiters table. (A
 // version before it made none for a name of 58 bytes or more, so no
@@ -536,12 +579,12 @@ func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay 
 }
 
 // acquire runs acquireSQL, and acquireQueueSQL when the key is free but
-// flagged; a stay > 0 runs acquireQueuedSQL, which joins the queue.
+// flagged (a refusal's remaining TTL of 0, heldBody); a stay > 0 runs
+// acquireQueuedSQL, which joins the queue.
 func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	var (
 		fence     *int64
 		remaining *time.Duration
-		queued    *bool
 		err       error
 	)
 	switch {
@@ -549,8 +592,8 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 		err = s.pool.QueryRow(ctx, s.acquireQueuedSQL, key, token, interval(ttl), s.channel, interval(stay)).
 			Scan(&fence, &remaining, nil)
 	default:
-		err = s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl)).Scan(&fence, &remaining, &queued)
-		if err == nil && fence == nil && queued != nil && *queued && (remaining == nil || *remaining <= 0) {
+		err = s.pool.QueryRow(ctx, s.acquireSQL, key, token, interval(ttl)).Scan(&fence, &remaining)
+		if err == nil && fence == nil && remaining != nil && *remaining == 0 {
 			err = s.pool.QueryRow(ctx, s.acquireQueueSQL, key, token, interval(ttl)).Scan(&fence, &remaining)
 		}
 	}

@@ -35,9 +35,10 @@ func (a *app) migrateCommand() *cobra.Command {
 		Long: `migrate makes the tables that the applications' pgstore needs in the database of
 --postgres: the lease table (--pg-table, default leasehold_leases), its waiters'
 queue (the table's name + "_waiters"), the function a release calls to wake a
-waiter (+ "_wake") and its forced releases' audit ("_audit", with an index). It
-makes only what is missing (a lease table made by an earlier version gets the
-column "queued"; a wake-up function of another version is replaced), never drops
+waiter (+ "_wake"), the one a refused acquire calls to read the holder's TTL
+(+ "_held") and its forced releases' audit ("_audit", with an index). It makes
+only what is missing (a lease table made by an earlier version gets the column
+"queued"; a function of another version is replaced), never drops
 anything, and works in one transaction, so running it again changes nothing; it says what it made, or
 "already up to date". An existing table that lacks a column pgstore uses is refused,
 with nothing changed. It runs the statements of pgstore's Migrate: run it before the
