@@ -539,20 +539,28 @@ func partPools(parts []*pgPart) []*pgxpool.Pool {
 	return pools
 }
 
-// pgPartsTableSQL makes the parts' table: pgstore's lease table.
+// pgPartsTableSQL makes the parts' table, pgstore's lease table, and the
+// function that reads its holder's TTL for a refusal, as pgstore's held
+// function does.
 const pgPartsTableSQL = `CREATE TABLE IF NOT EXISTS lockbench_parts (
 	key        text PRIMARY KEY,
 	token      text,
 	fence      bigint NOT NULL,
 	expires_at timestamptz
-)`
+);
+CREATE OR REPLACE FUNCTION lockbench_parts_held(text) RETURNS interval
+LANGUAGE plpgsql STABLE AS $f$
+BEGIN
+	RETURN (SELECT expires_at - now() FROM lockbench_parts WHERE key = $1);
+END
+$f$`
 
 // The parts' statements: the row alone (a conditional upsert of owner and
 // expiry, and a release that clears them); then with the fence raised in the
 // same row to max(last + 1, the clock), returned by the upsert alone, so that
 // a refusal returns nothing; then as one statement that also reads the
-// holder's TTL back for a refusal, as pgstore's acquire does (pgstore
-// without its queue).
+// holder's TTL back for a refusal, as pgstore's acquire does, with a function
+// called only then (pgstore without its queue).
 const (
 	partRowAcquire = `INSERT INTO lockbench_parts AS l (key, token, fence, expires_at)
 VALUES ($1, $2, 0, now() + $3::interval)
@@ -573,8 +581,8 @@ RETURNING l.fence, NULL::interval`
 	 WHERE l.expires_at IS NULL OR l.expires_at <= now()
 	RETURNING l.fence
 )
-SELECT (SELECT fence FROM acquired),
-       (SELECT expires_at - now() FROM lockbench_parts WHERE key = $1)`
+SELECT a.fence, CASE WHEN a.fence IS NULL THEN lockbench_parts_held($1) END
+  FROM (SELECT (SELECT fence FROM acquired) AS fence) a`
 	partRelease = `UPDATE lockbench_parts SET token = NULL, expires_at = NULL
  WHERE key = $1 AND token = $2 AND expires_at > now()`
 	// partRowRelease is partRelease returning a row, as pgstore's release
