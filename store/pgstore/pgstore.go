@@ -312,7 +312,7 @@ const (
 	// up every subquery of a statement when it starts, whether or not it
 	// runs: a second read of the lease table in the statement, even under
 	// CASE WHEN, cost every acquire, taken or not, 2–3 µs of server CPU at 16
-	// connections (docs/design.md §9), and a function call costs that only
+	// connections (docs/design.md §5), and a function call costs that only
 	// when it is made.
 	acquireTail = `
 SELECT a.fence, CASE WHEN a.fence IS NULL THEN %[3]s($1) END
@@ -323,9 +323,9 @@ SELECT a.fence, CASE WHEN a.fence IS NULL THEN %[3]s($1) END
 	// remaining TTL of key's holder (100 years for a row pinned at
 	// 'infinity', as remainingSQL has it), 0 when key is free but its queued
 	// flag is on, NULL when it is free and not flagged or has no row. STABLE, so
-	// that it reads from the snapshot of the statement that calls it, as a
-	// subquery of that statement would (a VOLATILE function takes a snapshot
-	// of its own), and PL/pgSQL, so that PostgreSQL plans its read once per
+	// that it reads from the snapshot of the statement that calls it, as the
+	// subquery it replaced did (a VOLATILE function would take a snapshot of
+	// its own for its read), and PL/pgSQL, so that PostgreSQL plans its read once per
 	// session and runs it only when it is called. It names the lease table
 	// as the statements name it, and Migrate replaces a function whose body
 	// is not this version's, as it does the wake-up function's.
