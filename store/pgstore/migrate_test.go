@@ -117,19 +117,24 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if err := s.Release(t.Context(), "k", "old-owner"); err == nil || !strings.Contains(err.Error(), "run Migrate") || !strings.Contains(err.Error(), table+"_wake") {
 		t.Errorf("Release without the wake-up function: %v, want an error saying to run Migrate", err)
 	}
-	var fn []string
-	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_wake"}) {
-		t.Errorf("Migrate after the function was dropped: created %q, %v", fn, err)
+	// Migrate makes a dropped function back, and replaces one of another
+	// version's body (other: an upgrade that changed it).
+	remakes := func(name, other string) {
+		t.Helper()
+		want := []string{"function " + table + name}
+		var fn []string
+		if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, want) {
+			t.Errorf("Migrate after %s was dropped: created %q, %v", name, fn, err)
+		}
+		if _, err := pool.Exec(t.Context(), "CREATE OR REPLACE FUNCTION "+table+name+other); err != nil {
+			t.Fatal(err)
+		}
+		fn = nil
+		if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, want) {
+			t.Errorf("Migrate over another body of %s: created %q, %v", name, fn, err)
+		}
 	}
-	// A function of another version's body (an upgrade that changed it)
-	// is replaced.
-	if _, err := pool.Exec(t.Context(), "CREATE OR REPLACE FUNCTION "+table+"_wake(text, text, text) RETURNS void LANGUAGE plpgsql AS 'BEGIN END'"); err != nil {
-		t.Fatal(err)
-	}
-	fn = nil
-	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_wake"}) {
-		t.Errorf("Migrate over another body of the function: created %q, %v", fn, err)
-	}
+	remakes("_wake", "(text, text, text) RETURNS void LANGUAGE plpgsql AS 'BEGIN END'")
 	// An upgrade from the version before the held function adds it; until
 	// then an acquire, taken or refused, says to migrate and writes
 	// nothing.
@@ -144,17 +149,7 @@ func TestMigrateReportsWhatItCreated(t *testing.T) {
 	if info, err := s.Inspect(t.Context(), "free"); err != nil || info.Token != "" || info.Fence != 0 {
 		t.Errorf("the free key after an acquire without the held function: %+v, %v, want nothing written", info, err)
 	}
-	fn = nil
-	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_held"}) {
-		t.Errorf("Migrate after the held function was dropped: created %q, %v", fn, err)
-	}
-	if _, err := pool.Exec(t.Context(), "CREATE OR REPLACE FUNCTION "+table+"_held(text) RETURNS interval LANGUAGE plpgsql STABLE AS 'BEGIN RETURN NULL; END'"); err != nil {
-		t.Fatal(err)
-	}
-	fn = nil
-	if err := s.Migrate(t.Context(), pgstore.WithCreated(&fn)); err != nil || !slices.Equal(fn, []string{"function " + table + "_held"}) {
-		t.Errorf("Migrate over another body of the held function: created %q, %v", fn, err)
-	}
+	remakes("_held", "(text) RETURNS interval LANGUAGE plpgsql STABLE AS 'BEGIN RETURN NULL; END'")
 	var held *leasehold.HeldError
 	if _, err := s.Acquire(t.Context(), "k", leasehold.NewToken(), time.Minute); !errors.As(err, &held) || held.Remaining <= 0 || held.Remaining > time.Hour {
 		t.Errorf("Acquire of the held key after Migrate: %v, want held with the holder's TTL", err)

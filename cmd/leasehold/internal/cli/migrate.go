@@ -129,9 +129,9 @@ func (a *app) migrate(cmd *cobra.Command) (migrateView, error) {
 		return migrateView{}, fmt.Errorf("%s: no pgstore to migrate", b) // openPostgres makes one: a bug
 	}
 	created, err := callFor(cmd.Context(), b, func(ctx context.Context) ([]string, error) {
-		created := []string{} // [] in JSON when nothing was made
-		err := st.Migrate(ctx, pgstore.WithCreated(&created))
-		return created, err
+		made := []string{} // [] in JSON when nothing was made
+		err := st.Migrate(ctx, pgstore.WithCreated(&made))
+		return made, err
 	})
 	if err != nil {
 		return migrateView{}, err
