@@ -329,9 +329,12 @@ func newPostgresBench(ctx context.Context, maxConc int) (_ *dbBench, err error) 
 	advLib := &library{name: "advisory", hook: &counter{}}
 	lhPool, err := newPool(lhLib)
 	if err == nil {
-		var version string
-		if lhPool.QueryRow(ctx, "SHOW server_version").Scan(&version) == nil {
-			d.from = "PostgreSQL " + version + ", " + d.from
+		// The server's durability settings go into the report: with fsync
+		// off (the test servers' setting) a commit does not wait for the
+		// disk, so the statements' CPU decides the ratios.
+		var version, fsync, syncCommit string
+		if lhPool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')").Scan(&version, &fsync, &syncCommit) == nil {
+			d.from = fmt.Sprintf("PostgreSQL %s with fsync = %s and synchronous_commit = %s, %s", version, fsync, syncCommit, d.from)
 		}
 	}
 	if err != nil {
