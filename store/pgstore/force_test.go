@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/pgstore"
 )
@@ -35,6 +37,46 @@ func TestMigrateAddsAuditTableToOldTable(t *testing.T) {
 	rec, err := s.ForceRelease(t.Context(), "jobs:1", "r", "ops")
 	if err != nil || rec.Holder != "old:1" || rec.Fence != 41 || time.Since(rec.Time) > time.Minute {
 		t.Fatalf("ForceRelease after Migrate = %+v, %v", rec, err)
+	}
+}
+
+// The audit table's index on (key, at) exists for every length of the
+// lease table's name: at 57 bytes the audit table's name is 63, and the
+// index's, cut to 63 by PostgreSQL, would have been the table's own (so
+// CREATE INDEX IF NOT EXISTS made none). At 51–56 bytes the index keeps the
+// name PostgreSQL cut it to, as Migrates of earlier versions made it.
+func TestAuditIndexForEveryNameLength(t *testing.T) {
+	for _, n := range []int{50, 51, 56, 57, 58} {
+		schema := newSchema(t)
+		table := schema + "." + strings.Repeat("t", n)
+		var created []string
+		if err := newStore(t, pool, pgstore.WithTable(table), pgstore.WithChannel("c")).Migrate(t.Context(), pgstore.WithCreated(&created)); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		rows, err := pool.Query(t.Context(), `SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 AND indexdef LIKE '%(key, at)'`, schema)
+		if err == nil {
+			names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) != 1 {
+			t.Fatalf("a %d-byte table: indexes on (key, at) %q, want one (Migrate made %q)", n, names, created)
+		}
+		if !slices.ContainsFunc(created, func(c string) bool { return strings.HasPrefix(c, "index ") }) {
+			t.Errorf("a %d-byte table: Migrate made %q, no index", n, created)
+		}
+		if n == 57 && !strings.HasPrefix(names[0], "leasehold_audit_key_at_") {
+			t.Errorf("a 57-byte table's audit index is %q, want a hashed name", names[0])
+		}
+		if n == 51 && names[0] != (strings.Repeat("t", n) + "_audit_key_at")[:63] {
+			t.Errorf("a 51-byte table's audit index is %q, not the name earlier versions made", names[0])
+		}
+		created = nil
+		if err := newStore(t, pool, pgstore.WithTable(table), pgstore.WithChannel("c")).Migrate(t.Context(), pgstore.WithCreated(&created)); err != nil || len(created) != 0 {
+			t.Errorf("a %d-byte table: a second Migrate made %q (%v), want nothing", n, created, err)
+		}
 	}
 }
 

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/driver"
+	"github.com/leasehold/leasehold/store/pgstore"
 )
 
 // TestListPagesAreStatements: each List call is one page of rows in key
@@ -96,6 +99,47 @@ func TestListSkipsForeignRows(t *testing.T) {
 		}
 		if !slices.Equal(got, []string{"f:a", "f:e"}) {
 			t.Errorf("limit %d: listed %q, want [f:a f:e]", limit, got)
+		}
+	}
+}
+
+// A session with standard_conforming_strings off, where a backslash in a
+// plain string literal escapes, lists as any other (List's LIKE escape is
+// one backslash either way), and Migrates a table whose name has a
+// backslash, its functions' bodies compared as they were written (a second
+// Migrate makes nothing).
+func TestWithoutStandardConformingStrings(t *testing.T) {
+	p := newPool(t, shared.DSN(), func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["standard_conforming_strings"] = "off"
+	})
+	table := newSchema(t) + `.back\slash`
+	s := newStore(t, p, pgstore.WithTable(table), pgstore.WithChannel("c"))
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var again []string
+	if err := s.Migrate(t.Context(), pgstore.WithCreated(&again)); err != nil || len(again) != 0 {
+		t.Fatalf("a second Migrate made %q (%v), want nothing", again, err)
+	}
+	keys := []string{`a\b`, "a%b", "a_b", "ab"}
+	for _, k := range keys {
+		if _, err := s.Acquire(t.Context(), k, leasehold.NewToken(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pattern, want := range map[string][]string{"a*": keys, `a\\*`: {`a\b`}, "a%b": {"a%b"}, "a?b": {`a\b`, "a%b", "a_b"}} {
+		infos, _, err := s.List(t.Context(), pattern, "", 10)
+		if err != nil {
+			t.Fatalf("List %q: %v", pattern, err)
+		}
+		var got []string
+		for _, info := range infos {
+			got = append(got, info.Key)
+		}
+		slices.Sort(got)
+		w := slices.Sorted(slices.Values(want))
+		if !slices.Equal(got, w) {
+			t.Errorf("List %q = %q, want %q", pattern, got, w)
 		}
 	}
 }

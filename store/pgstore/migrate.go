@@ -44,10 +44,19 @@ const existsSQL = `SELECT coalesce(array_agg(CASE k
     ELSE to_regclass(format('%I.%I', $1::text, n)) IS NOT NULL END ORDER BY i), '{}')
   FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS s(k, d, n, a, i)`
 
-// migrateLockSQL serialises Migrate runs on one table: CREATE … IF NOT
-// EXISTS is not safe against itself (two runs can both pass the check, and
-// one then fails on the catalog's unique index).
-const migrateLockSQL = "SELECT pg_advisory_xact_lock(hashtext(%s))"
+// migrateLockSQL serialises Migrate runs: CREATE … IF NOT EXISTS is not
+// safe against itself (two runs can both pass the check, and one then fails
+// on the catalog's unique index). The first lock is one for every table of
+// the database, so that two Stores naming one table differently (leases and
+// public.leases) exclude each other; Migrate is rare and short. The second,
+// on the table's name as given, is the lock earlier versions took alone, so
+// that a Migrate of this version and one of an earlier version exclude each
+// other during a rolling upgrade. Every run takes them in this order.
+const migrateLockSQL = "SELECT pg_advisory_xact_lock(hashtext(%s)), pg_advisory_xact_lock(hashtext(%s))"
+
+// migrateLockKey is the first lock's key; the second's is
+// migrateLockKey + ":" + the table's name as given.
+const migrateLockKey = "leasehold:migrate"
 
 // planMigration records what Migrate makes for the lease table parts, the
 // waiters table waiterParts, the wake-up function wakeParts, the held
@@ -68,7 +77,7 @@ func (s *Store) planMigration(parts, waiterParts, wakeParts, heldParts, auditPar
 		{kind: "function", name: last(wakeParts), args: "25 25 25", body: s.wakeBody, display: s.wake, sql: s.migrateWakeSQL},
 		{kind: "function", name: last(heldParts), args: "25", body: s.heldBody, display: s.held, sql: s.migrateHeldSQL},
 	}
-	index := last(auditParts) + "_key_at"
+	index := auditIndexName(last(auditParts))
 	s.steps = append(s.steps,
 		migrationStep{kind: "table", name: last(auditParts), display: s.audit, sql: s.migrateAuditSQL,
 			columns: []string{"id", "at", "key", "holder", "token", "fence", "reason", "forced_by"}},
@@ -104,9 +113,16 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// sqlString is s as an SQL string literal (standard_conforming_strings,
-// PostgreSQL's default since 9.1).
-func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// sqlString is s as an SQL string literal, the same whatever the session's
+// standard_conforming_strings: an escape string (E'…') when s has a
+// backslash, which a table's name may.
+func sqlString(s string) string {
+	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	if strings.Contains(s, `\`) {
+		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
+	}
+	return q
+}
 
 // MigrateOption configures Migrate.
 type MigrateOption func(*migrateConfig)
@@ -142,10 +158,12 @@ func WithCreated(created *[]string) MigrateOption {
 // and the leasehold CLI runs them ("leasehold migrate --postgres DSN") or
 // prints them (--print). It fails, changing nothing, when an existing
 // table lacks a column the Store uses (another application's table of
-// that name).
+// that name), or when the schema holds another function of the name of one
+// of the Store's functions (a call of the Store's could match both).
 //
-// It is safe to call from many processes at once (they queue on a
-// transaction advisory lock) and on every start-up. A few round trips. A
+// It is safe to call from many processes at once, whatever their default
+// isolation and however they name the table (they queue on a transaction
+// advisory lock, in a read committed transaction), and on every start-up. A few round trips. A
 // nil option is skipped.
 func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 	var c migrateConfig
@@ -155,9 +173,13 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 		}
 	}
 	var created []string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// Read committed whatever the server's default: under repeatable read
+	// or serializable the transaction's snapshot would be taken by the
+	// lock's statement, before the lock is granted, and the checks below
+	// would not see what a Migrate that held it made.
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		created = nil
-		if _, err := tx.Exec(ctx, fmt.Sprintf(migrateLockSQL, "$1"), "leasehold:migrate:"+s.table); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(migrateLockSQL, "$1::text", "$2::text"), migrateLockKey, migrateLockKey+":"+s.table); err != nil {
 			return err
 		}
 		// An unqualified table is made in the first schema of the
@@ -184,6 +206,9 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 		if len(exists) != len(s.steps) {
 			return fmt.Errorf("%d answers about %d objects", len(exists), len(s.steps))
 		}
+		if err := s.checkFunctions(ctx, tx, *schema); err != nil {
+			return err
+		}
 		made := map[string]bool{} // tables made here, with every column
 		for i, st := range s.steps {
 			if exists[i] || st.kind == "column" && made[st.table] {
@@ -207,6 +232,36 @@ func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
 	}
 	if c.created != nil {
 		*c.created = append(*c.created, created...)
+	}
+	return nil
+}
+
+// othersSQL lists the functions in the schema $1 named as one of $2 whose
+// argument types are not the matching one of $3: another application's, or
+// made by hand.
+const othersSQL = `SELECT coalesce(array_agg(p.oid::regprocedure::text ORDER BY p.oid), '{}')
+  FROM pg_proc p JOIN pg_namespace ns ON ns.oid = p.pronamespace
+  JOIN unnest($2::text[], $3::text[]) AS f(name, args) ON p.proname = f.name
+ WHERE ns.nspname = $1 AND p.proargtypes <> f.args::oidvector`
+
+// checkFunctions fails, naming them, when the schema holds other functions
+// of the names of the Store's functions: a call with the Store's arguments
+// could then match more than one (a second parameter with a default), and
+// every acquire or release would fail after a Migrate that said nothing.
+func (s *Store) checkFunctions(ctx context.Context, tx pgx.Tx, schema string) error {
+	var names, args []string
+	for _, st := range s.steps {
+		if st.kind == "function" {
+			names, args = append(names, st.name), append(args, st.args)
+		}
+	}
+	var others []string
+	if err := tx.QueryRow(ctx, othersSQL, schema, names, args).Scan(&others); err != nil {
+		return err
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("the schema %q has the function %s, of a name pgstore uses for a function of its own: drop or rename it; nothing was changed",
+			schema, strings.Join(others, " and "))
 	}
 	return nil
 }
@@ -258,8 +313,8 @@ func (s *Store) migrationSQL() string {
 	fmt.Fprintf(&b, "-- The tables of leasehold's pgstore for the lease table %q:\n", s.table)
 	b.WriteString("-- made where missing (the queued column where an older lease table lacks it; the two functions\n")
 	b.WriteString("-- replaced, as this version has them); running this again changes nothing.\n")
-	b.WriteString("BEGIN;\n")
-	fmt.Fprintf(&b, migrateLockSQL+";\n", sqlString("leasehold:migrate:"+s.table))
+	b.WriteString("BEGIN ISOLATION LEVEL READ COMMITTED;\n")
+	fmt.Fprintf(&b, migrateLockSQL+";\n", sqlString(migrateLockKey), sqlString(migrateLockKey+":"+s.table))
 	for _, st := range s.steps {
 		b.WriteString(st.sql + ";\n")
 	}

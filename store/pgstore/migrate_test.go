@@ -198,7 +198,7 @@ func TestMigrationSQLMakesTheSameSchema(t *testing.T) {
 	}
 	lines := strings.Split(sql, "\n")
 	first := slices.IndexFunc(lines, func(l string) bool { return !strings.HasPrefix(l, "--") })
-	if lines[first] != "BEGIN;" || !strings.HasSuffix(sql, "COMMIT;\n") {
+	if lines[first] != "BEGIN ISOLATION LEVEL READ COMMITTED;" || !strings.HasSuffix(sql, "COMMIT;\n") {
 		t.Errorf("MigrationSQL is not one transaction:\n%s", sql)
 	}
 	if _, err := shared.Psql(sql); err != nil { // as a DBA would: psql
@@ -264,6 +264,53 @@ func TestMigrateRefusesAForeignTable(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1", schema).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d relations in the schema after the refused Migrate (%v), want the foreign table and its index", n, err)
+	}
+}
+
+// Another function of a name pgstore uses for one of its own is refused,
+// naming it, with nothing changed: one whose second parameter has a
+// default would make every acquire's call of the held function ambiguous.
+// An acquire that meets such a function says to run Migrate, which then
+// names it.
+func TestMigrateRefusesAForeignFunction(t *testing.T) {
+	for _, fn := range []string{"held(text, int DEFAULT 0) RETURNS int", "wake(text) RETURNS int"} {
+		schema := newSchema(t)
+		table := schema + ".leases"
+		s := newStore(t, pool, pgstore.WithTable(table))
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		before := describe(t, schema)
+		if _, err := pool.Exec(t.Context(), "CREATE FUNCTION "+table+"_"+fn+" LANGUAGE sql AS 'SELECT 1'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(t.Context(), "DROP TABLE "+table+"_waiters"); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Migrate(t.Context())
+		if err == nil || !strings.Contains(err.Error(), "the function "+schema+".leases_"+fn[:strings.IndexByte(fn, '(')+1]) ||
+			!strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("Migrate beside %s: %v, want an error naming it", fn, err)
+		}
+		if _, err := pool.Exec(t.Context(), "DROP FUNCTION "+table+"_"+strings.Replace(fn[:strings.IndexByte(fn, ')')+1], " DEFAULT 0", "", 1)); err != nil {
+			t.Fatal(err)
+		}
+		if after := describe(t, schema); len(after) >= len(before) {
+			t.Errorf("the refused Migrate made the waiters table again: %d lines described, %d before it was dropped", len(after), len(before))
+		}
+	}
+
+	// The acquire's hint.
+	table := newSchema(t) + ".leases"
+	s := newStore(t, pool, pgstore.WithTable(table))
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), "CREATE FUNCTION "+table+"_held(text, int DEFAULT 0) RETURNS int LANGUAGE sql AS 'SELECT 1'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(t.Context(), "k", leasehold.NewToken(), time.Minute); err == nil || !strings.Contains(err.Error(), "run Migrate") {
+		t.Errorf("Acquire beside an ambiguous held function: %v, want the hint to run Migrate", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,7 +113,10 @@ type Store struct {
 // session-pooling proxy: LISTEN does not work through transaction pooling.
 //
 // New returns an *driver.ArgumentError for a nil pool or a table or
-// channel name PostgreSQL would not take as it is; a nil option is skipped.
+// channel name PostgreSQL would not take as it is (empty, longer than 63
+// bytes, with NUL or bytes that are not UTF-8, a table with more than one
+// dot, or in a temporary schema, which each connection has its own of); a
+// nil option is skipped.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	if pool == nil {
 		return nil, &driver.ArgumentError{Arg: "pool", Reason: "nil"}
@@ -145,6 +149,11 @@ func build(opts []Option) (*Store, error) {
 		if err := checkIdent("table", c.table, p); err != nil {
 			return nil, err
 		}
+	}
+	if len(parts) == 2 && isTempSchema(parts[0]) {
+		// pg_temp is each session's own schema: every pooled connection
+		// would have a lock table of its own, and no lock would exclude.
+		return nil, &driver.ArgumentError{Arg: "table", Reason: fmt.Sprintf("%q is in a temporary schema, which each connection has its own of", c.table)}
 	}
 	if err := checkIdent("channel", c.channel, c.channel); err != nil {
 		return nil, err
@@ -186,7 +195,7 @@ func build(opts []Option) (*Store, error) {
 	s.audit = strings.Join(auditParts, ".")
 	a := pgx.Identifier(auditParts).Sanitize()
 	s.migrateAuditSQL = fmt.Sprintf(migrateAuditSQL, t, a)
-	s.migrateAuditIndexSQL = fmt.Sprintf(migrateAuditIndexSQL, t, a, pgx.Identifier{auditParts[len(parts)-1] + "_key_at"}.Sanitize())
+	s.migrateAuditIndexSQL = fmt.Sprintf(migrateAuditIndexSQL, t, a, pgx.Identifier{auditIndexName(auditParts[len(parts)-1])}.Sanitize())
 	s.forceSelectSQL = fmt.Sprintf(forceSelectSQL, t, a)
 	s.forceSQL = fmt.Sprintf(forceSQL, t, a, w)
 	s.auditSQL = fmt.Sprintf(auditSQL, t, a)
@@ -202,6 +211,11 @@ func checkIdent(arg, whole, part string) error {
 		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is longer than %d bytes", whole, maxIdentLen)}
 	case strings.ContainsRune(part, 0):
 		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q contains NUL", whole)}
+	case !utf8.ValidString(part):
+		// PostgreSQL refuses it where it is bound as a parameter (the
+		// channel of pg_notify) and may convert it where it is not: the
+		// Store would name other objects than it checks.
+		return &driver.ArgumentError{Arg: arg, Reason: fmt.Sprintf("%q is not valid UTF-8", whole)}
 	}
 	return nil
 }
@@ -461,10 +475,12 @@ SELECT pg_notify($3, ` + turnPayload + `)
 
 	// listSQL reads a page of held locks (inspectSQL's definition of held)
 	// after the key $2 whose key is LIKE $1, in the key column's order:
-	// keyset pagination on the primary key, never an OFFSET.
+	// keyset pagination on the primary key, never an OFFSET. The escape
+	// character is written E'\\' so that it is one backslash whatever the
+	// session's standard_conforming_strings.
 	listSQL = `SELECT key, token, fence, ` + remainingSQL + `
   FROM %[1]s
- WHERE key LIKE $1 ESCAPE '\' AND key > $2 AND token IS NOT NULL AND expires_at > now()
+ WHERE key LIKE $1 ESCAPE E'\\' AND key > $2 AND token IS NOT NULL AND expires_at > now()
  ORDER BY key
  LIMIT $3`
 )
@@ -520,6 +536,21 @@ func companionName(table, what string) string {
 	}
 	sum := sha256.Sum256([]byte(table))
 	return "leasehold_" + what + "_" + hex.EncodeToString(sum[:16])
+}
+
+// auditIndexName is the name of the index on (key, at) of the audit table
+// named audit: audit + "_key_at". PostgreSQL cuts a name longer than its
+// identifiers to their length, and the indexes of audit tables of 57–62
+// bytes have the names it cut them to. An audit table of 63 bytes (a lease
+// table of 57) would give its index its own name, and CREATE INDEX IF NOT
+// EXISTS would then make none: that index gets "leasehold_audit_key_at_"
+// and 32 hex digits of the audit table's SHA-256 instead.
+func auditIndexName(audit string) string {
+	if len(audit) < maxIdentLen {
+		return audit + "_key_at"
+	}
+	sum := sha256.Sum256([]byte(audit))
+	return "leasehold_audit_key_at_" + hex.EncodeToString(sum[:16])
 }
 
 // turnID is the listener's name of the watch of token's turn in key's
@@ -615,13 +646,21 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 }
 
 // PostgreSQL's SQLSTATEs this Store tells apart: a number out of range,
-// and a table, a column and a function that do not exist.
+// a table, a column and a function that do not exist, and a call that
+// matches more than one function (another function of a companion's name:
+// Migrate refuses it, naming it).
 const (
 	numericOutOfRange = "22003" // a bigint past MaxInt64
 	undefinedTable    = "42P01"
 	undefinedColumn   = "42703"
 	undefinedFunction = "42883"
+	ambiguousFunction = "42725"
 )
+
+// isTempSchema reports whether schema names a session's temporary schema:
+// pg_temp, or pg_temp_N as PostgreSQL names it (the Store quotes names, so
+// case matters).
+func isTempSchema(schema string) bool { return strings.HasPrefix(schema, "pg_temp") }
 
 // opError wraps the error of op, the operation and what it was on
 // ("acquire \"k\""). A missing table, column or function is most likely a
@@ -630,7 +669,7 @@ const (
 // so, naming what the Store needs and how to make it.
 func (s *Store) opError(op string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == undefinedTable || pe.Code == undefinedColumn || pe.Code == undefinedFunction) {
+	if errors.As(err, &pe) && (pe.Code == undefinedTable || pe.Code == undefinedColumn || pe.Code == undefinedFunction || pe.Code == ambiguousFunction) {
 		return fmt.Errorf("pgstore: %s: %w (%s)", op, err, s.missingHint)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,17 +139,42 @@ func TestConformanceQualifiedTable(t *testing.T) {
 	})
 }
 
+// Migrates of one table at once all succeed and make it once: from Stores
+// that name it with and without its schema, and on connections whose
+// default isolation is not read committed (whose snapshot, taken before
+// Migrate's lock is granted, would not see what the Migrate before it made).
 func TestConcurrentMigrate(t *testing.T) {
-	name := "leases_" + strings.ToLower(rand.Text()[:10])
-	s := newStore(t, pool, pgstore.WithTable(name))
-	errs := make(chan error, 8)
-	for range cap(errs) {
-		go func() { errs <- s.Migrate(t.Context()) }()
-	}
-	for range cap(errs) {
-		if err := <-errs; err != nil {
-			t.Fatalf("Migrate: %v", err)
-		}
+	for _, iso := range []string{"read committed", "repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(iso, " ", "_"), func(t *testing.T) {
+			schema := newSchema(t)
+			p := newPool(t, shared.DSN()+"&search_path="+schema, func(c *pgxpool.Config) {
+				c.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			})
+			stores := []*pgstore.Store{
+				newStore(t, p, pgstore.WithTable("leases")),
+				newStore(t, p, pgstore.WithTable(schema+".leases"), pgstore.WithChannel("leases")),
+			}
+			errs := make(chan error, 8)
+			var made atomic.Int64
+			for i := range cap(errs) {
+				go func() {
+					var created []string
+					err := stores[i%len(stores)].Migrate(t.Context(), pgstore.WithCreated(&created))
+					if slices.Contains(created, "table leases") || slices.Contains(created, "table "+schema+".leases") {
+						made.Add(1)
+					}
+					errs <- err
+				}()
+			}
+			for range cap(errs) {
+				if err := <-errs; err != nil {
+					t.Errorf("Migrate: %v", err)
+				}
+			}
+			if n := made.Load(); n != 1 {
+				t.Errorf("%d Migrates report making the lease table, want 1", n)
+			}
+		})
 	}
 }
 
@@ -165,6 +191,11 @@ func TestNewRefusesBadNames(t *testing.T) {
 		{"table", []pgstore.Option{pgstore.WithTable(long)}},
 		{"channel", []pgstore.Option{pgstore.WithTable("s." + long[:62])}}, // the default channel is 64 bytes
 		{"channel", []pgstore.Option{pgstore.WithChannel(long)}},
+		{"table", []pgstore.Option{pgstore.WithTable("bad\xfftable")}},
+		{"table", []pgstore.Option{pgstore.WithTable("s\xff.t"), pgstore.WithChannel("c")}},
+		{"channel", []pgstore.Option{pgstore.WithChannel("ch\xff")}},
+		{"table", []pgstore.Option{pgstore.WithTable("pg_temp.leases"), pgstore.WithChannel("c")}},
+		{"table", []pgstore.Option{pgstore.WithTable("pg_temp_3.leases"), pgstore.WithChannel("c")}},
 	} {
 		_, err := pgstore.New(pool, tc.opts...)
 		var ae *leasehold.ArgumentError
