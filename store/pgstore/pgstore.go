@@ -230,13 +230,23 @@ func checkIdent(arg, whole, part string) error {
 // deadline. Its head is the oldest row whose deadline has not passed.
 const (
 	// remainingSQL is a row's expires_at - now(), the holder's remaining
-	// TTL, also for a row someone pinned by hand at 'infinity' (or
-	// '-infinity'), whose difference PostgreSQL refuses ("cannot subtract
-	// infinite timestamps"): 100 years (or minus that), which a Go
-	// time.Duration holds. NULL stays NULL.
-	remainingSQL = `(CASE WHEN isfinite(expires_at) THEN expires_at - now()
-	 WHEN expires_at > now() THEN interval '36500 days'
-	 WHEN expires_at < now() THEN interval '-36500 days' END)`
+	// TTL, in microseconds (microsSQL), also for a row someone pinned by
+	// hand at 'infinity' (or '-infinity'), whose difference PostgreSQL
+	// refuses ("cannot subtract infinite timestamps"): 100 years (or minus
+	// that), which a Go time.Duration holds. NULL stays NULL.
+	remainingSQL = `(CASE WHEN isfinite(expires_at) THEN ` + microsOpen + `expires_at - now()` + microsClose + `
+	 WHEN expires_at > now() THEN 3153600000000000
+	 WHEN expires_at < now() THEN -3153600000000000 END)`
+
+	// microsOpen and microsClose wrap an interval into its microseconds, a
+	// bigint: every TTL a statement returns is one, scanned as a number
+	// (remaining). An interval's text form, which pgx reads in the exec and
+	// simple-protocol modes (as behind PgBouncer's transaction pooling),
+	// follows the session's IntervalStyle, and pgx reads only the default
+	// style's. extract(epoch …) is exact (numeric) since PostgreSQL 14, and a
+	// double, exact to the microsecond for these values, before.
+	microsOpen  = `(extract(epoch FROM `
+	microsClose = `) * 1000000)::bigint`
 
 	migrateSQL = `CREATE TABLE IF NOT EXISTS %[1]s (
 	key        text PRIMARY KEY,
@@ -315,8 +325,8 @@ const (
 	// row's queued flag is off, and touches no other table, so the common
 	// case, a key no one waits for, is one statement on one row. Its second
 	// column, only for a refusal, is the held function's answer (%[3]s,
-	// heldBody), read from the statement's snapshot: the holder's remaining
-	// TTL, or 0 for a free key whose flag is on, which the Store then asks
+	// heldBody) in microseconds, read from the statement's snapshot: the
+	// holder's remaining TTL, or 0 for a free key whose flag is on, which the Store then asks
 	// for again with acquireQueueSQL, reading the queue (a second round
 	// trip, only while waiters queue or have queued). It is NULL in the rare
 	// race where the holder's row was written after the statement started;
@@ -329,7 +339,7 @@ const (
 	// connections (docs/design.md §5), and a function call costs that only
 	// when it is made.
 	acquireTail = `
-SELECT a.fence, CASE WHEN a.fence IS NULL THEN %[3]s($1) END
+SELECT a.fence, CASE WHEN a.fence IS NULL THEN ` + microsOpen + `%[3]s($1)` + microsClose + ` END
   FROM (SELECT (SELECT fence FROM acquired) AS fence) a`
 
 	// migrateHeldSQL makes the held function %[1]s(key), whose body, %[2]s,
@@ -615,7 +625,7 @@ func (s *Store) AcquireQueued(ctx context.Context, key, token string, ttl, stay 
 func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.Duration) (int64, error) {
 	var (
 		fence     *int64
-		remaining *time.Duration
+		remaining *int64 // microseconds
 		err       error
 	)
 	switch {
@@ -640,7 +650,7 @@ func (s *Store) acquire(ctx context.Context, key, token string, ttl, stay time.D
 	}
 	held := &driver.HeldError{Key: key}
 	if remaining != nil && *remaining > 0 {
-		held.Remaining = *remaining
+		held.Remaining = time.Duration(*remaining) * time.Microsecond
 	}
 	return 0, held
 }
@@ -743,7 +753,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	info := driver.Info{Key: key}
 	var (
 		token *string
-		ttl   *time.Duration
+		ttl   *int64 // microseconds
 	)
 	err := s.pool.QueryRow(ctx, s.inspectSQL, key).Scan(&info.Fence, &token, &ttl)
 	switch {
@@ -755,7 +765,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if token != nil {
 		info.Held, info.Token = true, *token
 		if ttl != nil && *ttl > 0 {
-			info.TTL = *ttl
+			info.TTL = time.Duration(*ttl) * time.Microsecond
 		}
 	}
 	return info, nil
@@ -816,7 +826,9 @@ func (s *Store) List(ctx context.Context, pattern, after string, limit int) ([]d
 		}
 		page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (driver.Info, error) {
 			info := driver.Info{Held: true}
-			err := row.Scan(&info.Key, &info.Token, &info.Fence, &info.TTL)
+			var ttl int64 // microseconds
+			err := row.Scan(&info.Key, &info.Token, &info.Fence, &ttl)
+			info.TTL = time.Duration(ttl) * time.Microsecond
 			return info, err
 		})
 		if err != nil {

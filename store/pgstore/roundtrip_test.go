@@ -237,3 +237,68 @@ func TestTTLReachesServerRoundedUp(t *testing.T) {
 		}
 	}
 }
+
+// TTLs read back (a refused Acquire's, Inspect's, List's, queued or not,
+// and a row pinned at 'infinity') are right in every query mode under every
+// IntervalStyle: the exec and simple-protocol modes, used behind
+// transaction-pooling proxies, read results as text, whose form for an
+// interval follows IntervalStyle, so the statements return microseconds.
+func TestTTLsInEveryModeAndIntervalStyle(t *testing.T) {
+	modes := map[string]pgx.QueryExecMode{
+		"cache_statement": pgx.QueryExecModeCacheStatement,
+		"exec":            pgx.QueryExecModeExec,
+		"simple_protocol": pgx.QueryExecModeSimpleProtocol,
+	}
+	for mode, m := range modes {
+		for _, style := range []string{"postgres", "postgres_verbose", "sql_standard", "iso_8601"} {
+			t.Run(mode+"/"+style, func(t *testing.T) {
+				p := newPool(t, shared.DSN(), func(c *pgxpool.Config) {
+					c.ConnConfig.DefaultQueryExecMode = m
+					c.ConnConfig.RuntimeParams["intervalstyle"] = style
+				})
+				s, table := newTable(t, p)
+				ctx, ttl := t.Context(), time.Hour
+				key := storetest.Key(t)
+				if _, err := s.Acquire(ctx, key, leasehold.NewToken(), ttl); err != nil {
+					t.Fatal(err)
+				}
+				within := func(what string, d time.Duration, want time.Duration) {
+					t.Helper()
+					if d <= want-time.Minute || d > want {
+						t.Errorf("%s: %v, want within a minute under %v", what, d, want)
+					}
+				}
+				var held *driver.HeldError
+				if _, err := s.Acquire(ctx, key, leasehold.NewToken(), ttl); !errors.As(err, &held) {
+					t.Fatalf("refused Acquire: %v, want a HeldError", err)
+				}
+				within("refused Acquire's Remaining", held.Remaining, ttl)
+				if _, err := s.AcquireQueued(ctx, key, leasehold.NewToken(), ttl, time.Minute); !errors.As(err, &held) {
+					t.Fatalf("refused AcquireQueued: %v, want a HeldError", err)
+				}
+				info, err := s.Inspect(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				within("Inspect's TTL", info.TTL, ttl)
+				infos, _, err := s.List(ctx, "*", "", 10)
+				if err != nil || len(infos) != 1 {
+					t.Fatalf("List: %v, %v", infos, err)
+				}
+				within("List's TTL", infos[0].TTL, ttl)
+				if _, err := p.Exec(ctx, "UPDATE "+table+" SET expires_at = 'infinity' WHERE key = $1", key); err != nil {
+					t.Fatal(err)
+				}
+				const century = 36500 * 24 * time.Hour
+				if _, err := s.Acquire(ctx, key, leasehold.NewToken(), ttl); !errors.As(err, &held) {
+					t.Fatalf("refused Acquire of a pinned row: %v, want a HeldError", err)
+				}
+				within("a pinned row's Remaining", held.Remaining, century+time.Minute/2)
+				if info, err = s.Inspect(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				within("a pinned row's Inspect TTL", info.TTL, century+time.Minute/2)
+			})
+		}
+	}
+}
