@@ -31,6 +31,11 @@ const (
 	forceSelectSQL = `SELECT token, fence FROM %[1]s
  WHERE key = $1 AND token IS NOT NULL AND expires_at > now() FOR UPDATE`
 
+	// The records' times come back in microseconds since the Unix epoch
+	// (microsOpen, microsClose), as the TTLs do: in pgx's exec and
+	// simple-protocol modes a timestamp's text form follows the session's
+	// DateStyle, and pgx reads only the ISO style.
+
 	// forceSQL clears the owner as releaseSQL does, records it, and queues
 	// a notification, delivered at commit: the wake-up of the queue's live
 	// head (turnPayload; %[3]s is the waiters table), or the key alone for
@@ -43,13 +48,13 @@ const (
 	SELECT key, $2, $3, $4, $5, $6 FROM cleared
 	RETURNING at
 )
-SELECT at, pg_notify($7, coalesce((SELECT ` + turnPayload + ` FROM (
+SELECT ` + microsOpen + `at` + microsClose + `, pg_notify($7, coalesce((SELECT ` + turnPayload + ` FROM (
 	SELECT token FROM (
 		SELECT token, seq, deadline FROM %[3]s WHERE key = $1 ORDER BY seq LIMIT 17
 	) f WHERE deadline > now() ORDER BY seq LIMIT 1) h), $1))
   FROM logged`
 
-	auditSQL = `SELECT at, key, holder, token, fence, reason, forced_by FROM %[2]s
+	auditSQL = `SELECT ` + microsOpen + `at` + microsClose + `, key, holder, token, fence, reason, forced_by FROM %[2]s
  WHERE $1 = '' OR key = $1
  ORDER BY at DESC, id DESC
  LIMIT $2`
@@ -75,7 +80,10 @@ func (s *Store) ForceRelease(ctx context.Context, key, reason, by string) (drive
 			return err
 		}
 		rec = driver.NewAuditRecord(time.Time{}, key, token, fence, reason, by)
-		return tx.QueryRow(ctx, s.forceSQL, key, rec.Holder, rec.Token, rec.Fence, reason, by, s.channel).Scan(&rec.Time, nil)
+		var at int64
+		err := tx.QueryRow(ctx, s.forceSQL, key, rec.Holder, rec.Token, rec.Fence, reason, by, s.channel).Scan(&at, nil)
+		rec.Time = time.UnixMicro(at)
+		return err
 	})
 	switch {
 	case errors.Is(err, driver.ErrNotOwned):
@@ -97,8 +105,12 @@ func (s *Store) Audit(ctx context.Context, key string, limit int) ([]driver.Audi
 		return nil, s.opError("audit", err)
 	}
 	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (driver.AuditRecord, error) {
-		var a driver.AuditRecord
-		err := r.Scan(&a.Time, &a.Key, &a.Holder, &a.Token, &a.Fence, &a.Reason, &a.By)
+		var (
+			a  driver.AuditRecord
+			at int64
+		)
+		err := r.Scan(&at, &a.Key, &a.Holder, &a.Token, &a.Fence, &a.Reason, &a.By)
+		a.Time = time.UnixMicro(at)
 		return a, err
 	})
 	if err != nil {

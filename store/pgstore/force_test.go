@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/store/pgstore"
@@ -113,6 +114,40 @@ func TestLongTableNameHasAHashedAudit(t *testing.T) {
 		}
 		if err := s.Release(t.Context(), "jobs:1", "tok"); err != nil {
 			t.Fatalf("Release with a waiter queued: %v", err)
+		}
+	}
+}
+
+// A forced release and the audit read back work in every query mode under
+// every DateStyle: in the exec and simple-protocol modes a timestamp comes
+// back as text in the session's style, so the statements return the
+// records' times in microseconds. Each record's time is the database's,
+// to the microsecond, the same from ForceRelease and from Audit.
+func TestForceReleaseInEveryModeAndDateStyle(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		for _, style := range []string{"ISO, MDY", "SQL, DMY", "German", "Postgres, YMD"} {
+			t.Run(mode.String()+"/"+style, func(t *testing.T) {
+				p := newPool(t, shared.DSN(), func(c *pgxpool.Config) {
+					c.ConnConfig.DefaultQueryExecMode = mode
+					c.ConnConfig.RuntimeParams["datestyle"] = style
+				})
+				s, _ := newTable(t, p)
+				before := time.Now()
+				if _, err := s.Acquire(t.Context(), "k", leasehold.NewToken(), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				rec, err := s.ForceRelease(t.Context(), "k", "stuck", "ops")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := rec.Time.Sub(before); d < -time.Minute || d > time.Minute {
+					t.Errorf("the record's time %v is %v from the test's clock", rec.Time, d)
+				}
+				recs, err := s.Audit(t.Context(), "k", 10)
+				if err != nil || len(recs) != 1 || !recs[0].Time.Equal(rec.Time) {
+					t.Fatalf("Audit = %+v, %v; want the one record, at %v", recs, err, rec.Time)
+				}
+			})
 		}
 	}
 }
