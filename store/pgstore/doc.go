@@ -67,7 +67,9 @@
 // connection: under pgx's default QueryExecModeCacheStatement the first use
 // of each statement on each connection adds one round trip to prepare it;
 // under QueryExecModeExec or the simple protocol there is no such first
-// round trip. The pool may add a ping before handing out a connection idle
+// round trip. Those two modes read results as text, so the statements return
+// TTLs and times as microseconds, which read the same under every
+// IntervalStyle and DateStyle. The pool may add a ping before handing out a connection idle
 // for more than a second (pgxpool.Config.ShouldPing). Migrate takes a few
 // round trips in one transaction. WatchReleases and WatchTurn take none once
 // the Store's listening connection is up. List (driver.Lister) is one statement per
