@@ -64,10 +64,13 @@
 //   - Release: one Txn deletes the lock key only if its value is the
 //     caller's token, never by key alone (the mistake of etcd#22082): one
 //     round trip. The owner's lease is kept for reuse.
-//   - Renew: Get the lock key and check the token, then keep its lease
-//     alive once: two round trips. A renew to a different TTL then grants a
-//     lease of that TTL, moves the key onto it in a Txn that checks the
-//     token again, and keeps the old lease for reuse: four round trips.
+//   - Renew: keep the lease the Store put the lock on alive once, then Get
+//     the lock key and check that it still holds the token on that lease:
+//     two round trips (three on a Store that did not acquire the lock, which
+//     Gets the key first to learn its lease). A renew to a different TTL
+//     then grants a lease of that TTL, moves the key onto it in a Txn that
+//     requires the key unchanged since the Get, and keeps the old lease for
+//     reuse: four round trips.
 //   - AcquireQueued (driver.Queuer): the Acquire Txn, which also requires
 //     that no queue entry was created before the waiter's own, and deletes
 //     that entry when it takes the key. Refused, a waiter without an entry
@@ -156,8 +159,14 @@
 //     in the gap costs waiters at most their backoff step.
 //   - Renew with the lock's current TTL only keeps its lease alive; only a
 //     renew to another TTL writes to the key (a new ModRevision, the same
-//     CreateRevision and fence). A renew whose reply is lost may have moved
-//     the key to its new lease; the old lease then expires by itself.
+//     CreateRevision and fence). A renew succeeds only if the key holds the
+//     token on the lease it kept alive, read after the keep-alive: never on
+//     a lease whose key a forced release deleted meanwhile. A renew whose
+//     move's reply is lost may have moved the key to its new lease, and the
+//     move may still be applied later; until a renew of the lock has written
+//     the key again, every renew moves it (the late move, which requires
+//     the key as it read it, then changes nothing), so a late move never
+//     puts the key back on a lease whose term began before a later renew.
 //
 // # Storage
 //

@@ -53,6 +53,7 @@ type Store struct {
 
 	queued entries   // the queue entries the Store made for its waiters
 	leases leasePool // the leases the Store granted: in use, and idle for reuse
+	locks  lockBook  // the leases of the locks it acquired or renewed, and moves in doubt
 
 	kaMu sync.Mutex
 	ka   *kaStream // the keep-alive stream; nil until the first, or after it broke
@@ -303,6 +304,7 @@ func (s *Store) acquireOnce(ctx context.Context, key, token string, ttl, stay ti
 		if entryKAErr == nil {
 			s.freeLease(entryLease)
 		}
+		s.locks.put(lockID{key: lk, token: token}, lease, sent.Add(time.Duration(s.grantedTTL(ttl))*time.Second))
 		return resp.Header.Revision, from, nil
 	}
 	if kaErr == nil {
@@ -389,74 +391,13 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return fmt.Errorf("etcdstore: release %q: %w", key, err)
 	}
+	s.locks.forget(lockID{key: lk, token: token})
 	if !resp.Succeeded {
 		return driver.ErrNotOwned
 	}
 	if len(resp.Responses) == 1 {
 		for _, kv := range resp.Responses[0].GetResponseDeleteRange().GetPrevKvs() {
 			if id := clientv3.LeaseID(kv.Lease); id != 0 && !s.leases.free(id) {
-				s.revoke(ctx, id)
-			}
-		}
-	}
-	return nil
-}
-
-// Renew implements driver.Store. It reads the lock key and, if it still
-// holds token, keeps its lease alive once: two round trips. When ttl differs
-// from the lease's TTL, it then grants a lease of the new TTL, moves the key
-// onto it in a transaction that checks the token again, and keeps the old
-// lease for reuse (or revokes it, when the Store did not grant it): four
-// round trips in all. It returns driver.ErrNotOwned when the key is
-// absent, holds another token, or its lease has expired.
-func (s *Store) Renew(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := driver.ValidateAcquire(key, token, ttl); err != nil {
-		return err
-	}
-	lk := s.LockKey(key)
-	get, err := s.client.Get(rpc(ctx), lk)
-	if err != nil {
-		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
-	}
-	if len(get.Kvs) == 0 || string(get.Kvs[0].Value) != token {
-		return driver.ErrNotOwned
-	}
-	// The lease is this owner's: only its acquire or renew attached it.
-	if old := clientv3.LeaseID(get.Kvs[0].Lease); old != 0 {
-		ka, err := s.keepAlive(ctx, old)
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return driver.ErrNotOwned // expired since the read
-		case err != nil:
-			return fmt.Errorf("etcdstore: renew %q: keep lease alive: %w", key, err)
-		case ka == s.grantedTTL(ttl):
-			return nil
-		}
-	}
-
-	lease, err := s.grant(ctx, seconds(ttl))
-	if err != nil {
-		return fmt.Errorf("etcdstore: renew %q: %w", key, err)
-	}
-	resp, err := s.client.Txn(rpc(ctx)).
-		If(clientv3.Compare(clientv3.Value(lk), "=", token)).
-		Then(clientv3.OpPut(lk, token, clientv3.WithLease(lease), clientv3.WithPrevKV())).
-		Commit()
-	if err != nil {
-		// The move may have been applied: the new lease must stay, and the
-		// old one expires by itself.
-		return fmt.Errorf("etcdstore: renew %q: move to a new lease: %w", key, err)
-	}
-	if !resp.Succeeded {
-		s.freeLease(lease) // no key was put on it
-		return driver.ErrNotOwned
-	}
-	// Free the lease the key was on just before the move (a concurrent
-	// renew of the same owner may have moved it too). It is never the
-	// key's current lease: every move takes one no key is on.
-	if len(resp.Responses) == 1 {
-		if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
-			if id := clientv3.LeaseID(prev.Lease); id != 0 && !s.leases.free(id) {
 				s.revoke(ctx, id)
 			}
 		}

@@ -294,12 +294,23 @@ func (s *Store) leaseGone(id clientv3.LeaseID) {
 }
 
 // revoke revokes a lease that no key of a current owner is attached to. It
-// is best effort: a lease that is not revoked expires by itself.
+// is best effort: a lease that is not revoked expires by itself. It is not
+// cut short by the end of ctx (a caller's deadline that failed its call is
+// the common reason to revoke), only by revokeLaterTimeout: a lease left
+// would keep what an unknown outcome may have put on it (an acquire applied
+// late) for its whole TTL.
 func (s *Store) revoke(ctx context.Context, id clientv3.LeaseID) {
 	if id != 0 {
-		s.leases.forget(id)
-		_, _ = s.client.Revoke(rpc(ctx), id)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeLaterTimeout)
+		defer cancel()
+		s.revokeNow(ctx, id)
 	}
+}
+
+// revokeNow is revoke within ctx.
+func (s *Store) revokeNow(ctx context.Context, id clientv3.LeaseID) {
+	s.leases.forget(id)
+	_, _ = s.client.Revoke(rpc(ctx), id)
 }
 
 // revokeLater revokes a lease that no key is attached to any more, on a
@@ -314,12 +325,13 @@ func (s *Store) revokeLater(id clientv3.LeaseID) {
 	s.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(s.ctx, revokeLaterTimeout)
 		defer cancel()
-		s.revoke(ctx, id)
+		s.revokeNow(ctx, id)
 	})
 }
 
 // revokeLaterTimeout bounds a revoke made after the call that freed the
-// lease, and Close's revokes of the idle leases: a lease that is not
+// lease, one that undoes a call whose outcome is unknown (whatever the
+// caller's context), and Close's revokes of the idle leases: a lease that is not
 // revoked expires by itself, so a few round trips on a loaded cluster are
 // enough.
 const revokeLaterTimeout = 2 * time.Second

@@ -205,12 +205,14 @@ func TestAcquireAfterIdleLeasesRevoked(t *testing.T) {
 // leaseFault revokes a lease from outside right after the Store's next
 // request of one method is answered, and holds the Store's keep-alives back
 // until then: the keep-alive that follows finds the lease gone, as when an
-// operator's revoke lands between the two.
+// operator's revoke lands between the two. Armed with armBefore, it revokes
+// right before that request is sent instead, and holds nothing back.
 type leaseFault struct {
 	op *clientv3.Client // the operator's client, set before arm
 
 	mu      sync.Mutex
 	method  string           // the request after which to revoke; "" when not armed
+	before  bool             // revoke before the request instead
 	lease   clientv3.LeaseID // the lease to revoke
 	revoked chan struct{}    // closed once it is revoked
 	err     error            // the revoke's
@@ -219,22 +221,36 @@ type leaseFault struct {
 func (f *leaseFault) arm(method string, lease clientv3.LeaseID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.method, f.lease, f.revoked = method, lease, make(chan struct{})
+	f.method, f.before, f.lease, f.revoked = method, false, lease, make(chan struct{})
+}
+
+func (f *leaseFault) armBefore(method string, lease clientv3.LeaseID) {
+	f.arm(method, lease)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.before = true
+}
+
+// fire revokes the armed lease if method is the armed one and when is
+// when to.
+func (f *leaseFault) fire(ctx context.Context, method string, before bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.method != "" && f.before == before && strings.HasSuffix(method, f.method) {
+		f.method = ""
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, f.err = f.op.Revoke(rctx, f.lease)
+		cancel()
+		close(f.revoked)
+	}
 }
 
 func (f *leaseFault) options() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			f.fire(ctx, method, true)
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if f.method != "" && strings.HasSuffix(method, f.method) {
-				f.method = ""
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_, f.err = f.op.Revoke(rctx, f.lease)
-				cancel()
-				close(f.revoked)
-			}
+			f.fire(ctx, method, false)
 			return err
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -256,8 +272,8 @@ type heldSends struct {
 func (s heldSends) SendMsg(m any) error {
 	s.f.mu.Lock()
 	ch := s.f.revoked
-	if s.f.method == "" {
-		ch = nil // not armed, or done
+	if s.f.method == "" || s.f.before {
+		ch = nil // not armed, done, or armed to revoke before a request
 	}
 	s.f.mu.Unlock()
 	if ch != nil {
@@ -327,22 +343,27 @@ func TestAcquireAfterReusedLeaseRevokedMidway(t *testing.T) {
 
 // A lease revoked under a held lock ends the lock: the holder learns it at
 // its next Renew and Release (ErrNotOwned), whether the revoke came before
-// the renew's read or between the read and its keep-alive; the key is free
-// for the next owner, at a higher fence.
+// the renew, between its keep-alive and its read of the key (the Store
+// knows the lease of a lock it acquired, keeps it alive, then reads), or,
+// on a Store that did not acquire the lock, between its first read and the
+// keep-alive; the key is free for the next owner, at a higher fence.
 func TestHeldLeaseRevoked(t *testing.T) {
 	fault := &leaseFault{}
 	client := newClient(t, shared.Endpoints(), fault.options()...)
 	fault.op = newClient(t, shared.Endpoints())
 	s := newStore(t, client)
+	other := newStore(t, client) // renews locks it did not acquire
 	ctx := t.Context()
 	for _, tc := range []struct {
-		name string
-		ttl  time.Duration // of the renew
-		mid  bool          // revoke between the renew's read and its keep-alive
+		name  string
+		ttl   time.Duration // of the renew
+		mid   bool          // revoke between the renew's requests
+		other bool          // the renew on the Store that did not acquire
 	}{
-		{"before renew", lockTTL, false},
-		{"before renew to another TTL", otherTTL, false},
-		{"between read and keep-alive", lockTTL, true},
+		{"before renew", lockTTL, false, false},
+		{"before renew to another TTL", otherTTL, false, false},
+		{"between keep-alive and read", lockTTL, true, false},
+		{"between read and keep-alive", lockTTL, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, tok := storetest.Key(t), leasehold.NewToken()
@@ -351,12 +372,19 @@ func TestHeldLeaseRevoked(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := leaseOf(t, client, s, key)
-			if tc.mid {
+			renewer := s
+			switch {
+			case tc.other:
+				renewer = other
 				fault.arm("/Range", id)
-			} else if _, err := fault.op.Revoke(ctx, id); err != nil {
-				t.Fatal(err)
+			case tc.mid:
+				fault.armBefore("/Range", id)
+			default:
+				if _, err := fault.op.Revoke(ctx, id); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := s.Renew(ctx, key, tok, tc.ttl); !errors.Is(err, driver.ErrNotOwned) {
+			if err := renewer.Renew(ctx, key, tok, tc.ttl); !errors.Is(err, driver.ErrNotOwned) {
 				t.Fatalf("Renew after the revoke: %v, want ErrNotOwned", err)
 			}
 			if tc.mid {
