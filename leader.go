@@ -13,7 +13,8 @@ import (
 // the lease is renewed until lead returns, then released; Lead campaigns
 // again. Terms of one process never overlap, and the fence rises with every
 // term: fence the leader's writes with l.Fence(). A store failure while
-// campaigning is retried after a backoff step; on a closed Client (or one
+// campaigning is retried after a backoff step, and so is a term that ended
+// sooner than the backoff's cap (WithBackoff; lead returned at once); on a closed Client (or one
 // made with a bad option) Lead returns ErrClosed (or the *ArgumentError)
 // instead. It takes every option but
 // WithWaitBudget. A panic in lead ends the term and goes on in the caller.
@@ -46,12 +47,22 @@ func (c *Client) Lead(ctx context.Context, key string, lead func(ctx context.Con
 			}
 			continue
 		}
+		began := time.Now()
 		_ = c.runHeld(ctx, l, cfg, true, func(ctx context.Context, l *Lease) error {
 			lead(ctx, l)
 			return nil
 		})
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if time.Since(began) < c.maxBackoff {
+			// A term shorter than a backoff step (lead returned at once: its
+			// database is down, a bad configuration) is followed by a
+			// pause of one, not a campaign at once: a leader failing
+			// that way would otherwise loop through acquire and release.
+			if err := c.sleepUntil(ctx, time.Now().Add(jitter(c.maxBackoff))); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -51,12 +51,18 @@ func (c *Client) RunLoop(ctx context.Context, key string, interval time.Duration
 			return err
 		}
 		next = next.Add(interval)
+		if now := time.Now(); !next.After(now) {
+			// A tick overran its interval, or the process was paused: skip
+			// the windows missed, one attempt now and the next on the
+			// interval's beat, not an attempt for each window back to back.
+			next = next.Add((now.Sub(next)/interval + 1) * interval)
+		}
 		l, err := c.TryAcquire(ctx, key, cfg.ttl)
 		var held *HeldError
 		switch {
 		case errors.As(err, &held) && held.Remaining > 0:
 			// Owned elsewhere: try again when its window ends, if sooner.
-			if at := time.Now().Add(held.Remaining + time.Millisecond); at.Before(next) {
+			if at := time.Now().Add(heldFor(held) + time.Millisecond); at.Before(next) {
 				next = at
 			}
 			continue
@@ -113,3 +119,8 @@ func (c *Client) sleepUntil(ctx context.Context, t time.Time) error {
 		return nil
 	}
 }
+
+// heldFor is a refusal's remaining TTL, at most the longest lease: a store
+// may answer more (PostgreSQL's 100 years for a row pinned at 'infinity', a
+// clock stepped back), and time arithmetic on it would overflow.
+func heldFor(held *HeldError) time.Duration { return min(held.Remaining, driver.MaxTTL) }

@@ -591,7 +591,7 @@ func (w *waiter) answered(err error) (busy bool) {
 	w.woken, w.heldUntil = false, time.Time{}
 	held := (*HeldError)(nil)
 	if errors.As(err, &held) && held.Remaining > 0 {
-		w.heldUntil = time.Now().Add(held.Remaining)
+		w.heldUntil = time.Now().Add(heldFor(held))
 		if w.stay > 0 {
 			w.toFront() // the store's head is the first of this Client's waiters
 		}
