@@ -62,7 +62,6 @@ var errKeyMoved = errors.New("the lock key changed under a concurrent renewal of
 // renew is one attempt of Renew.
 func (s *Store) renew(ctx context.Context, id lockID, ttl time.Duration) error {
 	lease, known, doubt := s.locks.lookup(id)
-	var kv *lockKV
 	if !known || doubt {
 		// Learn the lease (and, for a move, the ModRevision) first.
 		cur, err := s.readLock(ctx, id)
@@ -88,7 +87,7 @@ func (s *Store) renew(ctx context.Context, id lockID, ttl time.Duration) error {
 		return fmt.Errorf("keep lease alive: %w", err)
 	}
 	// After the keep-alive: the key must still hold token on that lease.
-	kv, err = s.readLock(ctx, id)
+	kv, err := s.readLock(ctx, id)
 	if err != nil {
 		return err
 	}
