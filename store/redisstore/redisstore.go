@@ -307,16 +307,21 @@ func heldFor(pttl int64) time.Duration {
 }
 
 // Close stops the pub/sub connection that carries release notifications, if
-// one was opened, and waits for its goroutine, and for the batched calls in
-// flight (see the package doc, "Batching") and the releases of acquires their
-// callers left (bounded by lateReleaseTimeout). It does not close the client.
-// Waiters still blocked on the Store fall back to their backoff.
+// one was opened, and waits for its goroutine, for the calls in flight,
+// batched (see the package doc, "Batching") or, under WithoutBatching, left
+// by their callers at their context's end, and for the releases of acquires
+// their callers left (each bounded by lateReleaseTimeout). A call in flight
+// ends when the server answers or the client's socket timeouts give up on
+// it. Close does not close the client: close it after Close returns, or
+// those releases fail and their keys stay held until their TTL. Waiters
+// still blocked on the Store fall back to their backoff.
 func (s *Store) Close() error {
 	err := s.subs.close()
 	if s.batch != nil {
 		s.batch.Wait()
 	}
 	s.acks.wait()
+	s.calls.Wait()
 	return err
 }
 

@@ -266,6 +266,65 @@ func TestLateGrantedAcquireIsReleased(t *testing.T) {
 	t.Fatal("the key taken by the acquire left at its deadline is still held")
 }
 
+// Close waits for the release of a key that an acquire took after its
+// caller left, batched and not, so that the client can be closed once Close
+// returns: the acquire, held back by a frozen proxy, lands only after Close
+// was called, and the key is free when Close returns.
+func TestCloseWaitsForTheReleaseOfALeftAcquire(t *testing.T) {
+	for _, batching := range []bool{true, false} {
+		t.Run(map[bool]string{true: "batched", false: "WithoutBatching"}[batching], func(t *testing.T) {
+			proxy := testserver.StartProxy(t, shared.Addr())
+			t.Cleanup(proxy.Thaw)
+			// A ReadTimeout far past the test's windows: the left call ends
+			// by its reply, not by the client giving up.
+			client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Minute})
+			t.Cleanup(func() { _ = client.Close() })
+			var opts []redisstore.Option
+			if !batching {
+				opts = append(opts, redisstore.WithoutBatching())
+			}
+			s, err := redisstore.New(client, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			key := storetest.Key(t)
+			if _, err := s.Acquire(ctx, key+":warm", leasehold.NewToken(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Freeze()
+			actx, cancel := context.WithTimeout(ctx, silentDeadline)
+			defer cancel()
+			if _, err := s.Acquire(actx, key, leasehold.NewToken(), time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire on a frozen connection: %v, want an error matching context.DeadlineExceeded", err)
+			}
+			closed := make(chan struct{})
+			go func() {
+				_ = s.Close()
+				close(closed)
+			}()
+			select {
+			case <-closed:
+				t.Fatal("Close returned while an acquire its caller left was still in flight")
+			case <-time.After(200 * time.Millisecond): // a window for the failure only: Close cannot return before the thaw
+			}
+			proxy.Thaw()
+			select {
+			case <-closed:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Close did not return within 20 s of the left acquire's reply")
+			}
+			_ = client.Close()
+			if f, _ := shared.Do("EXISTS", redisstore.FenceKey(key)); f != "1" {
+				t.Fatal("the left acquire never reached the server: nothing was tested")
+			}
+			if n, err := shared.Do("EXISTS", key); err != nil || n != "0" {
+				t.Fatalf("EXISTS %s after Close = %q, %v: the key the left acquire took is still held", key, n, err)
+			}
+		})
+	}
+}
+
 // On a client whose sockets have no deadline but the context's (ReadTimeout
 // and WriteTimeout -1, ContextTimeoutEnabled), a call under a context that
 // is canceled, with no deadline, returns at the cancel: inline, go-redis

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,50 @@ type Caller struct {
 	// without a deadline (canceled only) is detached: inline, go-redis
 	// would read on after the cancel for as long as the server is silent.
 	detachUndated bool
+	// flights counts the goroutines Do started that have not ended, late
+	// handlers included (Wait); nil in a Caller not made by CheckClient.
+	flights *flights
+}
+
+// flights is a count of running goroutines that can be waited for at zero.
+// Not a sync.WaitGroup: a call may start while Close waits.
+type flights struct {
+	mu   sync.Mutex
+	idle sync.Cond
+	n    int
+}
+
+func newFlights() *flights {
+	f := &flights{}
+	f.idle.L = &f.mu
+	return f
+}
+
+func (f *flights) add(d int) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	if f.n += d; f.n == 0 {
+		f.idle.Broadcast()
+	}
+	f.mu.Unlock()
+}
+
+// Wait returns once no goroutine Do started for c is running: the detached
+// calls left at their context's end have ended (when go-redis gives up on a
+// silent socket, see Do) and so have their late handlers. Calls made
+// meanwhile are waited for too.
+func (c Caller) Wait() {
+	f := c.flights
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	for f.n > 0 {
+		f.idle.Wait()
+	}
+	f.mu.Unlock()
 }
 
 // CheckClient returns the Caller for client, or an *ArgumentError naming
@@ -52,7 +97,7 @@ func CheckClient(client redis.UniversalClient) (Caller, error) {
 		o := c.Options()
 		return checkTimeouts(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
-	return Caller{detach: true}, nil
+	return Caller{detach: true, flights: newFlights()}, nil
 }
 
 // checkTimeouts reads timeouts as go-redis keeps them once the client is made:
@@ -72,7 +117,7 @@ func checkTimeouts(ctxTimeouts bool, read, write time.Duration) (Caller, error) 
 				"set a %[1]s or ContextTimeoutEnabled: true", t.name))
 		}
 	}
-	return Caller{detach: !ctxTimeouts, detachUndated: read == 0 || write == 0}, nil
+	return Caller{detach: !ctxTimeouts, detachUndated: read == 0 || write == 0, flights: newFlights()}, nil
 }
 
 // inline reports whether a call under ctx goes out on the caller's
@@ -122,7 +167,9 @@ func Do[T any](ctx context.Context, c Caller, f func(context.Context) (T, error)
 	}
 	done := make(chan result) // unbuffered: a send lands only while Do waits
 	gone := make(chan struct{})
+	c.flights.add(1)
 	go func() {
+		defer c.flights.add(-1)
 		v, err := f(ctx)
 		select {
 		case done <- result{v, err}:

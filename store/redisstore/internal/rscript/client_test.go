@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -96,4 +97,55 @@ func TestCallerInline(t *testing.T) {
 			t.Errorf("%s: inline = %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// Wait returns only once every call Do left at its context's end has
+// returned and its late handler has run; a Caller not made by CheckClient
+// has nothing to wait for.
+func TestWaitOutlastsLeftCallsAndTheirLateHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := Caller{detach: true, flights: newFlights()}
+		started, release := make(chan struct{}), make(chan struct{})
+		lateRuns, lateEnd := make(chan struct{}), make(chan struct{})
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() {
+			<-started
+			cancel() // the caller leaves while the call is in flight
+		}()
+		_, err := Do(ctx, c, func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 7, nil
+		}, func(int, error) {
+			close(lateRuns)
+			<-lateEnd
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do = %v, want an error matching context.Canceled", err)
+		}
+		waited := make(chan struct{})
+		go func() {
+			c.Wait()
+			close(waited)
+		}()
+		for step, next := range []chan struct{}{release, lateEnd} {
+			synctest.Wait()
+			select {
+			case <-waited:
+				t.Fatalf("Wait returned at step %d, before the left call and its late handler ended", step)
+			default:
+			}
+			close(next)
+			if step == 0 {
+				<-lateRuns
+			}
+		}
+		synctest.Wait()
+		select {
+		case <-waited:
+		default:
+			t.Fatal("Wait did not return once the left call and its late handler had ended")
+		}
+		Caller{detach: true}.Wait() // no flights: returns at once
+	})
 }
