@@ -1,6 +1,19 @@
 -- The grant of a released key to its queue's head, put after the fence and
 -- queue libraries.
 
+-- lh_put sets key k, which holds a lock its owner is passing on, to tok for
+-- ms. On a full server (maxmemory reached) Redis refuses a command that may
+-- grow memory when it is a script's first write, and lets it through once
+-- the script has written: a refused SET is followed by a DEL of k, which
+-- frees what the SET takes again, so passing a lock on never fails for
+-- memory it does not grow.
+local function lh_put(k, tok, ms)
+  if redis.pcall('SET', k, tok, 'PX', ms)['err'] then
+    redis.call('DEL', k)
+    redis.call('SET', k, tok, 'PX', ms)
+  end
+end
+
 -- lh_grant gives key k, which its owner is giving up, to the queue's live
 -- head when the head's entry asked for it (lh_join's grant) and the fence
 -- counter fkey allows a new fence: k holds the head's token with a new
@@ -27,7 +40,7 @@ local function lh_grant(k, fkey, q, h, head, now)
     return false -- a counter that stops a new fence: the head's own attempt reports it
   end
   local fence = lh_fence(last)
-  redis.call('SET', k, head, 'PX', math.min(ttl, dl - now))
+  lh_put(k, head, math.min(ttl, dl - now))
   redis.call('SET', fkey, fence)
   lh_remove(q, h, head)
   -- pcall: the grant is made; a refused PUBLISH leaves the head to find it

@@ -21,7 +21,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 if ARGV[2] ~= '' and (empty or head == ARGV[2]) then
   local fence = lh_fence(lh_last(KEYS[2]))
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  lh_put(KEYS[1], ARGV[2], ARGV[3])
   redis.call('SET', KEYS[2], fence)
   if head then
     lh_remove(KEYS[3], KEYS[4], head)
