@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,8 +31,10 @@ var errClosed = errors.New("redisstore: store closed")
 // subscription changes, in order, so a server that stops answering holds
 // only the Store's own goroutines, and a watch still ends with its context.
 type subscriptions struct {
-	client redis.UniversalClient
-	fan    *driver.Fanout // by channel
+	client  redis.UniversalClient
+	fan     *driver.Fanout // by channel
+	log     *slog.Logger   // the Store's
+	refused sync.Once      // logs the first refusal of a subscription
 
 	turns     string       // the Store's turn channel
 	turnSeed  maphash.Seed // for turnMessage
@@ -61,8 +64,8 @@ type change struct {
 	channels  []string
 }
 
-func (s *subscriptions) init(client redis.UniversalClient) {
-	s.client = client
+func (s *subscriptions) init(client redis.UniversalClient, log *slog.Logger) {
+	s.client, s.log = client, log
 	s.fan = driver.NewFanout(s.start, errClosed)
 	s.turns = "leasehold:turns:" + rand.Text()
 	s.turnSeed = maphash.MakeSeed()
@@ -426,6 +429,20 @@ func (s *subscriptions) control() {
 	}
 }
 
+// refuse records a subscription the server refused, for the error of a watch
+// not confirmed (notConfirmed), and logs the first: without the channels the
+// waiters of every process fall back to their backoff, and hand-offs slow
+// from a round trip to a backoff step, with nothing failing.
+func (s *subscriptions) refuse(err error) {
+	s.mu.Lock()
+	s.lastErr = err
+	s.mu.Unlock()
+	s.refused.Do(func() {
+		s.log.Warn("redisstore: the server refused a subscription; waiters fall back to their backoff: "+
+			"grant the user the channels leasehold:released:* and leasehold:turns:*", slog.Any("error", err))
+	})
+}
+
 // healthInterval is how long the pub/sub connection may stay silent before it
 // is pinged. A dead connection only costs lost wake-ups, which the waiters'
 // backoff covers, so the check can be lazy: one PING per Store every 5 s.
@@ -446,6 +463,13 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 		}
 		if err != nil {
 			var timeout interface{ Timeout() bool }
+			var refusal redis.Error
+			if errors.As(err, &refusal) && !errors.As(err, &timeout) {
+				// The server answered a SUBSCRIBE with an error: an ACL
+				// without the channel (NOPERM). The connection is sound.
+				s.refuse(err)
+				continue
+			}
 			if errors.As(err, &timeout) && timeout.Timeout() {
 				if pinged {
 					ps = s.replace()

@@ -228,7 +228,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.batch = rscript.NewBatcher(client, calls, rscript.DefaultBatchSize)
 	}
 	s.acks.init(s)
-	s.subs.init(client)
+	s.subs.init(client, s.opts.log)
 	return s, nil
 }
 
