@@ -335,7 +335,8 @@ func millis(ttl time.Duration) int64 {
 // cached on the server). Besides the Store's errors, it refuses, writing
 // nothing, a key whose fence counter holds anything but a decimal in
 // 1..math.MaxInt64 (someone else wrote it) or has reached math.MaxInt64: the
-// error names the counter, and deleting it restarts it from the clock.
+// error names the counter, and deleting it once the key is free restarts it
+// from the clock.
 //
 // A free key is refused to anyone but the live head of its waiter queue, when
 // waiters are queued (driver.Queuer).
@@ -441,11 +442,15 @@ func (s *Store) releaseLate(key, token string) {
 // refusals of a bad counter explained.
 func opError(op, key string, err error) error {
 	if v, ok := strings.CutPrefix(err.Error(), "LEASEHOLD_BADFENCE "); ok {
-		return fmt.Errorf("redisstore: %s %q: fence counter %q holds %s, not a decimal in 1..%d; nothing was written (delete the counter to restart it from the server clock)",
+		return fmt.Errorf("redisstore: %s %q: fence counter %q holds %s, not a decimal in 1..%d; nothing was written "+
+			"(once the key is free, delete the counter to restart it from the server clock: deleted while the key is held, "+
+			"the lock is no longer seen as leasehold's by Inspect, List and ForceRelease)",
 			op, key, FenceKey(key), v, int64(math.MaxInt64))
 	}
 	if _, ok := strings.CutPrefix(err.Error(), "LEASEHOLD_FENCE_EXHAUSTED "); ok {
-		return fmt.Errorf("redisstore: %s %q: fence counter %q is at %d and cannot rise; nothing was written (delete the counter to restart it from the server clock)",
+		return fmt.Errorf("redisstore: %s %q: fence counter %q is at %d and cannot rise; nothing was written "+
+			"(once the key is free, delete the counter to restart it from the server clock, and reset the fence your fenced stores "+
+			"keep for this key: they hold one above any the clock gives)",
 			op, key, FenceKey(key), int64(math.MaxInt64))
 	}
 	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
@@ -701,8 +706,8 @@ func inspectReply(key string, res []any) (info driver.Info, pttl int64, err erro
 	pttl, _ = res[1].(int64)
 	if tok, ok := res[0].(string); ok {
 		info.Held, info.Token = true, tok
-		if pttl > 0 {
-			info.TTL = time.Duration(pttl) * time.Millisecond
+		if pttl >= 0 { // 0: under a millisecond left, still held
+			info.TTL = heldFor(pttl)
 		}
 	}
 	if f, ok := res[2].(string); ok {
