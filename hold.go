@@ -198,8 +198,9 @@ func newHoldConfig(ttl time.Duration, opts []HoldOption, name string, call optCa
 // Hold takes key for ttl, waiting like Acquire (at most the WithWaitBudget),
 // runs fn while the lease is renewed, and releases it when fn returns.
 //
-// fn's context is cancelled when ctx is (its cause says the caller's context
-// ended), and under the fence policy before the lease can expire when
+// fn's context has ctx's deadline and ends when ctx does (its cause says the
+// caller's context ended; at the deadline its error is
+// context.DeadlineExceeded), and under the fence policy before the lease can expire when
 // renewal fails: its cause then matches ErrAbandoned and the release is
 // skipped. fn must stop writing then, and should fence its writes with
 // l.Fence(). A cancelled ctx does not end the lease: it is renewed until fn
@@ -259,17 +260,29 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, endOnLos
 		return errors.Join(err, c.releaseBounded(ctx, l, cfg.releaseTimeout))
 	}
 	// fn's context ends with the lease's trust (k's context) and with the
-	// caller's, whose end does not touch the lease.
+	// caller's, whose end does not touch the lease. The caller's deadline is
+	// fn's too, so that fn sees it (Deadline) and its end reads as one
+	// (DeadlineExceeded); a cancel of the caller's context is passed on.
 	fnCtx, cancel := context.WithCancelCause(k.Context())
+	stopDeadline := context.CancelFunc(func() {})
+	dl, dated := ctx.Deadline()
+	if dated {
+		fnCtx, stopDeadline = context.WithDeadlineCause(fnCtx, dl, fmt.Errorf("%w: %w", errCallerDone, context.DeadlineExceeded))
+	}
 	mu.Lock()
 	cancelFn = cancel
 	if lostEarly != nil {
 		cancel(lostEarly)
 	}
 	mu.Unlock()
-	stopCaller := context.AfterFunc(ctx, func() { cancel(fmt.Errorf("%w: %w", errCallerDone, context.Cause(ctx))) })
+	stopCaller := context.AfterFunc(ctx, func() {
+		if !dated || !errors.Is(ctx.Err(), context.DeadlineExceeded) { // a deadline ends fnCtx by itself
+			cancel(fmt.Errorf("%w: %w", errCallerDone, context.Cause(ctx)))
+		}
+	})
 	end := func() error {
 		stopCaller()
+		stopDeadline()
 		k.Stop()
 		cancel(context.Canceled)
 		if lost := k.lossErr(); lost != nil {

@@ -281,6 +281,47 @@ func TestReleaseHappensWhenCallerIsCancelled(t *testing.T) {
 	})
 }
 
+// fn sees the caller's deadline, and its context ends there as a deadline
+// does (DeadlineExceeded), while the lease is kept until fn returns and then
+// released; a deadline later than fn's work changes nothing.
+func TestHoldPassesTheCallersDeadlineToFn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*ttl)
+		defer cancel()
+		want, _ := ctx.Deadline()
+		err := f.c.Hold(ctx, key, ttl, func(ctx context.Context, l *leasehold.Lease) error {
+			if dl, ok := ctx.Deadline(); !ok || !dl.Equal(want) {
+				t.Errorf("fn's Deadline() = %v, %v; want the caller's, %v", dl, ok, want)
+			}
+			<-ctx.Done()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Errorf("fn's context ended with %v, want context.DeadlineExceeded", ctx.Err())
+			}
+			if cause := context.Cause(ctx); !errors.Is(cause, context.DeadlineExceeded) {
+				t.Errorf("fn's context's cause is %v, want one matching context.DeadlineExceeded", cause)
+			}
+			if info, _ := f.mem.Inspect(t.Context(), key); info.Token != l.Token() {
+				t.Errorf("at the caller's deadline the key is %+v, want still ours until fn returns", info)
+			}
+			return ctx.Err()
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, leasehold.ErrAbandoned) {
+			t.Fatalf("Hold returned %v, want fn's context.DeadlineExceeded", err)
+		}
+		if info, _ := f.mem.Inspect(t.Context(), key); info.Held {
+			t.Fatalf("the key is still held after Hold returned: %+v", info)
+		}
+		late, cancelLate := context.WithTimeout(t.Context(), time.Hour)
+		defer cancelLate()
+		if err := f.c.Hold(late, key, ttl, func(ctx context.Context, _ *leasehold.Lease) error {
+			return ctx.Err()
+		}); err != nil {
+			t.Fatalf("Hold under a distant deadline: %v", err)
+		}
+	})
+}
+
 func TestHoldRenewsWhileFnRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(nil)
