@@ -6,9 +6,13 @@
 -- grow memory when it is a script's first write, and lets it through once
 -- the script has written: a refused SET is followed by a DEL of k, which
 -- frees what the SET takes again, so passing a lock on never fails for
--- memory it does not grow.
+-- memory it does not grow. Any other refusal is raised, as redis.call would.
 local function lh_put(k, tok, ms)
-  if redis.pcall('SET', k, tok, 'PX', ms)['err'] then
+  local r = redis.pcall('SET', k, tok, 'PX', ms)
+  if r['err'] then
+    if not string.find(r['err'], '^OOM') then
+      error(r)
+    end
     redis.call('DEL', k)
     redis.call('SET', k, tok, 'PX', ms)
   end

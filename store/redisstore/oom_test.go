@@ -2,8 +2,11 @@ package redisstore_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/driver"
 	"github.com/leasehold/leasehold/store/redisstore"
@@ -104,5 +107,27 @@ func TestPassingOnWorksOnAFullServer(t *testing.T) {
 	}
 	if err := s.Release(ctx, "queued", "holder"); err != nil {
 		t.Errorf("Release once memory is freed: %v", err)
+	}
+}
+
+// Only Redis's OOM takes lh_put's path of a DEL then a SET: any other
+// refusal of the SET (here an ACL without SET) fails the hand-off with
+// nothing written, the key still its holder's.
+func TestAHandOffRefusedForAnotherReasonWritesNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	s := newStore(t, singleClient(srv.Addr()))
+	ctx := t.Context()
+	if _, err := srv.Do("ACL", "SETUSER", "noset", "on", ">pw", "~*", "&*", "+@all", "-set"); err != nil {
+		t.Fatal(err)
+	}
+	r := newStore(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noset", Password: "pw"}))
+	if _, err := s.Acquire(ctx, "k", "holder", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.HandOff(ctx, "k", "holder", "next", time.Minute); err == nil || !strings.Contains(err.Error(), "can't run this command") {
+		t.Fatalf("HandOff by a user without SET: %v, want the server's refusal", err)
+	}
+	if v, _ := srv.Do("GET", "k"); v != "holder" {
+		t.Fatalf("after a refused hand-off the key holds %q, want holder's", v)
 	}
 }
