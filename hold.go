@@ -233,6 +233,20 @@ var errWaitBudget = errors.New("leasehold: wait budget spent")
 // errCallerDone is the cause on fn's context when the caller's ended.
 var errCallerDone = errors.New("leasehold: the caller's context ended; the lease is kept until fn returns")
 
+// callerEnd is the cause of fn's context at the caller's deadline: the
+// caller's own cause, read when asked (the caller's timer may fire just
+// after fn's).
+type callerEnd struct{ ctx context.Context }
+
+func (e callerEnd) cause() error {
+	if c := context.Cause(e.ctx); c != nil {
+		return c
+	}
+	return context.DeadlineExceeded
+}
+func (e callerEnd) Error() string   { return errCallerDone.Error() + ": " + e.cause().Error() }
+func (e callerEnd) Unwrap() []error { return []error{errCallerDone, e.cause()} }
+
 // runHeld runs fn under l with renewal, then releases l unless it was lost.
 // Renewal goes on until fn returns, whatever the caller's ctx does; ctx's end
 // only cancels fn's context. endOnLoss also cancels fn's context when the
@@ -267,7 +281,7 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, endOnLos
 	stopDeadline := context.CancelFunc(func() {})
 	dl, dated := ctx.Deadline()
 	if dated {
-		fnCtx, stopDeadline = context.WithDeadlineCause(fnCtx, dl, fmt.Errorf("%w: %w", errCallerDone, context.DeadlineExceeded))
+		fnCtx, stopDeadline = context.WithDeadlineCause(fnCtx, dl, callerEnd{ctx})
 	}
 	mu.Lock()
 	cancelFn = cancel
@@ -276,7 +290,8 @@ func (c *Client) runHeld(ctx context.Context, l *Lease, cfg holdConfig, endOnLos
 	}
 	mu.Unlock()
 	stopCaller := context.AfterFunc(ctx, func() {
-		if !dated || !errors.Is(ctx.Err(), context.DeadlineExceeded) { // a deadline ends fnCtx by itself
+		// a deadline ends fnCtx by itself; an end reading as one before it does not
+		if !dated || !errors.Is(ctx.Err(), context.DeadlineExceeded) || time.Now().Before(dl) {
 			cancel(fmt.Errorf("%w: %w", errCallerDone, context.Cause(ctx)))
 		}
 	})

@@ -580,3 +580,61 @@ func TestReleaseInsideHold(t *testing.T) {
 		}
 	})
 }
+
+var errCallerBudget = errors.New("the caller's request budget spent")
+
+// A caller's deadline set with WithTimeoutCause reaches fn with the
+// caller's cause, not a bare DeadlineExceeded.
+func TestHoldKeepsTheCallersDeadlineCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(nil)
+		ctx, cancel := context.WithTimeoutCause(t.Context(), 5*ttl, errCallerBudget)
+		defer cancel()
+		_ = f.c.Hold(ctx, key, ttl, func(fctx context.Context, _ *leasehold.Lease) error {
+			<-fctx.Done()
+			<-ctx.Done() // the caller's timer, due at the same instant, may fire just after fn's
+			if cause := context.Cause(fctx); !errors.Is(cause, errCallerBudget) {
+				t.Errorf("fn's cause = %v; want the caller's cause %v", cause, errCallerBudget)
+			}
+			return nil
+		})
+	})
+}
+
+// deadlinelessCtx ends with DeadlineExceeded but reports no Deadline (an
+// outer framework's budget), below a later WithTimeout.
+type deadlinelessCtx struct {
+	context.Context
+	done chan struct{}
+}
+
+func (c deadlinelessCtx) Done() <-chan struct{} { return c.done }
+func (c deadlinelessCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// A caller's context that ends with DeadlineExceeded before its reported
+// Deadline (an outer budget that reports none) still ends fn's context:
+// fn's own timer only covers the reported deadline.
+func TestHoldPassesAnEarlyDeadlineExceeded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(nil)
+		outer := deadlinelessCtx{Context: context.Background(), done: make(chan struct{})}
+		ctx, cancel := context.WithTimeout(outer, time.Hour)
+		defer cancel()
+		go func() { time.Sleep(ttl); close(outer.done) }()
+		_ = f.c.Hold(ctx, key, ttl, func(fctx context.Context, _ *leasehold.Lease) error {
+			select {
+			case <-fctx.Done():
+			case <-time.After(10 * ttl):
+				t.Errorf("caller's context ended (%v) at %v; fn's context still live 10 ttl later", ctx.Err(), ttl)
+			}
+			return nil
+		})
+	})
+}
