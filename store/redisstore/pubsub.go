@@ -429,7 +429,8 @@ func (s *subscriptions) control() {
 	}
 }
 
-// refuse records a subscription the server refused, for the error of a watch
+// refuse records an error reply on the pub/sub connection (a refused
+// subscription, or a redial's refused handshake), for the error of a watch
 // not confirmed (notConfirmed), and logs the first: without the channels the
 // waiters of every process fall back to their backoff, and hand-offs slow
 // from a round trip to a backoff step, with nothing failing.
@@ -438,8 +439,14 @@ func (s *subscriptions) refuse(err error) {
 	s.lastErr = err
 	s.mu.Unlock()
 	s.refused.Do(func() {
-		s.log.Warn("redisstore: the server refused a subscription; waiters fall back to their backoff: "+
-			"grant the user the channels leasehold:released:* and leasehold:turns:*", slog.Any("error", err))
+		if strings.HasPrefix(err.Error(), "NOPERM") {
+			s.log.Warn("redisstore: the server refused a subscription; waiters fall back to their backoff: "+
+				"grant the user the channels leasehold:released:* and leasehold:turns:* and the commands SUBSCRIBE, UNSUBSCRIBE and PING",
+				slog.Any("error", err))
+			return
+		}
+		s.log.Warn("redisstore: the server refused the pub/sub connection; waiters fall back to their backoff until it accepts it",
+			slog.Any("error", err))
 	})
 }
 
@@ -465,10 +472,11 @@ func (s *subscriptions) receive(ps *redis.PubSub) {
 			var timeout interface{ Timeout() bool }
 			var refusal redis.Error
 			if errors.As(err, &refusal) && !errors.As(err, &timeout) {
-				// The server answered a SUBSCRIBE with an error: an ACL
-				// without the channel (NOPERM). The connection is sound.
+				// The server answered with an error: a SUBSCRIBE refused by
+				// an ACL without the channel (NOPERM), or a redial's
+				// handshake refused (WRONGPASS, LOADING, max clients),
+				// which repeats on every read: back off below either way.
 				s.refuse(err)
-				continue
 			}
 			if errors.As(err, &timeout) && timeout.Timeout() {
 				if pinged {
