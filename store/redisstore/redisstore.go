@@ -312,18 +312,39 @@ func heldFor(pttl int64) time.Duration {
 // by their callers at their context's end, and for the releases of acquires
 // their callers left (each bounded by lateReleaseTimeout). A call in flight
 // ends when the server answers or the client's socket timeouts give up on
-// it. Close does not close the client: close it after Close returns, or
-// those releases fail and their keys stay held until their TTL. Waiters
-// still blocked on the Store fall back to their backoff.
+// it; Close waits for them at most closeWaitTimeout, then logs and returns.
+// Close does not close the client: close it after Close returns, or those
+// releases fail and their keys stay held until their TTL. Waiters still
+// blocked on the Store fall back to their backoff.
 func (s *Store) Close() error {
 	err := s.subs.close()
-	if s.batch != nil {
-		s.batch.Wait()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if s.batch != nil {
+			s.batch.Wait()
+		}
+		s.acks.wait()
+		s.calls.Wait()
+	}()
+	t := time.NewTimer(closeWaitTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.opts.log.Warn("redisstore: Close stopped waiting for calls still in flight; they end when the server answers or the client is closed, "+
+			"and a key one of them took stays held until its TTL if its release cannot be sent",
+			slog.Duration("waited", closeWaitTimeout))
 	}
-	s.acks.wait()
-	s.calls.Wait()
 	return err
 }
+
+// closeWaitTimeout bounds Close's wait for the calls in flight: go-redis's
+// default ReadTimeout (3 s), by which a call on a silent server ends, plus
+// lateReleaseTimeout for the release such a call may then send. A client
+// without socket timeouts (ReadTimeout -1 with ContextTimeoutEnabled) can
+// hold a call longer; Close does not wait for it past this.
+const closeWaitTimeout = 3*time.Second + lateReleaseTimeout
 
 // millis rounds a TTL up to whole milliseconds, Redis's unit, so the server
 // never holds a lease for less time than its owner believes it has.

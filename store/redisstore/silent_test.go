@@ -7,6 +7,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"strings"
 	"syscall"
@@ -372,5 +373,53 @@ func TestCanceledCallReturnsOnAClientWithoutTimeouts(t *testing.T) {
 				t.Fatal("Acquire did not return within 10 s of its context's cancel on a silent server")
 			}
 		})
+	}
+}
+
+// Close's wait for calls in flight is bounded: under WithoutBatching on a
+// client without socket timeouts, a call canceled on a silent server never
+// ends until the client is closed, and Close returns after
+// closeWaitTimeout with a warning instead of waiting for it forever.
+func TestCloseIsBoundedOnASilentServer(t *testing.T) {
+	proxy := testserver.StartProxy(t, shared.Addr())
+	t.Cleanup(proxy.Thaw)
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	var logged lockedLog
+	s, err := redisstore.New(client, redisstore.WithoutBatching(), redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := storetest.Key(t)
+	if _, err := s.Acquire(t.Context(), key+":warm", "t", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Freeze()
+	cctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		_, _ = s.Acquire(cctx, key, "t", time.Minute)
+		close(done)
+	}()
+	for end := time.Now().Add(10 * time.Second); proxy.Held() == 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	if proxy.Held() == 0 {
+		t.Fatal("the acquire never reached the frozen proxy: nothing was tested")
+	}
+	cancel()
+	<-done
+	closed := make(chan struct{})
+	go func() {
+		_ = s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Close did not return within 60 s: it waits, unbounded, for a call left on a silent server")
+	}
+	if !strings.Contains(logged.String(), "Close stopped waiting") {
+		t.Fatalf("Close returned without saying it left calls in flight: %q", logged.String())
 	}
 }
