@@ -299,11 +299,7 @@ func TestCloseWaitsForTheReleaseOfALeftAcquire(t *testing.T) {
 			if _, err := s.Acquire(actx, key, leasehold.NewToken(), time.Minute); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Acquire on a frozen connection: %v, want an error matching context.DeadlineExceeded", err)
 			}
-			closed := make(chan struct{})
-			go func() {
-				_ = s.Close()
-				close(closed)
-			}()
+			closed := closing(s)
 			select {
 			case <-closed:
 				t.Fatal("Close returned while an acquire its caller left was still in flight")
@@ -409,11 +405,7 @@ func TestCloseIsBoundedOnASilentServer(t *testing.T) {
 	}
 	cancel()
 	<-done
-	closed := make(chan struct{})
-	go func() {
-		_ = s.Close()
-		close(closed)
-	}()
+	closed := closing(s)
 	select {
 	case <-closed:
 	case <-time.After(60 * time.Second):
@@ -422,4 +414,15 @@ func TestCloseIsBoundedOnASilentServer(t *testing.T) {
 	if !strings.Contains(logged.String(), "Close stopped waiting") {
 		t.Fatalf("Close returned without saying it left calls in flight: %q", logged.String())
 	}
+}
+
+// closing calls s.Close on a goroutine of its own and returns a channel
+// closed when it returns.
+func closing(s *redisstore.Store) <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		_ = s.Close()
+		close(closed)
+	}()
+	return closed
 }
