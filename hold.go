@@ -200,9 +200,9 @@ func newHoldConfig(ttl time.Duration, opts []HoldOption, name string, call optCa
 //
 // fn's context has ctx's deadline and ends when ctx does (its cause says the
 // caller's context ended; at the deadline its error is
-// context.DeadlineExceeded), and under the fence policy before the lease can expire when
-// renewal fails: its cause then matches ErrAbandoned and the release is
-// skipped. fn must stop writing then, and should fence its writes with
+// context.DeadlineExceeded), and under the fence policy before the lease can
+// expire when renewal fails: its cause then matches ErrAbandoned and the
+// release is skipped. fn must stop writing then, and should fence its writes with
 // l.Fence(). A cancelled ctx does not end the lease: it is renewed until fn
 // returns, then released.
 //

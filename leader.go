@@ -16,7 +16,8 @@ import (
 // campaigning is retried after a backoff step, and so is a term that ended
 // sooner than the backoff's cap (WithBackoff; lead returned at once); on a
 // closed Client (or one made with a bad option) Lead returns ErrClosed (or
-// the *ArgumentError) instead. It takes every option but WithWaitBudget. A panic in lead ends the term and goes on in the caller.
+// the *ArgumentError) instead. It takes every option but WithWaitBudget. A
+// panic in lead ends the term and goes on in the caller.
 func (c *Client) Lead(ctx context.Context, key string, lead func(ctx context.Context, l *Lease), opts ...HoldOption) error {
 	if lead == nil {
 		return &ArgumentError{Arg: "lead", Reason: "nil"}

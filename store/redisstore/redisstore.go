@@ -727,9 +727,7 @@ func inspectReply(key string, res []any) (info driver.Info, pttl int64, err erro
 	pttl, _ = res[1].(int64)
 	if tok, ok := res[0].(string); ok {
 		info.Held, info.Token = true, tok
-		if pttl >= 0 { // 0: under a millisecond left, still held
-			info.TTL = heldFor(pttl)
-		}
+		info.TTL = heldFor(pttl) // PTTL 0: under a millisecond left, still held; -1: no expiry, none to report
 	}
 	if f, ok := res[2].(string); ok {
 		var ok bool
