@@ -223,3 +223,54 @@ func TestOneClientVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestDBTargets checks that the Targets table judges etcd against the Mutex
+// and PostgreSQL against the bare lease row at 1 and 16 goroutines, with
+// the advisory-lock pair beside it unjudged, and that a ratio just under a
+// bound misses it.
+func TestDBTargets(t *testing.T) {
+	rows := func(kind string, vs map[string][2]float64) []DBRow {
+		var out []DBRow
+		for _, conc := range []int{1, 16} {
+			for _, id := range []string{"leasehold", "mutex", "advisory", "row"} {
+				if v, ok := vs[id]; ok {
+					out = append(out, DBRow{Kind: kind, Concurrency: conc, ID: id, VsLeasehold: v[conc/16]})
+				}
+			}
+		}
+		return out
+	}
+	r := &Result{
+		Config: Config{Sections: []string{SectionEtcd, SectionPostgres}},
+		labels: map[string]string{SectionPostgres + "/advisory": "pg_try_advisory_lock + pg_advisory_unlock"},
+	}
+	for _, tc := range []struct {
+		name         string
+		etcd, pg     [2]float64
+		wantE, wantP string
+	}{
+		{"both met", [2]float64{0.9, 0.95}, [2]float64{0.95, 1.2}, "**met**", "**met**"},
+		{"just under at 16", [2]float64{0.92, 0.8999}, [2]float64{0.96, 0.9499}, "**not met**", "**not met**"},
+		{"just under at 1", [2]float64{0.8999, 1}, [2]float64{0.9499, 1}, "**not met**", "**not met**"},
+	} {
+		s := Summary{
+			Etcd: rows(SectionEtcd, map[string][2]float64{"leasehold": {1, 1}, "mutex": tc.etcd}),
+			// advisory locks at 2× would fail any judged target: they are not judged
+			PG: rows(SectionPostgres, map[string][2]float64{"leasehold": {1, 1}, "advisory": {0.5, 0.4}, "row": tc.pg}),
+		}
+		var b strings.Builder
+		peerTargets(&b, r, s)
+		lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("%s: %d target rows, want 2:\n%s", tc.name, len(lines), b.String())
+		}
+		for i, want := range []string{tc.wantE, tc.wantP} {
+			if !strings.HasSuffix(lines[i], "| "+want+" |") {
+				t.Errorf("%s: row %q, want the verdict %s", tc.name, lines[i], want)
+			}
+		}
+		if !strings.Contains(lines[1], "a reference, not a target: ÷ pg_try_advisory_lock + pg_advisory_unlock 1: 0.50×, 16: 0.40×") {
+			t.Errorf("%s: PostgreSQL row lacks the advisory-lock reference: %q", tc.name, lines[1])
+		}
+	}
+}
