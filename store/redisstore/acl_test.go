@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,27 +20,134 @@ import (
 // documentedACL is the least-privilege user docs/backends.md gives, rule for
 // rule: the scripts and the commands they run (Redis checks a script's
 // commands against the caller's ACL), the pub/sub commands, the Store's own
-// reads, the keys and the two channel patterns.
+// reads, WAIT (replica acknowledgement, on by default as soon as a primary
+// has a replica), the keys and the two channel patterns.
 var documentedACL = []string{"on", ">secret", "resetkeys", "~*", "resetchannels",
 	"&leasehold:released:*", "&leasehold:turns:*", "-@all",
 	"+eval", "+evalsha",
 	"+get", "+set", "+del", "+exists", "+type", "+pttl", "+pexpire", "+time", "+publish",
 	"+hget", "+hmget", "+hset", "+hdel", "+hincrby", "+zadd", "+zrem", "+zrange", "+zcard", "+zscore", "+xadd",
-	"+subscribe", "+unsubscribe", "+ping", "+info", "+scan", "+xrevrange"}
+	"+subscribe", "+unsubscribe", "+ping", "+info", "+scan", "+xrevrange", "+wait"}
 
-// A user with exactly the documented ACL can do everything the Store does:
-// acquire, watch releases and turns, queue, renew, inspect, list, release
-// granting the key to the queue's head (whose word arrives on the Store's
-// turn channel), hand off, force release and read the audit, with nothing
-// logged.
-func TestTheDocumentedACLServesEveryOperation(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	if _, err := srv.Do(append([]string{"ACL", "SETUSER", "app"}, documentedACL...)...); err != nil {
-		t.Fatal(err)
+// documentedClusterACL adds what docs/backends.md says a cluster client
+// needs: go-redis's slot map and command table, and ASKING to follow a
+// slot's migration.
+var documentedClusterACL = append(slices.Clone(documentedACL), "+cluster|slots", "+command", "+asking")
+
+// setUser gives srvs the user name with rules.
+func setUser(t *testing.T, name string, rules []string, srvs ...*testserver.RedisServer) {
+	t.Helper()
+	for _, srv := range srvs {
+		if _, err := srv.Do(append([]string{"ACL", "SETUSER", name, "reset"}, rules...)...); err != nil {
+			t.Fatalf("ACL SETUSER %s on %s: %v", name, srv.Addr(), err)
+		}
 	}
+}
+
+// refusedNothing fails the test if any of srvs refused a command, a key or
+// a channel (ACL LOG), naming what was refused.
+func refusedNothing(t *testing.T, srvs ...*testserver.RedisServer) {
+	t.Helper()
+	for _, srv := range srvs {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		log, err := c.ACLLog(t.Context(), 10).Result()
+		_ = c.Close()
+		if err != nil {
+			t.Fatalf("ACL LOG on %s: %v", srv.Addr(), err)
+		}
+		for _, e := range log {
+			t.Errorf("%s refused %s %q of %s (%s)", srv.Addr(), e.Reason, e.Object, e.Username, e.Context)
+		}
+	}
+}
+
+// A user with exactly the documented ACL can do everything the Store does,
+// and the server refuses nothing: on a server alone, and on a primary with
+// a replica, where the Store waits for the replica's acknowledgement by
+// default (WAIT).
+func TestTheDocumentedACLServesEveryOperation(t *testing.T) {
+	for _, withReplica := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "with a replica"}[withReplica], func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			if withReplica {
+				testserver.StartRedisReplica(t, srv)
+			}
+			setUser(t, "app", documentedACL, srv)
+			var logged lockedLog
+			s := newStore(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "secret"}),
+				redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+			everyOperation(t, s, "k", withReplica)
+			refusedNothing(t, srv)
+			if l := logged.String(); l != "" {
+				t.Fatalf("logged under the documented ACL: %s", l)
+			}
+		})
+	}
+}
+
+// The same on a cluster with replicas, under the documented ACL with what
+// docs/backends.md adds for a cluster client, and a lock's calls follow a
+// slot's migration under it. Without +asking, a renewal during the
+// migration fails naming the refused ASKING, not the MOVED the importing
+// node then answers.
+func TestTheDocumentedClusterACLServesEveryOperation(t *testing.T) {
+	cluster := testserver.StartRedisClusterWithReplicas(t, 3, 1)
+	var srvs []*testserver.RedisServer
+	for i := range 3 {
+		srvs = append(srvs, cluster.Node(i), cluster.Replica(i, 0))
+	}
+	setUser(t, "app", documentedClusterACL, srvs...)
 	var logged lockedLog
-	s := newStore(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "secret"}),
-		redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	client := func(user string) *redis.ClusterClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), Username: user, Password: "secret"})
+	}
+	s := newStore(t, client("app"), redisstore.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	everyOperation(t, s, "k", true)
+	refusedNothing(t, srvs...)
+	if l := logged.String(); l != "" {
+		t.Fatalf("logged under the documented ACL: %s", l)
+	}
+
+	setUser(t, "noasking", slices.DeleteFunc(slices.Clone(documentedClusterACL), func(r string) bool { return r == "+asking" }), srvs...)
+	noAsking := newStore(t, client("noasking"))
+	admin := clusterClient(cluster.Addrs())
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	key := keyOnNode0(t, cluster, admin)
+	other := "{" + key + "}:other"
+	for _, k := range []string{key, other} {
+		if _, err := s.Acquire(ctx, k, "tok", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := startMigration(t, cluster, key)
+	m.move(key)
+	if err := s.Renew(ctx, key, "tok", time.Minute); err != nil {
+		t.Errorf("Renew of a key moved to the importing node: %v", err)
+	}
+	if errs := s.RenewBatch(ctx, []driver.RenewItem{{Key: key, Token: "tok", TTL: time.Minute}}); errs[0] != nil {
+		t.Errorf("RenewBatch of a key moved to the importing node: %v", errs[0])
+	}
+	if err := noAsking.Renew(ctx, key, "tok", time.Minute); err == nil || !strings.Contains(err.Error(), "ASKING") || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Renew without +asking: %v, want an error naming the refused ASKING", err)
+	}
+	m.finish()
+	for _, k := range []string{key, other} {
+		if err := s.Release(ctx, k, "tok"); err != nil {
+			t.Errorf("Release of %s after the migration: %v", k, err)
+		}
+	}
+}
+
+// everyOperation runs every operation of the Store on key: acquire, watch
+// releases and turns, queue, renew (alone and batched), inspect, list,
+// release granting the key to the queue's head (whose word arrives on the
+// Store's turn channel; where writes wait for replicas the head takes the
+// grant with its next AcquireQueued), hand off, force release and read the
+// audit.
+func everyOperation(t *testing.T, s *redisstore.Store, key string, acked bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	step := func(name string, err error) {
@@ -48,41 +156,45 @@ func TestTheDocumentedACLServesEveryOperation(t *testing.T) {
 			t.Fatalf("%s under the documented ACL: %v", name, err)
 		}
 	}
-	_, err := s.Acquire(ctx, "k", "holder", time.Minute)
+	_, err := s.Acquire(ctx, key, "holder", time.Minute)
 	step("Acquire", err)
-	released, stopReleases, err := s.WatchReleases(ctx, "k")
+	released, stopReleases, err := s.WatchReleases(ctx, key)
 	step("WatchReleases", err)
 	defer stopReleases()
-	turn, stopTurn, err := s.WatchTurn(ctx, "k", "w")
+	turn, stopTurn, err := s.WatchTurn(ctx, key, "w")
 	step("WatchTurn", err)
 	defer stopTurn()
-	if _, err := s.AcquireQueued(ctx, "k", "w", time.Minute, 5*time.Second); !errors.Is(err, driver.ErrNotAcquired) {
+	if _, err := s.AcquireQueued(ctx, key, "w", time.Minute, 5*time.Second); !errors.Is(err, driver.ErrNotAcquired) {
 		step("AcquireQueued", err)
 	}
-	step("Renew", s.Renew(ctx, "k", "holder", time.Minute))
-	_, err = s.Inspect(ctx, "k")
+	step("Renew", s.Renew(ctx, key, "holder", time.Minute))
+	step("RenewBatch", s.RenewBatch(ctx, []driver.RenewItem{{Key: key, Token: "holder", TTL: time.Minute}})[0])
+	_, err = s.Inspect(ctx, key)
 	step("Inspect", err)
 	_, _, err = s.List(ctx, "*", "", 10)
 	step("List", err)
-	step("Release", s.Release(ctx, "k", "holder"))
+	step("Release", s.Release(ctx, key, "holder"))
 	waitWord(t, turn)
 	select {
 	case <-released:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no release word within 5 s")
 	}
-	if f, _, ok := s.Granted("k", "w"); !ok || f < 1 {
+	if acked {
+		f, err := s.AcquireQueued(ctx, key, "w", time.Minute, 5*time.Second)
+		step("AcquireQueued taking the grant", err)
+		if f < 1 {
+			t.Fatalf("the grant taken with fence %d", f)
+		}
+	} else if f, _, ok := s.Granted(key, "w"); !ok || f < 1 {
 		t.Fatalf("the grant's word on the turn channel: fence %d, %v", f, ok)
 	}
-	_, _, err = s.HandOff(ctx, "k", "w", "x", time.Minute)
+	_, _, err = s.HandOff(ctx, key, "w", "x", time.Minute)
 	step("HandOff", err)
-	_, err = s.ForceRelease(ctx, "k", "stuck", "ops")
+	_, err = s.ForceRelease(ctx, key, "stuck", "ops")
 	step("ForceRelease", err)
-	_, err = s.Audit(ctx, "k", 10)
+	_, err = s.Audit(ctx, key, 10)
 	step("Audit", err)
-	if l := logged.String(); l != "" {
-		t.Fatalf("logged under the documented ACL: %s", l)
-	}
 }
 
 // A user without the channels: a release watch and a turn watch fail,

@@ -6,6 +6,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -190,13 +191,16 @@ func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 	pipe := c.Pipeline()
 	sent := make([]*redis.Cmd, 0, len(idx)+2)
 	ack := pipelineAck(calls, idx)
+	var asking []*redis.StatusCmd // asking[k] precedes the call idx[k]
 	for _, i := range idx {
 		body := calls[i].sc.hash
 		if verb == "eval" {
 			body = calls[i].sc.body
 		}
 		if ack.Asking {
-			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
+			a := redis.NewStatusCmd(ctx, "asking")
+			asking = append(asking, a)
+			_ = pipe.Process(ctx, a)
 		}
 		cmds[i] = newCmd(ctx, verb, body, calls[i].keys, calls[i].args)
 		sent = append(sent, cmds[i])
@@ -216,6 +220,13 @@ func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 	}
 	_, err := pipe.Exec(ctx) // each command carries its own error
 	stampUnanswered(sent, err)
+	for k, a := range asking {
+		// A refused ASKING (an ACL without +asking) makes the importing
+		// node answer MOVED back: report the refusal, not the redirect.
+		if cmd := cmds[idx[k]]; a.Err() != nil && (redis.HasErrorPrefix(cmd.Err(), "MOVED") || redis.HasErrorPrefix(cmd.Err(), "ASK")) {
+			cmd.SetErr(fmt.Errorf("ASKING, to follow the slot's migration: %w", a.Err()))
+		}
+	}
 	if wait == nil && info == nil {
 		return acks
 	}
