@@ -116,19 +116,10 @@ func TestTheDocumentedClusterACLServesEveryOperation(t *testing.T) {
 	defer cancel()
 	key := keyOnNode0(t, cluster, admin)
 	other := "{" + key + "}:other"
-	for _, k := range []string{key, other} {
-		if _, err := s.Acquire(ctx, k, "tok", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	acquireAll(ctx, t, s, key, other)
 	m := startMigration(t, cluster, key)
 	m.move(key)
-	if err := s.Renew(ctx, key, "tok", time.Minute); err != nil {
-		t.Errorf("Renew of a key moved to the importing node: %v", err)
-	}
-	if errs := s.RenewBatch(ctx, []driver.RenewItem{{Key: key, Token: "tok", TTL: time.Minute}}); errs[0] != nil {
-		t.Errorf("RenewBatch of a key moved to the importing node: %v", errs[0])
-	}
+	renewsFollowTheMove(ctx, t, s, key)
 	if err := noAsking.Renew(ctx, key, "tok", time.Minute); err == nil || !strings.Contains(err.Error(), "ASKING") || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("Renew without +asking: %v, want an error naming the refused ASKING", err)
 	}

@@ -83,6 +83,28 @@ func (m *migration) move(keys ...string) {
 	}
 }
 
+// acquireAll has s take keys with the token "tok" for a minute.
+func acquireAll(ctx context.Context, t *testing.T, s *redisstore.Store, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, err := s.Acquire(ctx, k, "tok", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// renewsFollowTheMove checks that Renew and RenewBatch of key, held with
+// "tok" and moved to the importing node of a migration, succeed.
+func renewsFollowTheMove(ctx context.Context, t *testing.T, s *redisstore.Store, key string) {
+	t.Helper()
+	if err := s.Renew(ctx, key, "tok", time.Minute); err != nil {
+		t.Errorf("Renew of a held key moved to the importing node: %v", err)
+	}
+	if errs := s.RenewBatch(ctx, []driver.RenewItem{{Key: key, Token: "tok", TTL: time.Minute}}); errs[0] != nil {
+		t.Errorf("RenewBatch of a held key moved to the importing node: %v", errs[0])
+	}
+}
+
 // finish moves every key left in the slot, then gives the slot to node 1.
 func (m *migration) finish() {
 	m.t.Helper()
@@ -123,20 +145,11 @@ func TestCallsDuringSlotMigration(t *testing.T) {
 			defer cancel()
 			key := keyOnNode0(t, cluster, cc)
 			renewed, released := key, "{"+key+"}:released"
-			for _, k := range []string{renewed, released} {
-				if _, err := s.Acquire(ctx, k, "tok", time.Minute); err != nil {
-					t.Fatal(err)
-				}
-			}
+			acquireAll(ctx, t, s, renewed, released)
 			m := startMigration(t, cluster, key)
 			// The renewed key moves first; its fence counter stays behind.
 			m.move(renewed)
-			if err := s.Renew(ctx, renewed, "tok", time.Minute); err != nil {
-				t.Errorf("Renew of a held key moved to the importing node: %v", err)
-			}
-			if errs := s.RenewBatch(ctx, []driver.RenewItem{{Key: renewed, Token: "tok", TTL: time.Minute}}); errs[0] != nil {
-				t.Errorf("RenewBatch of a held key moved to the importing node: %v", errs[0])
-			}
+			renewsFollowTheMove(ctx, t, s, renewed)
 			// Release and Acquire wait for the migration's end.
 			type result struct {
 				what string
