@@ -220,12 +220,12 @@ func peerTargets(b *strings.Builder, r *Result, s Summary) {
 			continue
 		}
 		var vs, refs []string
-		ok, seen := true, false
+		ok, seen := true, map[int]bool{}
 		for _, row := range d.rows {
 			switch row.ID {
 			case d.id:
 				vs = append(vs, fmt.Sprintf("%d: %s", row.Concurrency, times(row.VsLeasehold)))
-				seen = true
+				seen[row.Concurrency] = true
 				ok = ok && row.VsLeasehold >= d.bound
 			case d.ref:
 				refs = append(refs, fmt.Sprintf("%d: %s", row.Concurrency, times(row.VsLeasehold)))
@@ -235,6 +235,8 @@ func peerTargets(b *strings.Builder, r *Result, s Summary) {
 		if len(refs) > 0 {
 			measured += fmt.Sprintf(" (a reference, not a target: ÷ %s %s)", r.labels[d.kind+"/"+d.ref], strings.Join(refs, ", "))
 		}
-		p("| %s | %s | %s |", d.what, measured, verdict(ok && seen))
+		// The target is at 1 and at 16 goroutines: a run without either
+		// (--db-concurrency) does not meet it.
+		p("| %s | %s | %s |", d.what, measured, verdict(ok && seen[1] && seen[16]))
 	}
 }

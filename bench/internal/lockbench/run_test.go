@@ -233,7 +233,7 @@ func TestDBTargets(t *testing.T) {
 		var out []DBRow
 		for _, conc := range []int{1, 16} {
 			for _, id := range []string{"leasehold", "mutex", "advisory", "row"} {
-				if v, ok := vs[id]; ok {
+				if v, ok := vs[id]; ok && !math.IsNaN(v[conc/16]) {
 					out = append(out, DBRow{Kind: kind, Concurrency: conc, ID: id, VsLeasehold: v[conc/16]})
 				}
 			}
@@ -252,6 +252,7 @@ func TestDBTargets(t *testing.T) {
 		{"both met", [2]float64{0.9, 0.95}, [2]float64{0.95, 1.2}, "**met**", "**met**"},
 		{"just under at 16", [2]float64{0.92, 0.8999}, [2]float64{0.96, 0.9499}, "**not met**", "**not met**"},
 		{"just under at 1", [2]float64{0.8999, 1}, [2]float64{0.9499, 1}, "**not met**", "**not met**"},
+		{"measured at 1 only", [2]float64{1, math.NaN()}, [2]float64{1, math.NaN()}, "**not met**", "**not met**"},
 	} {
 		s := Summary{
 			Etcd: rows(SectionEtcd, map[string][2]float64{"leasehold": {1, 1}, "mutex": tc.etcd}),

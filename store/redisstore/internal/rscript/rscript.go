@@ -221,9 +221,11 @@ func sendPipeline(ctx context.Context, c redis.UniversalClient, calls []scriptCa
 	_, err := pipe.Exec(ctx) // each command carries its own error
 	stampUnanswered(sent, err)
 	for k, a := range asking {
-		// A refused ASKING (an ACL without +asking) makes the importing
+		// An ASKING refused by the ACL (no +asking) makes the importing
 		// node answer MOVED back: report the refusal, not the redirect.
-		if cmd := cmds[idx[k]]; a.Err() != nil && (redis.HasErrorPrefix(cmd.Err(), "MOVED") || redis.HasErrorPrefix(cmd.Err(), "ASK")) {
+		// Any other refusal leaves the redirect to be followed.
+		if cmd := cmds[idx[k]]; calls[idx[k]].ack.Asking && redis.HasErrorPrefix(a.Err(), "NOPERM") &&
+			(redis.HasErrorPrefix(cmd.Err(), "MOVED") || redis.HasErrorPrefix(cmd.Err(), "ASK")) {
 			cmd.SetErr(fmt.Errorf("ASKING, to follow the slot's migration: %w", a.Err()))
 		}
 	}
