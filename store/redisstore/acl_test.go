@@ -69,8 +69,12 @@ func refusedNothing(t *testing.T, user string, srvs ...*testserver.RedisServer) 
 // a replica, where the Store waits for the replica's acknowledgement by
 // default (WAIT).
 func TestTheDocumentedACLServesEveryOperation(t *testing.T) {
-	for _, withReplica := range []bool{false, true} {
-		t.Run(map[bool]string{false: "alone", true: "with a replica"}[withReplica], func(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		withReplica bool
+	}{{"alone", false}, {"with a replica", true}} {
+		withReplica := tc.withReplica
+		t.Run(tc.name, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
 			if withReplica {
 				testserver.StartRedisReplica(t, srv)

@@ -351,12 +351,7 @@ func TestCanceledCallReturnsOnAClientWithoutTimeouts(t *testing.T) {
 				_, err := s.Acquire(cctx, key, leasehold.NewToken(), time.Minute)
 				done <- err
 			}()
-			for end := time.Now().Add(10 * time.Second); proxy.Held() == 0 && time.Now().Before(end); {
-				time.Sleep(time.Millisecond)
-			}
-			if proxy.Held() == 0 {
-				t.Fatal("the acquire never reached the frozen proxy: nothing was tested")
-			}
+			awaitHeld(t, proxy)
 			canceled := time.Now()
 			cancel()
 			select {
@@ -397,12 +392,7 @@ func TestCloseIsBoundedOnASilentServer(t *testing.T) {
 		_, _ = s.Acquire(cctx, key, "t", time.Minute)
 		close(done)
 	}()
-	for end := time.Now().Add(10 * time.Second); proxy.Held() == 0 && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
-	}
-	if proxy.Held() == 0 {
-		t.Fatal("the acquire never reached the frozen proxy: nothing was tested")
-	}
+	awaitHeld(t, proxy)
 	cancel()
 	<-done
 	closed := closing(s)
@@ -425,4 +415,16 @@ func closing(s *redisstore.Store) <-chan struct{} {
 		close(closed)
 	}()
 	return closed
+}
+
+// awaitHeld waits, at most 10 s, for the frozen proxy to hold a request: the
+// acquire under test has reached it.
+func awaitHeld(t *testing.T, proxy *testserver.Proxy) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); proxy.Held() == 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	if proxy.Held() == 0 {
+		t.Fatal("the acquire never reached the frozen proxy: nothing was tested")
+	}
 }
